@@ -1,0 +1,5 @@
+import sys
+
+from analysis.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,176 @@
+"""The compressor contract.
+
+A compressor is ``encode(g, ctx) -> Payload`` and ``decode(payload, ctx, side=None) -> Tensor`` around a wire
+format (:mod:`compressors.payload`), with explicit per-worker state (``new_state``) and seeded randomness
+(:mod:`compressors.context`). Subclasses implement ``_encode``/``_decode`` on a flat 1-D float tensor; this base
+class checks the input once (1-D or any shape, finite, floating dtype), flattens, and restores shape and dtype.
+
+Rules for implementations (see DESIGN.md):
+- no ``.item()``, ``.cpu()`` or numpy inside ``_encode``/``_decode`` except where the algorithm itself needs a
+  scalar decision (say so in a comment);
+- randomness only from ``ctx``-seeded generators (``compressors.context.generator``); the seed actually used is
+  sent as a ``seed`` part of ``SEED_BITS`` bits;
+- ``Payload.bits`` must equal a hand count of what is sent.
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Literal, Mapping, Sequence
+
+import torch
+
+from compressors.context import Context
+from compressors.payload import Payload
+
+Kind = Literal["sparsifier", "quantizer", "sketch", "identity"]
+
+
+@dataclass(frozen=True)
+class Properties:
+    """What a compressor declares about itself; the generic test battery holds it to these claims.
+
+    unbiased : E[decode(encode(g))] = g for every g (checked by Monte Carlo).
+    kind : sparsifier, quantizer, sketch (QCS) or identity.
+    randomized : draws random numbers (then a separately built decoder must reproduce it from the seed).
+    contraction : a bound ``E||C(g) - g||^2 <= (1 - c) ||g||^2`` holds with the named constant, if any
+        (e.g. ``"1 - delta"`` for Top-k); None when no such claim is made.
+    bound : name of the theory bound on ``E||C(g) - g||^2 / ||g||^2`` that applies (a key understood by the
+        analysis layer, e.g. ``"qcs_gamma"``, ``"dqsg_exact"``, ``"qsgd"``, ``"topk_contraction"``), or None.
+    needs_side : decode needs side information (NDQSG).
+    source : paper file and equation/section this implements.
+    """
+
+    kind: Kind
+    unbiased: bool
+    randomized: bool
+    contraction: str | None = None
+    bound: str | None = None
+    needs_side: bool = False
+    source: str = ""
+
+
+class Compressor(ABC):
+    """Base class of every compressor. Hyper-parameters are dataclass fields of the subclass (typed, with
+    defaults), which is what the registry's spec strings set."""
+
+    name: ClassVar[str] = ""
+    properties: ClassVar[Properties]
+
+    # -- public API -----------------------------------------------------------------------------------------
+    def encode(self, g: torch.Tensor, ctx: Context | None = None) -> Payload:
+        """Encode ``g`` (any shape, floating dtype, finite). Returns the payload; ``payload.bits`` is exact."""
+        ctx = ctx or Context()
+        flat = check_gradient(g, self.name)
+        payload = Payload(shape=g.shape, dtype=g.dtype)
+        self._encode(flat.float() if flat.dtype != torch.float64 else flat, payload, ctx)
+        return payload
+
+    def decode(self, payload: Payload, ctx: Context | None = None, side: torch.Tensor | None = None) -> torch.Tensor:
+        """Reconstruct the tensor from ``payload`` (same shape and dtype as the encoded one)."""
+        ctx = ctx or Context()
+        if self.properties.needs_side and side is None:
+            raise ValueError(f"{self.name}: decode needs side information (side=...)")
+        flat_side = None if side is None else side.reshape(-1).float()
+        out = self._decode(payload, ctx, flat_side)
+        return out.reshape(payload.shape).to(payload.dtype)
+
+    def new_state(self, like: torch.Tensor | None = None) -> Any:
+        """Fresh per-worker state (None for stateless compressors)."""
+        return None
+
+    def round(self, grads: Sequence[torch.Tensor], ctx: Context | None = None,
+              states: Sequence[Any] | None = None) -> "RoundResult":
+        """One synchronous round over P workers: each encodes its own gradient, the receiver decodes and
+        averages. Schemes with side information or global state override this."""
+        ctx = ctx or Context()
+        states = list(states) if states is not None else [None] * len(grads)
+        if len(states) != len(grads):
+            raise ValueError(f"{len(grads)} gradients but {len(states)} states")
+        payloads, decoded = [], []
+        for w, (g, st) in enumerate(zip(grads, states)):
+            wctx = ctx.but(worker=w, state=st)
+            p = self.encode(g, wctx)
+            payloads.append(p)
+            decoded.append(self.decode(p, wctx))
+        mean = torch.stack([d.float() for d in decoded]).mean(0).to(grads[0].dtype)
+        return RoundResult(mean=mean, decoded=decoded, payloads=payloads)
+
+    def spec(self) -> str:
+        """The spec string that rebuilds this compressor (see :mod:`compressors.registry`)."""
+        args = ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)) if hasattr(self, "__dataclass_fields__") else ""
+        return f"{self.name}:{args}" if args else self.name
+
+    def __call__(self, g: torch.Tensor, ctx: Context | None = None) -> torch.Tensor:
+        """encode then decode (no side information)."""
+        ctx = ctx or Context()
+        return self.decode(self.encode(g, ctx), ctx)
+
+    # -- to implement -----------------------------------------------------------------------------------------
+    @abstractmethod
+    def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
+        """Fill ``payload`` from flat float ``g``."""
+
+    @abstractmethod
+    def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
+        """Return the flat float reconstruction."""
+
+
+@dataclass
+class RoundResult:
+    """Outcome of a round: the aggregate the model would apply, each worker's reconstruction and payload."""
+
+    mean: torch.Tensor
+    decoded: list[torch.Tensor]
+    payloads: list[Payload]
+    info: dict[str, Any] | None = None
+
+    @property
+    def bits(self) -> int:
+        return sum(p.bits for p in self.payloads)
+
+
+def encode_named(compressor: Compressor, grads: Mapping[str, torch.Tensor], ctx: Context | None = None,
+                 states: Mapping[str, Any] | None = None) -> dict[str, Payload]:
+    """Per-layer compression of a dict of named tensors: each tensor is its own block (block = its position)."""
+    ctx = ctx or Context()
+    return {name: compressor.encode(g, ctx.but(block=i, state=(states or {}).get(name)))
+            for i, (name, g) in enumerate(grads.items())}
+
+
+def decode_named(compressor: Compressor, payloads: Mapping[str, Payload], ctx: Context | None = None,
+                 states: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+    """Inverse of :func:`encode_named`."""
+    ctx = ctx or Context()
+    return {name: compressor.decode(p, ctx.but(block=i, state=(states or {}).get(name)))
+            for i, (name, p) in enumerate(payloads.items())}
+
+
+def check_gradient(g: torch.Tensor, who: str = "compressor") -> torch.Tensor:
+    """Validate a gradient and return it flattened: a floating tensor with at least one element, all finite.
+
+    The finiteness check syncs once; it is the price of never returning a silent NaN.
+    """
+    if not isinstance(g, torch.Tensor):
+        raise TypeError(f"{who}: expected a torch.Tensor, got {type(g).__name__}")
+    if not g.is_floating_point():
+        raise TypeError(f"{who}: expected a floating-point tensor, got dtype {g.dtype}")
+    if g.numel() == 0:
+        raise ValueError(f"{who}: the gradient is empty (0 elements)")
+    flat = g.reshape(-1)
+    if not bool(torch.isfinite(flat).all()):
+        bad = int((~torch.isfinite(flat)).sum())
+        raise ValueError(f"{who}: the gradient holds {bad} NaN/Inf value(s) out of {flat.numel()}")
+    return flat
+
+
+def check_ratio(ratio: float, d: int | None = None, who: str = "ratio") -> float:
+    """A target density delta in (0, 1); with ``d``, also require ``d * delta >= 1`` (at least one element)."""
+    ratio = float(ratio)
+    if not (0.0 < ratio < 1.0) or math.isnan(ratio):
+        raise ValueError(f"{who} must lie in (0, 1), got {ratio}")
+    if d is not None and d * ratio < 1.0:
+        raise ValueError(f"{who}={ratio} keeps d*ratio = {d * ratio:.3g} < 1 element of a vector of length {d}; "
+                         f"need d >= 1/ratio = {math.ceil(1 / ratio)}")
+    return ratio

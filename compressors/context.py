@@ -1,0 +1,52 @@
+"""Per-call context and seeded randomness.
+
+Every random draw of a compressor comes from a generator seeded from ``(seed, step, worker, block, stream)``,
+so the decoder, built separately, regenerates exactly what the encoder drew. Global RNG state is never read or
+changed.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+SEED_BITS = 64
+"""Width at which a payload sends the seed material its decoder needs."""
+
+
+def derive_seed(*keys: int) -> int:
+    """A 63-bit seed from integer keys (stable across runs, platforms and devices)."""
+    h = hashlib.blake2b(b",".join(str(int(k)).encode() for k in keys), digest_size=8).digest()
+    return int.from_bytes(h, "little") & ((1 << 63) - 1)
+
+
+def generator(seed: int, device: torch.device | str = "cpu", *streams: int) -> torch.Generator:
+    """A fresh ``torch.Generator`` on ``device`` seeded from ``seed`` and optional sub-stream keys."""
+    g = torch.Generator(device=torch.device(device))
+    g.manual_seed(derive_seed(seed, *streams) if streams else seed)
+    return g
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where an encode/decode happens: base seed, training step, worker rank, block (layer) index.
+
+    ``state`` is the worker's per-compressor state object (from ``Compressor.new_state``), or None for stateless
+    compressors. It is the only thing that carries across steps inside a compressor.
+    """
+
+    seed: int = 0
+    step: int = 0
+    worker: int = 0
+    block: int = 0
+    state: Any = None
+
+    @property
+    def call_seed(self) -> int:
+        """Seed of this (seed, step, worker, block); sent in the payload of randomized schemes."""
+        return derive_seed(self.seed, self.step, self.worker, self.block)
+
+    def but(self, **changes: Any) -> "Context":
+        return replace(self, **changes)

@@ -1,0 +1,104 @@
+"""Error feedback with a compensation weight and a residual decay: one mechanism for every paper's variant.
+
+State per worker: the residual h (zero at start). For each step, with compressor C:
+
+    z_t     = g_t + compensation * h_t           (what is compressed)
+    zhat_t  = C(z_t)                             (what is sent and applied)
+    h_{t+1} = decay * h_t + (z_t - zhat_t)       (memory)
+
+Special cases (each paper's own symbols in brackets):
+- none: compensation = 0, decay = 0 (h stays irrelevant).
+- plain error feedback (Seide et al. 2014; Karimireddy et al. 2019): compensation = 1, decay = 0, so h = z - C(z).
+- QCS weighted feedback, 000_4b111efa75352b2d.txt eq. (14a-d) with weight beta: compensation = beta,
+  decay = 1 - beta (r_{t+1} = (1 - beta) r_t + e_t).
+- ECQ-SGD, 003_da514025a9ec0a1c.txt: h_t = beta h_{t-1} + e_{t-1}, g~ = Q(g + alpha h): compensation = alpha,
+  decay = beta.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class FeedbackState:
+    """Per-worker residual memory. ``residual`` is None until the first step (then zeros of the gradient's shape)."""
+
+    residual: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class ErrorFeedback:
+    """Weighted error feedback ``z = g + compensation*h``, ``h <- decay*h + (z - C(z))``."""
+
+    compensation: float = 1.0
+    decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.compensation <= 1.0):
+            raise ValueError(f"feedback compensation weight must lie in [0, 1], got {self.compensation}")
+        if not (0.0 <= self.decay <= 1.0):
+            raise ValueError(f"feedback decay must lie in [0, 1], got {self.decay}")
+
+    @classmethod
+    def none(cls) -> "ErrorFeedback":
+        return cls(0.0, 0.0)
+
+    @classmethod
+    def plain(cls) -> "ErrorFeedback":
+        return cls(1.0, 0.0)
+
+    @classmethod
+    def qcs(cls, beta: float) -> "ErrorFeedback":
+        """QCS eq. (14): weight beta in (0, 1]."""
+        if not (0.0 < beta <= 1.0):
+            raise ValueError(f"QCS feedback weight beta must lie in (0, 1], got {beta}")
+        return cls(beta, 1.0 - beta)
+
+    @classmethod
+    def ecq(cls, alpha: float, beta: float) -> "ErrorFeedback":
+        """ECQ-SGD: compensation coefficient alpha, time decay beta."""
+        return cls(alpha, beta)
+
+    def new_state(self) -> FeedbackState:
+        return FeedbackState()
+
+    def compensate(self, g: torch.Tensor, state: FeedbackState) -> torch.Tensor:
+        """z_t = g_t + compensation * h_t."""
+        if state.residual is None or self.compensation == 0.0:
+            return g
+        return g + self.compensation * state.residual.to(g.dtype)
+
+    def update(self, z: torch.Tensor, z_hat: torch.Tensor, state: FeedbackState) -> None:
+        """h_{t+1} = decay * h_t + (z_t - zhat_t); kept in float32 whatever the gradient dtype."""
+        err = z.float() - z_hat.float()
+        if state.residual is None or self.decay == 0.0:
+            state.residual = err
+        else:
+            state.residual = self.decay * state.residual + err
+
+
+def parse_feedback(spec: str) -> ErrorFeedback:
+    """``none`` | ``ef`` | ``qcs:beta=0.3`` | ``ecq:alpha=1,beta=0.9`` | ``weighted:compensation=..,decay=..``."""
+    name, _, rest = spec.strip().partition(":")
+    args: dict[str, float] = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, value = item.partition("=")
+        try:
+            args[key.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"feedback spec {spec!r}: {item!r} is not key=number") from None
+    builders = {
+        "none": (ErrorFeedback.none, set()),
+        "ef": (ErrorFeedback.plain, set()),
+        "qcs": (ErrorFeedback.qcs, {"beta"}),
+        "ecq": (ErrorFeedback.ecq, {"alpha", "beta"}),
+        "weighted": (ErrorFeedback, {"compensation", "decay"}),
+    }
+    if name not in builders:
+        raise ValueError(f"unknown feedback {name!r}; known: {', '.join(builders)}")
+    fn, keys = builders[name]
+    if set(args) - keys:
+        raise ValueError(f"feedback {name!r} takes {sorted(keys) or 'no parameters'}, got {sorted(args)}")
+    return fn(**args)

@@ -1,0 +1,44 @@
+"""Top-k sparsification: keep the k = ceil(delta d) largest magnitudes, send their values and indices.
+
+Reference implementation of the contract (a template for the other compressors). Contraction
+E||C(g) - g||^2 <= (1 - delta) ||g||^2 (SIDCo 001_ac87256369ec7547.txt, Lemma 3 / App. C; Stich et al. 2018).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from compressors.base import Compressor, Properties, check_ratio
+from compressors.context import Context
+from compressors.payload import Payload, float_width, index_width
+from compressors.registry import register
+
+
+@register("topk")
+@dataclass
+class TopK(Compressor):
+    """ratio: target density delta = k/d in (0, 1). packed: indices bit-packed at ceil(log2 d) bits, else int32."""
+
+    ratio: float = 0.01
+    packed: bool = True
+
+    properties = Properties(kind="sparsifier", unbiased=False, randomized=False, contraction="1 - delta",
+                            bound="topk_contraction", source="001_ac87256369ec7547.txt Sec. 1, baseline Top-k")
+
+    def __post_init__(self) -> None:
+        check_ratio(self.ratio, who="topk ratio")
+
+    def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
+        d = g.numel()
+        check_ratio(self.ratio, d, who="topk ratio")
+        k = math.ceil(self.ratio * d)
+        idx = torch.topk(g.abs(), k, sorted=False).indices
+        payload.add("indices", idx, index_width(d, self.packed), "index")
+        payload.add("values", g[idx], float_width(torch.float32), "value")
+
+    def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
+        values = payload["values"]
+        out = torch.zeros(payload.numel, dtype=values.dtype, device=values.device)
+        return out.index_put_((payload["indices"],), values)
