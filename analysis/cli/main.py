@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "analysis.cli.theory_cmds",
     "analysis.cli.compressor_cmds",
     "analysis.cli.analysis_cmds",
+    "analysis.cli.bench_cmds",
 )
 
 
