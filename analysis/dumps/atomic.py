@@ -1,0 +1,47 @@
+"""Atomic file replacement: write to a temporary name in the same directory, fsync, rename, fsync the directory.
+
+A reader sees either the old file or the complete new one, whatever happens to the writing process (SIGKILL
+included). On failure (e.g. ``ENOSPC``) the temporary file is removed and the target is left as it was.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from analysis.dumps.format import TMP_SUFFIX
+
+
+def tmp_name(target: Path) -> Path:
+    """Temporary sibling of ``target`` (hidden, with the ``.tmp`` suffix that readers ignore)."""
+    return target.with_name(f".{target.name}.{os.getpid()}{TMP_SUFFIX}")
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename inside ``directory`` durable (no-op where directories cannot be opened, e.g. Windows)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(target: Path, data: bytes | memoryview) -> None:
+    """Replace ``target`` by ``data`` atomically and durably."""
+    tmp = tmp_name(target)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    fsync_dir(target.parent)

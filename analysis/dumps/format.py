@@ -1,0 +1,150 @@
+"""The gradient dump format: names, manifest schema and its validation (specification: ``data/README.md``).
+
+A dump is a directory holding ``manifest.json`` and one safetensors file per recorded step
+(``step-00000005.safetensors``). Tensor keys are ``w{worker}/{param}`` for gradients and
+``x/{extra}/w{worker}/{param}`` for extra tensors (e.g. the error-feedback residual). Each step file's header
+metadata carries the sha256 of every tensor's bytes (checked when that tensor is read); the manifest carries the
+sha256 and size of every whole file (checked by :meth:`analysis.dumps.reader.Dump.verify`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT = "gradstat-dump"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+TMP_SUFFIX = ".tmp"
+STEP_FILE = re.compile(r"^step-(\d{8,})\.safetensors$")
+CHECKSUM_PREFIX = "sha256:"
+
+STORAGE_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+SAFETENSORS_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+
+
+class DumpError(ValueError):
+    """A dump is missing, malformed, corrupt, or the request does not fit it. The message names the file."""
+
+
+def step_file(step: int) -> str:
+    """File name of a recorded step."""
+    return f"step-{step:08d}.safetensors"
+
+
+def grad_key(worker: int, param: str) -> str:
+    """Key of a worker's gradient of one parameter inside a step file."""
+    return f"w{worker}/{param}"
+
+
+def extra_key(extra: str, worker: int, param: str) -> str:
+    """Key of an extra tensor (e.g. ``residual``) of one worker and parameter inside a step file."""
+    return f"x/{extra}/w{worker}/{param}"
+
+
+def checksum_key(key: str) -> str:
+    """Header-metadata key holding the sha256 of tensor ``key``'s bytes."""
+    return f"sha256/{key}"
+
+
+def storage_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a storage dtype name (``float32``, ``float16``, ``bfloat16``)."""
+    if name not in STORAGE_DTYPES:
+        raise ValueError(f"dtype {name!r} is not a storage dtype; accepted: {', '.join(STORAGE_DTYPES)}")
+    return STORAGE_DTYPES[name]
+
+
+def sha256_bytes(data: bytes | memoryview) -> str:
+    return CHECKSUM_PREFIX + hashlib.sha256(data).hexdigest()
+
+
+def sha256_tensor(t: torch.Tensor) -> str:
+    """sha256 of a CPU tensor's raw little-endian bytes, as stored in a step file."""
+    return sha256_bytes(memoryview(t.contiguous().view(-1).view(torch.uint8).numpy()))
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return CHECKSUM_PREFIX + h.hexdigest()
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """Load and validate ``path/manifest.json``; raise :class:`DumpError` naming the file and the problem."""
+    file = path / MANIFEST
+    if not path.is_dir():
+        raise DumpError(f"{path}: not a directory (a gradient dump is a directory holding {MANIFEST})")
+    if not file.is_file():
+        raise DumpError(f"{file}: missing; {path} is not a gradstat dump")
+    try:
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DumpError(f"{file}: not valid JSON ({exc})") from None
+    validate_manifest(manifest, file)
+    return manifest
+
+
+def _require(cond: bool, file: Path, problem: str) -> None:
+    if not cond:
+        raise DumpError(f"{file}: {problem}")
+
+
+def validate_manifest(m: Any, file: Path) -> None:
+    """Check the manifest's schema and internal consistency (not the step files)."""
+    _require(isinstance(m, dict), file, "the manifest must be a JSON object")
+    _require(m.get("format") == FORMAT, file, f"'format' is {m.get('format')!r}, expected {FORMAT!r}")
+    version = m.get("format_version")
+    _require(isinstance(version, int) and version >= 1, file, f"'format_version' must be an integer >= 1, got {version!r}")
+    if version > FORMAT_VERSION:
+        raise DumpError(f"{file}: written by dump format version {version}, this gradstat reads versions up to "
+                        f"{FORMAT_VERSION}; upgrade gradstat to read it")
+    for key, kind in (("workload", str), ("dtype", str), ("workers", int), ("every", int), ("params", list),
+                      ("extras", list), ("steps", list), ("optimizer", dict), ("seeds", dict), ("metadata", dict),
+                      ("versions", dict)):
+        _require(isinstance(m.get(key), kind), file, f"field {key!r} must be a {kind.__name__}, got {m.get(key)!r}")
+    _require(m["dtype"] in STORAGE_DTYPES, file, f"dtype {m['dtype']!r} is not one of {', '.join(STORAGE_DTYPES)}")
+    _require(m["workers"] >= 1, file, f"workers must be >= 1, got {m['workers']}")
+    _require(m["every"] >= 1, file, f"every must be >= 1, got {m['every']}")
+    _require(len(m["params"]) >= 1, file, "no parameters listed")
+    names = set()
+    for p in m["params"]:
+        ok = (isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"]
+              and isinstance(p.get("shape"), list) and all(isinstance(s, int) and s >= 0 for s in p["shape"]))
+        _require(bool(ok), file, f"parameter entry {p!r} needs a non-empty 'name' and a 'shape' list of integers >= 0")
+        _require(p["name"] not in names, file, f"parameter {p['name']!r} listed twice")
+        _require(p.get("dtype", m["dtype"]) == m["dtype"], file,
+                 f"parameter {p['name']!r} has dtype {p.get('dtype')!r}, the dump stores {m['dtype']!r}")
+        names.add(p["name"])
+    _require(all(isinstance(e, str) and e and "/" not in e for e in m["extras"]), file,
+             f"extras must be names without '/', got {m['extras']!r}")
+    last = -1
+    for entry in m["steps"]:
+        ok = (isinstance(entry, dict) and isinstance(entry.get("step"), int) and isinstance(entry.get("file"), str)
+              and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str))
+        _require(bool(ok), file, f"step entry {entry!r} needs integer 'step' and 'bytes', string 'file' and 'sha256'")
+        _require(entry["step"] > last, file, f"steps must be strictly increasing, got {entry['step']} after {last}")
+        _require(entry["file"] == step_file(entry["step"]), file,
+                 f"step {entry['step']} must be stored in {step_file(entry['step'])}, manifest says {entry['file']!r}")
+        last = entry["step"]
+
+
+def expected_keys(params: list[dict[str, Any]], workers: int, extras: list[str]) -> list[str]:
+    """Every tensor key a step file of this dump holds, in storage order."""
+    keys = [grad_key(w, p["name"]) for w in range(workers) for p in params]
+    keys += [extra_key(e, w, p["name"]) for e in extras for w in range(workers) for p in params]
+    return keys
+
+
+def numel(shape: list[int] | tuple[int, ...]) -> int:
+    return math.prod(shape)
