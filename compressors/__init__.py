@@ -10,6 +10,12 @@ from compressors.registry import create, get, names, register
 
 # Implementation modules (each registers its classes on import).
 from compressors import topk  # noqa: F401,E402
+from compressors import threshold  # noqa: F401,E402
+from compressors import randk  # noqa: F401,E402
+from compressors import wangni  # noqa: F401,E402
+from compressors import dgc  # noqa: F401,E402
+from compressors import redsync  # noqa: F401,E402
+from compressors import gaussianksgd  # noqa: F401,E402
 
 __all__ = [
     "Compressor", "Properties", "RoundResult", "Context", "Payload", "ErrorFeedback", "FeedbackState",

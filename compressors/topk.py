@@ -12,8 +12,9 @@ import torch
 
 from compressors.base import Compressor, Properties, check_ratio
 from compressors.context import Context
-from compressors.payload import Payload, float_width, index_width
+from compressors.payload import Payload
 from compressors.registry import register
+from compressors.threshold import add_sparse, decode_sparse
 
 
 @register("topk")
@@ -35,10 +36,7 @@ class TopK(Compressor):
         check_ratio(self.ratio, d, who="topk ratio")
         k = math.ceil(self.ratio * d)
         idx = torch.topk(g.abs(), k, sorted=False).indices
-        payload.add("indices", idx, index_width(d, self.packed), "index")
-        payload.add("values", g[idx], float_width(torch.float32), "value")
+        add_sparse(payload, g, idx, self.packed)
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
-        values = payload["values"]
-        out = torch.zeros(payload.numel, dtype=values.dtype, device=values.device)
-        return out.index_put_((payload["indices"],), values)
+        return decode_sparse(payload)

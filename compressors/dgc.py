@@ -1,0 +1,99 @@
+"""Sampled-threshold sparsifiers: DGC's threshold from a random sample, and GMC's approximate top-K.
+
+Both estimate the top-k threshold from a random subset S of the coordinates: eta = the ceil(delta |S|)-th largest
+magnitude of S, then select ``|g| >= eta`` over the whole vector (one home: :mod:`compressors.threshold`).
+
+- ``dgc`` (Lin et al., "Deep Gradient Compression", ICLR 2018, Sec. 3 / reference implementation; as described in
+  SIDCo 001_ac87256369ec7547.txt, Sec. 1 and its footnote 2): sample about 1 % of the coordinates (with
+  replacement), top-k of the sample gives eta; when more than ``fallback * k`` coordinates pass, exact top-k among
+  the ones that passed (the second top-k of the footnote), so k_hat <= fallback * k.
+- ``gmc_topk`` (GMC 004_8d479783bc85b5d8.txt, Sec. 5 "approximate top-K strategy"): |S| = 0.01 d indexes drawn
+  without replacement, theta such that |{j in S : |a_j| >= theta}| = delta |S| (the paper's example: 0.001 |S|),
+  then every index with ``|a_j| >= theta``; no fallback, k_hat is only approximately delta d.
+
+Both keep the k_hat largest magnitudes, so ``||C(g) - g||^2 <= (1 - k_hat/d) ||g||^2``.
+The sample is drawn from the call's seed; the receiver needs only indices and values.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from compressors.base import Properties, check_ratio
+from compressors.context import Context, generator
+from compressors.payload import Payload
+from compressors.randk import random_subset
+from compressors.registry import register
+from compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier
+
+
+def sampled_threshold(abs_g: torch.Tensor, ratio: float, sample_ratio: float, seed: int,
+                      replacement: bool) -> torch.Tensor:
+    """Top-k threshold estimated on a random sample: the ceil(ratio n)-th largest of n = ceil(sample_ratio d)
+    sampled magnitudes (n at least 1, at most d without replacement). Returns a 0-d tensor on ``abs_g``'s device."""
+    d = abs_g.numel()
+    n = max(1, math.ceil(sample_ratio * d))
+    if replacement:
+        idx = torch.randint(0, d, (n,), generator=generator(seed, abs_g.device), device=abs_g.device)
+    else:
+        idx = random_subset(d, min(n, d), seed, abs_g.device)
+    sample = abs_g[idx]
+    k_sample = max(1, math.ceil(ratio * sample.numel()))
+    return torch.topk(sample, k_sample, sorted=False).values.min()
+
+
+@dataclass
+class _SampledThreshold(ThresholdSparsifier):
+    ratio: float = 0.01
+    sample_ratio: float = 0.01
+    packed: bool = True
+
+    replacement = True
+
+    def __post_init__(self) -> None:
+        check_ratio(self.ratio, who=f"{self.name} ratio")
+        if not (0.0 < float(self.sample_ratio) <= 1.0):
+            raise ValueError(f"{self.name} sample_ratio must lie in (0, 1], got {self.sample_ratio}")
+
+    def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
+        check_ratio(self.ratio, abs_g.numel(), who=f"{self.name} ratio")
+        return sampled_threshold(abs_g, self.ratio, self.sample_ratio, ctx.call_seed, self.replacement)
+
+
+@register("dgc")
+@dataclass
+class DGC(_SampledThreshold):
+    """ratio: target density delta in (0, 1). sample_ratio: sampled fraction of coordinates (DGC: 1 %).
+    fallback: when more than ``fallback * k`` pass the sampled threshold, keep the exact top-k of those
+    (>= 1; DGC's reference code uses 1, i.e. any excess). packed: bit-packed indices, else int32."""
+
+    fallback: float = 1.0
+
+    properties = Properties(kind="sparsifier", unbiased=False, randomized=True, contraction=THRESHOLD_CONTRACTION,
+                            source="Lin et al. 2018 (DGC); 001_ac87256369ec7547.txt Sec. 1 and footnote 2")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not (float(self.fallback) >= 1.0) or math.isinf(self.fallback):
+            raise ValueError(f"dgc fallback must be a finite factor >= 1, got {self.fallback}")
+
+    def _refine(self, abs_g: torch.Tensor, indices: torch.Tensor, payload: Payload, ctx: Context) -> torch.Tensor:
+        k = math.ceil(self.ratio * abs_g.numel())
+        passed = indices.numel()  # host count: the fallback is a scalar decision of the algorithm
+        payload.info["passed"] = passed
+        if passed <= self.fallback * k:
+            return indices
+        return indices[torch.topk(abs_g[indices], k, sorted=False).indices]
+
+
+@register("gmc_topk")
+@dataclass
+class GMCTopK(_SampledThreshold):
+    """ratio: target density delta in (0, 1) (GMC's example 0.001). sample_ratio: |S|/d (GMC: 0.01), drawn without
+    replacement. packed: bit-packed indices, else int32."""
+
+    replacement = False
+    properties = Properties(kind="sparsifier", unbiased=False, randomized=True, contraction=THRESHOLD_CONTRACTION,
+                            source="004_8d479783bc85b5d8.txt Sec. 5 (approximate top-K strategy)")

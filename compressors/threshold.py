@@ -1,0 +1,138 @@
+"""Threshold sparsification: send the values and indices of the coordinates with |g_i| >= eta.
+
+This module is the one home of the step every magnitude sparsifier shares (Top-k, fixed threshold, DGC, GMC's
+approximate top-K, RedSync, GaussianKSGD, SIDCo):
+
+- :func:`select_at_least` -- the indices of ``|g| >= eta`` (zeros never selected: sending a zero is waste);
+- :func:`add_sparse` / :func:`decode_sparse` -- the wire format: ``indices`` (bit-packed at ``ceil(log2 d)`` bits or
+  int32) and ``values`` (float32), so ``bits = k_hat * (ceil(log2 d) + 32)``;
+- :class:`ThresholdSparsifier` -- a compressor that only has to say how it finds its threshold (``_threshold``).
+
+SIDCo, 001_ac87256369ec7547.txt, Algorithm 1 line 8: ``C(g) = g[abs(g) >= eta_M]``.
+A threshold selection keeps the k_hat largest magnitudes, so ``||C(g) - g||^2 <= (1 - k_hat/d) ||g||^2`` holds for
+every g (the top m of d squared values carry at least m/d of the sum); that is the contraction these declare.
+"""
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from compressors.base import Compressor, Properties
+from compressors.context import Context
+from compressors.payload import Payload, float_width, index_width
+from compressors.registry import register
+
+THRESHOLD_CONTRACTION = "1 - k_hat/d"
+"""Contraction constant of any sparsifier that keeps the k_hat largest magnitudes (k_hat = nonzeros sent)."""
+
+
+def select_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> torch.Tensor:
+    """Indices (int64, 1-D) of the nonzero entries with ``abs_g >= threshold``.
+
+    ``nonzero`` needs the count on the host: that sync is inherent to sending a variable number of elements.
+    """
+    return torch.nonzero((abs_g >= threshold) & (abs_g > 0)).squeeze(1)
+
+
+def count_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> int:
+    """How many nonzero entries have ``abs_g >= threshold`` (the count :func:`select_at_least` would return).
+    Syncs: every iterative threshold search needs this count on the host to decide its next step."""
+    return int(((abs_g >= threshold) & (abs_g > 0)).sum())
+
+
+def search_threshold(abs_g: torch.Tensor, k: int, eta: torch.Tensor, band: tuple[float, float], max_iter: int,
+                     low: torch.Tensor | None = None, high: torch.Tensor | None = None,
+                     expand: float = 2.0) -> tuple[torch.Tensor, int]:
+    """Move a threshold until the count it selects lies in ``[band[0] k, band[1] k]``, within ``max_iter`` counts.
+
+    Too many selected -> the threshold rises (``low = eta``); too few -> it falls (``high = eta``). The next
+    threshold is the midpoint of ``[low, high]`` once both are known, else ``eta * expand`` or ``eta / expand``.
+    This is the search the RedSync and GaussianKSGD baselines describe, with the direction always towards the
+    band (a search that can move away from it, as in the SIDCo authors' RedSync baseline, is a bug) and a bounded
+    number of steps (constant or all-zero input cannot loop forever).
+
+    Returns
+    -------
+    (eta, steps): the last threshold tried (0-d tensor) and how many counts were made.
+    """
+    steps = 0
+    for steps in range(1, max_iter + 1):
+        n = count_at_least(abs_g, eta)
+        if band[0] * k <= n <= band[1] * k or not bool(eta > 0):
+            break
+        if n > band[1] * k:
+            low = eta
+        else:
+            high = eta
+        if low is not None and high is not None:
+            eta = (low + high) / 2
+        elif low is None:
+            eta = high / expand
+        else:
+            eta = low * expand
+    return eta, steps
+
+
+def add_sparse(payload: Payload, g: torch.Tensor, indices: torch.Tensor, packed: bool = True) -> None:
+    """Put ``indices`` (at ``ceil(log2 d)`` bits if ``packed``, else 32) and ``g[indices]`` (float32) into ``payload``."""
+    payload.add("indices", indices, index_width(g.numel(), packed), "index")
+    payload.add("values", g[indices].float(), float_width(torch.float32), "value")
+
+
+def decode_sparse(payload: Payload) -> torch.Tensor:
+    """The flat float32 vector with ``payload['values']`` at ``payload['indices']`` and zeros elsewhere."""
+    values = payload["values"]
+    out = torch.zeros(payload.numel, dtype=values.dtype, device=values.device)
+    return out.index_put_((payload["indices"],), values)
+
+
+class ThresholdSparsifier(Compressor):
+    """A sparsifier defined by how it computes its threshold from ``|g|``.
+
+    Subclasses implement ``_threshold(g, abs_g, ctx, payload) -> 0-d tensor`` (they may write diagnostics to
+    ``payload.info``, which is never sent) and may override ``_refine`` to post-process the selection (DGC's
+    exact fallback). The threshold itself is not sent: the receiver only needs indices and values.
+    """
+
+    packed: bool
+
+    def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
+        abs_g = g.abs()
+        eta = self._threshold(g, abs_g, ctx, payload)
+        indices = self._refine(abs_g, select_at_least(abs_g, eta), payload, ctx)
+        payload.info["threshold"] = eta
+        payload.info["k_hat"] = indices.numel()
+        add_sparse(payload, g, indices, self.packed)
+
+    def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
+        return decode_sparse(payload)
+
+    @abstractmethod
+    def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
+        """The threshold eta (0-d tensor on ``g``'s device) for the flat gradient ``g`` with ``abs_g = |g|``."""
+
+    def _refine(self, abs_g: torch.Tensor, indices: torch.Tensor, payload: Payload, ctx: Context) -> torch.Tensor:
+        """Post-process the selected indices (identity here)."""
+        return indices
+
+
+@register("threshold")
+@dataclass
+class FixedThreshold(ThresholdSparsifier):
+    """Fixed threshold: send every coordinate with ``|g_i| >= eta`` (Strom 2015; SIDCo 001_ac87256369ec7547.txt,
+    Sec. 1 "threshold-based methods"). eta: the threshold, > 0, in the gradient's units. packed: bit-packed indices."""
+
+    eta: float = 1e-3
+    packed: bool = True
+
+    properties = Properties(kind="sparsifier", unbiased=False, randomized=False, contraction=THRESHOLD_CONTRACTION,
+                            bound=None, source="001_ac87256369ec7547.txt Sec. 1 (threshold-based sparsification)")
+
+    def __post_init__(self) -> None:
+        if not (float(self.eta) > 0.0) or self.eta == float("inf"):
+            raise ValueError(f"threshold eta must be a finite number > 0, got {self.eta}")
+
+    def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
+        return torch.tensor(float(self.eta), dtype=abs_g.dtype, device=abs_g.device)

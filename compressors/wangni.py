@@ -1,0 +1,83 @@
+"""Unbiased (Wangni et al.) sparsification: keep g_i with probability p_i, send g_i / p_i.
+
+Wangni, Wang, Liu, Zhang, "Gradient Sparsification for Communication-Efficient Distributed Optimization",
+NeurIPS 2018, Sec. 3 (closed-form solution and its greedy algorithm): the probabilities minimising the variance
+``sum_i g_i^2 (1/p_i - 1)`` subject to ``sum_i p_i = k`` (expected density delta = k/d) are
+
+    p_i = min(1, lambda |g_i|),
+
+i.e. the j largest magnitudes are kept with probability 1 and the others with ``p_i = (k - j) |g_i| / S_j``,
+``S_j = sum of the magnitudes outside the j largest``, j the smallest count for which no probability exceeds 1.
+Variance as in QCS 000_4b111efa75352b2d.txt, Fig. 3 ("unbiased random sparsification").
+
+The draw is a Bernoulli mask from the call's seed; indices and scaled values are sent (the receiver cannot
+regenerate the mask, which depends on g), so ``bits = k_hat (ceil(log2 d) + 32)`` with ``E[k_hat] = k``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from compressors.base import Compressor, Properties, check_ratio
+from compressors.context import Context, generator
+from compressors.payload import Payload
+from compressors.registry import register
+from compressors.threshold import add_sparse, decode_sparse
+
+
+def optimal_probabilities(abs_g: torch.Tensor, k: int) -> torch.Tensor:
+    """Wangni et al. (2018) optimal keep probabilities for an expected count ``k`` (1 <= k <= d).
+
+    Parameters
+    ----------
+    abs_g : (d,) float tensor of magnitudes ``|g_i|`` (any device).
+    k : expected number of kept coordinates, ``sum_i p_i = min(k, nnz(g))``.
+
+    Returns
+    -------
+    (d,) tensor of probabilities in [0, 1] on ``abs_g``'s device; zero where ``g_i = 0``.
+    """
+    d = abs_g.numel()
+    if not (1 <= k <= d):
+        raise ValueError(f"expected count k must lie in [1, d={d}], got {k}")
+    top = torch.topk(abs_g, k, sorted=True).values  # a_1 >= ... >= a_k
+    # S_j = sum of the magnitudes outside the j largest, j = 0..k-1
+    rest = abs_g.sum() - torch.cat([top.new_zeros(1), torch.cumsum(top, 0)[:-1]])
+    j = torch.arange(k, device=abs_g.device, dtype=abs_g.dtype)
+    # with the j largest saturated, the largest remaining p is (k - j) a_{j+1} / S_j; j = k - 1 always fits
+    # (a_k <= a_k + S_k), and for the first j that fits every saturated a_i has lambda a_i > 1.
+    fits = top * (k - j) <= rest
+    j_star = torch.argmax(fits.to(torch.uint8))  # first j that fits (0-d tensor, no host sync)
+    rest_star = rest[j_star]
+    lam = torch.where(rest_star > 0, (k - j_star).to(abs_g.dtype) / rest_star, torch.full_like(rest_star, math.inf))
+    return torch.where(abs_g > 0, torch.clamp(abs_g * lam, max=1.0), torch.zeros_like(abs_g))
+
+
+@register("wangni")
+@dataclass
+class Wangni(Compressor):
+    """ratio: target expected density delta = E[k_hat]/d in (0, 1). packed: bit-packed indices, else int32."""
+
+    ratio: float = 0.01
+    packed: bool = True
+
+    properties = Properties(kind="sparsifier", unbiased=True, randomized=True, contraction=None,
+                            bound="wangni_variance",
+                            source="Wangni et al. 2018 Sec. 3 (optimal p_i); 000_4b111efa75352b2d.txt Fig. 3")
+
+    def __post_init__(self) -> None:
+        check_ratio(self.ratio, who="wangni ratio")
+
+    def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
+        d = g.numel()
+        check_ratio(self.ratio, d, who="wangni ratio")
+        p = optimal_probabilities(g.abs(), math.ceil(self.ratio * d))
+        u = torch.rand(d, generator=generator(ctx.call_seed, g.device), device=g.device, dtype=g.dtype)
+        indices = torch.nonzero(u < p).squeeze(1)  # p_i = 0 is never kept (u >= 0)
+        add_sparse(payload, g / torch.where(p > 0, p, torch.ones_like(p)), indices, self.packed)
+        payload.info["k_hat"] = indices.numel()
+
+    def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
+        return decode_sparse(payload)
