@@ -1,0 +1,264 @@
+"""Dithered (DQSG), half-dithered and nested dithered (NDQSG) quantization: the scalar quantizer maths, the
+variance results and the decoding-failure probability of nested quantization with side information.
+
+Source: Abdi & Fekri, *Nested Dithered Quantization for Communication Reduction in Distributed Training*
+(``002_87c17e3716ede1d0.txt``): Sec. 2.1 (dithered / half-dithered quantization), eq. (2) and Lemma 3 (DQSG),
+(3), (4), Sec. 3.2 eqs. (6)-(7) (nested encode / decode), Theorem 6 eq. (8), eq. (9) and App. E (its proof).
+
+Rounding: ``Q(v) = Delta * round(v / Delta)`` with ties rounded up (``floor(v/Delta + 1/2)``); the paper only
+says "nearest integer", and ties have probability zero under a continuous dither. The encode/decode functions
+are pure numpy maths on floats or arrays, so a compressor can cross-check its tensors against them.
+
+Notation (Theorem 6): the worker's gradient is ``g = g_tilde + z`` where ``g_tilde`` is the side information at
+the receiver and ``z`` has ``E z_i^2 = sigma_z^2``; ``0 < alpha <= 1`` is the shrinkage factor.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+from theory import _checks
+
+__all__ = [
+    "quantize",
+    "dithered_quantize",
+    "half_dithered_quantize",
+    "conditional_error",
+    "variance_bound",
+    "excess_variance_bound",
+    "second_moment_factor",
+    "nesting_ratio",
+    "nested_encode",
+    "nested_decode",
+    "nested_safe_radius",
+    "nested_failure_bound",
+    "nested_failure_probability",
+    "nested_error_variance",
+    "nested_alphas",
+]
+
+ArrayLike = float | np.ndarray
+
+
+def quantize(v: ArrayLike, delta: float) -> ArrayLike:
+    """Uniform quantizer centred on 0: ``Q(v) = Delta * round(v / Delta)`` (002_87c17e3716ede1d0.txt, Sec. 2.1)."""
+    delta = _checks.positive("delta", delta)
+    return delta * np.floor(np.asarray(v, dtype=np.float64) / delta + 0.5)
+
+
+def dithered_quantize(x: ArrayLike, u: ArrayLike, delta: float) -> ArrayLike:
+    """Dithered quantization ``x_tilde = Q(x + u) - u`` (002_87c17e3716ede1d0.txt, Sec. 2.1, Definition).
+
+    With ``u ~ U[-Delta/2, Delta/2]`` independent of ``x`` and no overload, the error is ``U[-Delta/2, Delta/2]``
+    and independent of ``x`` (Theorem 1, Schuchman).
+    """
+    u = np.asarray(u, dtype=np.float64)
+    return quantize(np.asarray(x, dtype=np.float64) + u, delta) - u
+
+
+def half_dithered_quantize(x: ArrayLike, u: ArrayLike, delta: float) -> ArrayLike:
+    """Half-dithered quantization ``x_h = Q(x + u)`` (dither not subtracted; 002_87c17e3716ede1d0.txt, Sec. 2.1).
+
+    With ``Delta = 1/M`` and ``u ~ U[-1/(2M), 1/(2M)]`` it is QSGD's M-level stochastic quantizer (Lemma 2).
+    """
+    return quantize(np.asarray(x, dtype=np.float64) + np.asarray(u, dtype=np.float64), delta)
+
+
+def conditional_error(g: np.ndarray, delta: float) -> float:
+    """Exact conditional error of DQSG: ``E[||g_tilde - g||^2 | g] = ||g||_inf^2 n Delta^2 / 12``.
+
+    Source: 002_87c17e3716ede1d0.txt, App. B (proof of Lemma 3 / eq. (3)), with ``kappa = ||g||_inf`` (2).
+
+    Parameters
+    ----------
+    g : the gradient block, array-like of shape (n,), finite.
+    delta : quantization step Delta (= 1/M), > 0.
+    """
+    g = _checks.vector("g", g)
+    delta = _checks.positive("delta", delta)
+    return float(np.max(np.abs(g)) ** 2 * g.size * delta**2 / 12.0)
+
+
+def variance_bound(n: int, delta: float, second_moment: float, sg_variance: float) -> float:
+    """Lemma 3 P2: ``E||g_tilde - grad L||^2 <= (n Delta^2 / 12) E||g||^2 + E||g - grad L||^2``.
+
+    Source: 002_87c17e3716ede1d0.txt, Lemma 3.
+
+    Parameters
+    ----------
+    n : gradient length. delta : step Delta. second_moment : ``E||g||^2``. sg_variance : ``E||g - grad L||^2``.
+    """
+    n = _checks.integer("n", n, minimum=1)
+    delta = _checks.positive("delta", delta)
+    second_moment = _checks.nonnegative("second_moment", second_moment)
+    sg_variance = _checks.nonnegative("sg_variance", sg_variance)
+    return n * delta**2 / 12.0 * second_moment + sg_variance
+
+
+def excess_variance_bound(
+    n: int, delta: float, sg_variance: float, grad_linf: float, partitions: int = 1
+) -> float:
+    """Excess variance of DQSG under the Gaussian SG-noise model, with ``K`` equal partitions::
+
+        (Delta^2 / 6) [2 ln(sqrt(2) n / K) E||g - grad L||^2 + n ||grad L||_inf^2]
+
+    Source: 002_87c17e3716ede1d0.txt, eq. (4); with ``K = 1`` it is eq. (3):
+    ``(Delta^2/3) ln(sqrt(2) n) E||g - grad L||^2 + (n Delta^2/6) ||grad L||_inf^2``.
+
+    Parameters
+    ----------
+    n : gradient length. delta : step. sg_variance : ``E||g - grad L||^2`` (>= 0).
+    grad_linf : ``||grad L||_inf`` (>= 0). partitions : K, integer in ``[1, n]``.
+    """
+    n = _checks.integer("n", n, minimum=1)
+    partitions = _checks.integer("partitions", partitions, minimum=1, maximum=n)
+    delta = _checks.positive("delta", delta)
+    sg_variance = _checks.nonnegative("sg_variance", sg_variance)
+    grad_linf = _checks.nonnegative("grad_linf", grad_linf)
+    return delta**2 / 6.0 * (2.0 * math.log(math.sqrt(2.0) * n / partitions) * sg_variance + n * grad_linf**2)
+
+
+def second_moment_factor(n: int, delta: float) -> float:
+    """``E||g_tilde||^2 <= (1 + n Delta^2 / 12) E||g||^2`` (002_87c17e3716ede1d0.txt, Sec. 3.1 and App. C)."""
+    n = _checks.integer("n", n, minimum=1)
+    delta = _checks.positive("delta", delta)
+    return 1.0 + n * delta**2 / 12.0
+
+
+def nesting_ratio(delta1: float, delta2: float) -> int:
+    """The integer ``k = Delta2 / Delta1 > 1`` of a nested pair (002_87c17e3716ede1d0.txt, Sec. 2.2)."""
+    delta1 = _checks.positive("delta1", delta1)
+    delta2 = _checks.positive("delta2", delta2)
+    ratio = delta2 / delta1
+    k = round(ratio)
+    if k < 2 or abs(ratio - k) > 1e-9 * ratio:
+        raise ValueError(
+            f"delta2/delta1 must be an integer > 1 for nested quantizers, got {delta2:g}/{delta1:g} = {ratio:g}"
+        )
+    return int(k)
+
+
+def _check_alpha(alpha: object) -> float:
+    return _checks.real("alpha", alpha, low=0.0, high=1.0, low_open=True)
+
+
+def nested_encode(x: ArrayLike, u: ArrayLike, delta1: float, delta2: float, alpha: float = 1.0) -> ArrayLike:
+    """Nested dithered encoder: ``t = alpha x + u``, ``s = Q1(t) - Q2(t)``.
+
+    Source: 002_87c17e3716ede1d0.txt, eq. (6). ``s`` is returned as a value (a multiple of Delta1 with
+    ``|s| <= Delta2/2``); the index sent is ``s / Delta1``, one of ``Delta2/Delta1`` symbols.
+
+    Parameters
+    ----------
+    x : values to send (float or array). u : dither, ``U[-Delta1/2, Delta1/2]``, same shape.
+    delta1, delta2 : fine and coarse steps, ``Delta2 = k Delta1`` with integer ``k > 1``.
+    alpha : shrinkage factor in (0, 1].
+    """
+    nesting_ratio(delta1, delta2)
+    alpha = _check_alpha(alpha)
+    t = alpha * np.asarray(x, dtype=np.float64) + np.asarray(u, dtype=np.float64)
+    return quantize(t, delta1) - quantize(t, delta2)
+
+
+def nested_decode(
+    s: ArrayLike, u: ArrayLike, y: ArrayLike, delta1: float, delta2: float, alpha: float = 1.0
+) -> ArrayLike:
+    """Nested decoder with side information ``y``: ``r = s - u - alpha y``, ``x_hat = y + alpha (r - Q2(r))``.
+
+    Source: 002_87c17e3716ede1d0.txt, eq. (7). Worked example (Fig. 3): ``Delta1 = 1, Delta2 = 3, alpha = 1,
+    x = -4.2, u = 0.3`` encodes to ``s = -1`` and decodes with ``y = -3.4`` to ``x_hat = -4.3``.
+    """
+    nesting_ratio(delta1, delta2)
+    alpha = _check_alpha(alpha)
+    r = np.asarray(s, dtype=np.float64) - np.asarray(u, dtype=np.float64) - alpha * np.asarray(y, dtype=np.float64)
+    return np.asarray(y, dtype=np.float64) + alpha * (r - quantize(r, delta2))
+
+
+def _check_nested(delta1: object, delta2: object, alpha: object, sigma_z: object) -> tuple[float, float, float, float]:
+    nesting_ratio(delta1, delta2)
+    return (
+        float(delta1),
+        float(delta2),
+        _check_alpha(alpha),
+        _checks.nonnegative("sigma_z", sigma_z),
+    )
+
+
+def nested_safe_radius(delta1: float, delta2: float, alpha: float = 1.0) -> float:
+    """Noise radius below which nested decoding never fails: ``|z| < (Delta2 - Delta1) / (2 alpha)`` gives p = 0.
+
+    Source: 002_87c17e3716ede1d0.txt, Theorem 6 (after (8)).
+    """
+    nesting_ratio(delta1, delta2)
+    alpha = _check_alpha(alpha)
+    return (float(delta2) - float(delta1)) / (2.0 * alpha)
+
+
+def nested_failure_bound(delta1: float, delta2: float, alpha: float, sigma_z: float) -> float:
+    """Theorem 6 bound on the per-element decoding-failure probability::
+
+        p = Pr(|alpha z + u| > Delta2/2) <= Delta1^2 / (3 Delta2^2) + 4 alpha^2 sigma_z^2 / Delta2^2
+
+    Source: 002_87c17e3716ede1d0.txt, Theorem 6, eq. (8) (Chebyshev on ``alpha z + u``; holds for any z with
+    ``E z^2 = sigma_z^2``). May exceed 1, in which case it says nothing.
+    """
+    delta1, delta2, alpha, sigma_z = _check_nested(delta1, delta2, alpha, sigma_z)
+    return delta1**2 / (3.0 * delta2**2) + 4.0 * alpha**2 * sigma_z**2 / delta2**2
+
+
+def _integrated_sf(x: float) -> float:
+    """``G(x) = x Phi_bar(x) - phi(x)``, an antiderivative of the normal survival function ``Phi_bar``."""
+    return x * stats.norm.sf(x) - stats.norm.pdf(x)
+
+
+def nested_failure_probability(delta1: float, delta2: float, alpha: float, sigma_z: float) -> float:
+    """Exact decoding-failure probability ``Pr(|alpha z + u| > Delta2/2)`` for Gaussian ``z ~ N(0, sigma_z^2)``
+    and ``u ~ U[-Delta1/2, Delta1/2]`` independent.
+
+    Source: 002_87c17e3716ede1d0.txt, Theorem 6 / App. E define p; this evaluates it in closed form. With
+    ``s = alpha sigma_z``, ``a = Delta2/2`` and ``G(x) = x Phi_bar(x) - phi(x)`` (``G' = Phi_bar``)::
+
+        p = 2 Pr(alpha z + u > a) = (2 s / Delta1) [G((a + Delta1/2)/s) - G((a - Delta1/2)/s)]
+
+    and ``p = 0`` when ``s = 0`` (then ``|u| <= Delta1/2 < Delta2/2``).
+    """
+    delta1, delta2, alpha, sigma_z = _check_nested(delta1, delta2, alpha, sigma_z)
+    s = alpha * sigma_z
+    if s == 0.0:
+        return 0.0
+    a = delta2 / 2.0
+    hi = (a + delta1 / 2.0) / s
+    lo = (a - delta1 / 2.0) / s
+    p = 2.0 * s / delta1 * (_integrated_sf(hi) - _integrated_sf(lo))
+    return float(min(max(p, 0.0), 1.0))
+
+
+def nested_error_variance(delta1: float, alpha: float, sigma_z: float) -> float:
+    """Per-element error variance of NDQSG when decoding succeeds: ``alpha^2 Delta1^2/12 + (1 - alpha^2)^2 sigma_z^2``.
+
+    Source: 002_87c17e3716ede1d0.txt, eq. (9) and App. E.
+    """
+    delta1 = _checks.positive("delta1", delta1)
+    alpha = _check_alpha(alpha)
+    sigma_z = _checks.nonnegative("sigma_z", sigma_z)
+    return alpha**2 * delta1**2 / 12.0 + (1.0 - alpha**2) ** 2 * sigma_z**2
+
+
+def nested_alphas(delta1: float, sigma_z: float) -> tuple[float, float | None]:
+    """The two shrinkage factors that give the variance of dithered quantization with step Delta1 in (9):
+    ``alpha = 1`` and ``alpha = sqrt(1 - Delta1^2 / (12 sigma_z^2))``.
+
+    Source: 002_87c17e3716ede1d0.txt, remark after (9). The second exists only when
+    ``Delta1^2 < 12 sigma_z^2``; otherwise it is returned as None.
+
+    Returns
+    -------
+    (1.0, alpha_2 or None)
+    """
+    delta1 = _checks.positive("delta1", delta1)
+    sigma_z = _checks.nonnegative("sigma_z", sigma_z)
+    if delta1**2 >= 12.0 * sigma_z**2:
+        return 1.0, None
+    return 1.0, math.sqrt(1.0 - delta1**2 / (12.0 * sigma_z**2))

@@ -1,0 +1,117 @@
+"""SIDCo's closed forms about the achieved ratio and convergence (the thresholds themselves live in
+``theory.thresholds``).
+
+Source: ``001_ac87256369ec7547.txt``: Sec. 2.2 (the number of exceedances of the threshold is binomial),
+Lemma 3 eq. (13), App. C eqs. (42)-(45).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+from scipy import stats
+
+from theory import _checks
+
+__all__ = [
+    "exceedance_count_mean",
+    "exceedance_count_interval",
+    "iterations_to_sgd_rate",
+    "convergence_bound",
+    "ratio_error",
+]
+
+
+def exceedance_count_mean(d: int, ratio: float) -> float:
+    """Mean number of elements above the exact threshold: ``E[k_hat] = d delta``.
+
+    Source: 001_ac87256369ec7547.txt, Sec. 2.2 and App. C (``K_hat ~ Binomial(d, delta)`` under the true law).
+    """
+    d = _checks.integer("d", d, minimum=1)
+    ratio = _checks.unit_open("ratio", ratio)
+    return d * ratio
+
+
+def exceedance_count_interval(d: int, ratio: float, confidence: float = 0.95) -> tuple[int, int]:
+    """Central ``confidence`` interval of ``k_hat ~ Binomial(d, delta)``: the number of elements of a vector of
+    ``d`` iid draws from the true distribution that exceed its exact ``1 - delta`` quantile.
+
+    Source: 001_ac87256369ec7547.txt, Sec. 2.2 / App. C (binomial law of the exceedances).
+
+    Returns
+    -------
+    (low, high) : integers with ``P(low <= k_hat <= high) >= confidence``. Divide by ``d delta`` for ``k_hat/k``.
+    """
+    d = _checks.integer("d", d, minimum=1)
+    ratio = _checks.unit_open("ratio", ratio)
+    confidence = _checks.unit_open("confidence", confidence)
+    lo, hi = stats.binom.interval(confidence, d, ratio)
+    return int(lo), int(hi)
+
+
+def iterations_to_sgd_rate(ratio: float, tolerance: float = 0.0) -> float:
+    """Order of the number of iterations after which SIDCo's rate matches SGD: ``1 / (delta^2 (1 - eps)^2)``.
+
+    Source: 001_ac87256369ec7547.txt, Lemma 3, eq. (13) (an O(.) statement: the constant is 1 here, so use this
+    for comparisons between settings, not as an absolute count).
+
+    Parameters
+    ----------
+    ratio : delta, target ratio in (0, 1). tolerance : eps of (12), in [0, 1).
+    """
+    ratio = _checks.unit_open("ratio", ratio)
+    tolerance = _checks.real("tolerance", tolerance, low=0.0, high=1.0, high_open=True)
+    return 1.0 / (ratio**2 * (1.0 - tolerance) ** 2)
+
+
+def convergence_bound(
+    f_gap: float, smoothness: float, second_moment: float, ratio: float, iterations: int
+) -> float:
+    """Bound on ``min_i E||grad f(x_i)||^2`` of threshold sparsification with error compensation::
+
+        (4 (f(x_0) - f*) + L sigma^2) / (2 sqrt(I + 1)) + 4 L^2 sigma^2 (1 - delta) / (delta^2 (I + 1))
+
+    Source: 001_ac87256369ec7547.txt, App. C, eq. (43) (from Karimireddy et al. 2019, Theorem II).
+
+    Parameters
+    ----------
+    f_gap : ``f(x_0) - f*`` >= 0. smoothness : L_0 > 0. second_moment : sigma_0^2, bound on ``E||g||^2``, >= 0.
+    ratio : delta in (0, 1). iterations : I >= 0.
+    """
+    f_gap = _checks.nonnegative("f_gap", f_gap)
+    smoothness = _checks.positive("smoothness", smoothness)
+    second_moment = _checks.nonnegative("second_moment", second_moment)
+    ratio = _checks.unit_open("ratio", ratio)
+    iterations = _checks.integer("iterations", iterations, minimum=0)
+    first = (4.0 * f_gap + smoothness * second_moment) / (2.0 * math.sqrt(iterations + 1))
+    second = 4.0 * smoothness**2 * second_moment * (1.0 - ratio) / (ratio**2 * (iterations + 1))
+    return first + second
+
+
+def ratio_error(
+    ratio: float, true_cdf: Callable[[np.ndarray], np.ndarray], fitted_ppf: Callable[[np.ndarray], np.ndarray]
+) -> float:
+    """Error of the achieved ratio when the threshold comes from a fitted instead of the true distribution::
+
+        delta_hat - delta = F_G(eta(delta)) - F_G(eta_hat(delta)),   eta_hat = F_hat^{-1}(1 - delta)
+
+    with ``F_G(eta(delta)) = 1 - delta`` exactly (``eta`` is the true quantile).
+
+    Source: 001_ac87256369ec7547.txt, App. C, eqs. (44)-(45). ``F`` are cdfs of the magnitude ``|G|``.
+
+    Parameters
+    ----------
+    ratio : delta in (0, 1).
+    true_cdf : cdf of ``|G|`` under the true distribution (e.g. ``Gamma(...).cdf`` or a scipy frozen ``.cdf``).
+    fitted_ppf : quantile function of the fitted distribution of ``|G|``.
+
+    Returns
+    -------
+    float: ``delta_hat - delta`` (positive: more elements kept than targeted).
+    """
+    ratio = _checks.unit_open("ratio", ratio)
+    eta_hat = float(np.asarray(fitted_ppf(np.asarray(1.0 - ratio))))
+    if not math.isfinite(eta_hat):
+        raise ValueError(f"fitted_ppf(1 - ratio) must be finite, got {eta_hat}")
+    return (1.0 - ratio) - float(np.asarray(true_cdf(np.asarray(eta_hat))))
