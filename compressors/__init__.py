@@ -16,6 +16,13 @@ from compressors import wangni  # noqa: F401,E402
 from compressors import dgc  # noqa: F401,E402
 from compressors import redsync  # noqa: F401,E402
 from compressors import gaussianksgd  # noqa: F401,E402
+from compressors import qsgd  # noqa: F401,E402
+from compressors import terngrad  # noqa: F401,E402
+from compressors import onebit  # noqa: F401,E402
+from compressors import sign  # noqa: F401,E402
+from compressors import ecq  # noqa: F401,E402
+from compressors import dqsg  # noqa: F401,E402
+from compressors import qcs  # noqa: F401,E402
 
 __all__ = [
     "Compressor", "Properties", "RoundResult", "Context", "Payload", "ErrorFeedback", "FeedbackState",

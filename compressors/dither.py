@@ -1,0 +1,240 @@
+"""The dithered uniform quantization step shared by QSGD, TernGrad, ECQ-SGD, DQSG, NDQSG and QCS.
+
+Source: 002_87c17e3716ede1d0.txt, Sec. 2.1 (dithered quantization ``x_tilde = Q(x + u) - u``, Theorem 1; half-dithered
+``x_h = Q(x + u)``; Lemma 2: QSGD's M-level stochastic quantizer, and TernGrad with M = 1, *is* the half-dithered
+quantizer with step 1/M) and Sec. 3.1 (DQSG, eq. (2)); 000_4b111efa75352b2d.txt eq. (4)-(6) (QCS's step on the
+mixed vector, and the 1-bit variant (5)).
+
+One step, in units of the quantizer step (so the step is 1):
+
+    scale   s_b = ||x_b|| per bucket b (l2 or l_inf), sent as one 32-bit value per bucket
+    y       = L x / s_b                         L = number of positive levels (y in [-L, L])
+    dither  u ~ U[-1/2, 1/2)                    from the ctx-seeded generator (stream DITHER_STREAM)
+    code    c = round(y + u) in {-L..L}         (midtread, 2L + 1 codes)
+    value   y_tilde = c - u (dithered)  or  c (half-dithered)  ->  x_tilde = s_b y_tilde / L
+
+``round(y + u)`` is computed as ``floor(y + u + 1/2)`` and clamped to the code range: the two agree except on a
+set of probability zero (ties), and the clamp only guards float rounding at ``|y| = L``. With a dither uniform
+over one step and no overload, Theorem 1 (Schuchman) makes the dithered error ``y_tilde - y`` uniform on
+[-1/2, 1/2] and independent of y; the half-dithered error is unbiased with variance depending on y.
+
+The 1-bit variant (QCS eq. (5)) uses the midrise quantizer with reconstruction points +-1/2 (codes c in {-1, 0},
+value c + 1/2): with scale 2 ||v||_inf, ``y + u`` lies in (-1, 1), inside the two cells, so Theorem 1 holds with
+the same uniform error. This is how ``q = sign(v/s + u)`` with s = 2||v||_inf must be read for (6)-(7) to hold:
+taken literally, ``s (q - u)`` with q = +-1 has mean 2v.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from compressors.base import Compressor
+from compressors.context import SEED_BITS, Context, generator
+from compressors.payload import Payload, code_width
+
+Norm = Literal["l2", "linf"]
+
+DITHER_STREAM = 1
+"""Sub-stream of the call seed from which dithers are drawn (other streams: QCS's Rademacher signs)."""
+
+
+# -- seeds ---------------------------------------------------------------------------------------------------------
+def send_seed(payload: Payload, seed: int) -> None:
+    """Add the call seed to the payload as a ``seed`` part of ``SEED_BITS`` bits (a CPU int64 scalar)."""
+    payload.add("seed", torch.tensor([seed], dtype=torch.int64), SEED_BITS, "seed")
+
+
+def received_seed(payload: Payload) -> int:
+    """The seed a payload carries (held on the CPU, so reading it never synchronises a device)."""
+    return int(payload["seed"][0])
+
+
+def draw_dither(numel: int, seed: int, device: torch.device, stream: int = DITHER_STREAM) -> torch.Tensor:
+    """``numel`` iid U[-1/2, 1/2) dithers (float32) from the generator of ``(seed, stream)`` on ``device``."""
+    gen = generator(seed, device, stream)
+    return torch.rand(numel, generator=gen, device=device, dtype=torch.float32) - 0.5
+
+
+# -- the scalar step -----------------------------------------------------------------------------------------------
+def quantize(y: torch.Tensor, u: torch.Tensor, lo: int, hi: int, offset: float = 0.0) -> torch.Tensor:
+    """Codes ``c`` with ``c + offset`` the point of the lattice ``Z + offset`` nearest to ``y + u``, clamped to
+    [lo, hi]. offset 0: midtread (``round``), offset 1/2: midrise (1-bit). Returns float codes (exact integers)."""
+    return torch.floor(y + u + (0.5 - offset)).clamp_(lo, hi)
+
+
+def reconstruct(codes: torch.Tensor, u: torch.Tensor | None, offset: float = 0.0) -> torch.Tensor:
+    """``c + offset - u`` (dithered) or ``c + offset`` (half-dithered, ``u`` None), in step units."""
+    value = codes.float() + offset if offset else codes.float()
+    return value - u if u is not None else value
+
+
+def code_dtype(lo: int, hi: int) -> torch.dtype:
+    """Smallest integer dtype holding codes in [lo, hi] (what is held in memory; the wire width is separate)."""
+    big = max(abs(lo), abs(hi))
+    return torch.int8 if big <= 127 else torch.int16 if big <= 32767 else torch.int32
+
+
+def check_int(who: str, value: object, minimum: int) -> int:
+    """``value`` as an int >= minimum, else ValueError naming ``who``, the value and what is accepted."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{who} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+# -- buckets and scales --------------------------------------------------------------------------------------------
+def to_buckets(x: torch.Tensor, size: int) -> torch.Tensor:
+    """Flat ``x`` of length d as a (ceil(d/size), size) matrix, the last row zero-padded."""
+    d = x.numel()
+    rows = math.ceil(d / size)
+    if rows * size == d:
+        return x.reshape(rows, size)
+    out = x.new_zeros(rows * size)
+    out[:d] = x
+    return out.reshape(rows, size)
+
+
+def bucket_norm(blocks: torch.Tensor, norm: Norm) -> torch.Tensor:
+    """Per-row norm of a (rows, size) matrix, shape (rows,): ``l2`` or ``linf``."""
+    if norm == "l2":
+        return torch.linalg.vector_norm(blocks, 2, dim=1)
+    if norm == "linf":
+        return blocks.abs().amax(dim=1)
+    raise ValueError(f"norm must be 'l2' or 'linf', got {norm!r}")
+
+
+def _safe(scale: torch.Tensor) -> torch.Tensor:
+    """The scale with zeros replaced by ones, for dividing (a zero bucket quantizes to zero codes)."""
+    return torch.where(scale > 0, scale, torch.ones_like(scale))
+
+
+@dataclass(frozen=True)
+class ScaledQuantizer:
+    """Bucketed, norm-scaled dithered (or half-dithered) uniform quantizer: the one home of the step above.
+
+    Attributes
+    ----------
+    levels : L >= 1, positive levels: codes in {-L..L} (``2L + 1`` symbols, ``ceil(log2(2L + 1))`` bits each).
+    bucket : elements per scale factor; 0 means one bucket for the whole vector.
+    norm : scale of each bucket, ``l2`` (QSGD) or ``linf`` (TernGrad, DQSG, QCS).
+    subtract : True for dithered quantization (the receiver regenerates and subtracts the dither, so the seed is
+        sent), False for half-dithered (codes and scales only).
+    onebit : QCS's 1-bit variant (5): midrise points +-1/2 at scale ``2 s_b`` (one bit per code); needs
+        ``norm="linf"`` and ``levels=1``.
+    """
+
+    levels: int
+    bucket: int = 0
+    norm: Norm = "linf"
+    subtract: bool = True
+    onebit: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.levels, int) or self.levels < 1:
+            raise ValueError(f"quantizer levels must be an integer >= 1, got {self.levels!r}")
+        if not isinstance(self.bucket, int) or self.bucket < 0:
+            raise ValueError(f"bucket size must be an integer >= 0 (0 = whole vector), got {self.bucket!r}")
+        if self.norm not in ("l2", "linf"):
+            raise ValueError(f"norm must be 'l2' or 'linf', got {self.norm!r}")
+        if self.onebit and (self.norm != "linf" or self.levels != 1):
+            raise ValueError("the 1-bit quantizer needs norm='linf' and levels=1")
+
+    # the lattice: midtread codes -L..L at offset 0, or midrise codes -1, 0 at offset 1/2 on y in [-1/2, 1/2]
+    @property
+    def _range(self) -> tuple[int, int, float, float]:
+        """(lo, hi, offset, y per unit of x/scale)."""
+        return (-1, 0, 0.5, 0.5) if self.onebit else (-self.levels, self.levels, 0.0, float(self.levels))
+
+    @property
+    def code_width(self) -> int:
+        """Bits per code on the wire."""
+        return 1 if self.onebit else code_width(2 * self.levels + 1)
+
+    def bucket_size(self, d: int) -> int:
+        return self.bucket if 0 < self.bucket < d else d
+
+    def encode(self, x: torch.Tensor, payload: Payload, seed: int) -> None:
+        """Add ``codes`` (d at :attr:`code_width` bits) and ``scales`` (one float32 per bucket) for flat ``x``.
+
+        The dither comes from ``(seed, DITHER_STREAM)``; the caller sends the seed when :attr:`subtract` is set.
+        """
+        d = x.numel()
+        blocks = to_buckets(x, self.bucket_size(d))
+        scale = bucket_norm(blocks, self.norm)
+        lo, hi, offset, gain = self._range
+        y = (blocks * (gain / _safe(scale))[:, None]).reshape(-1)[:d]
+        codes = quantize(y, draw_dither(d, seed, x.device), lo, hi, offset)
+        payload.add("codes", codes.to(code_dtype(lo, hi)), self.code_width, "code")
+        payload.add("scales", scale.float(), 32, "scale")
+
+    def decode(self, payload: Payload, d: int, seed: int) -> torch.Tensor:
+        """Flat float32 reconstruction of length ``d`` from the ``codes`` and ``scales`` parts."""
+        codes, scale = payload["codes"], payload["scales"]
+        lo, hi, offset, gain = self._range
+        u = draw_dither(d, seed, codes.device) if self.subtract else None
+        y = reconstruct(codes, u, offset)
+        blocks = to_buckets(y, self.bucket_size(d))
+        return (blocks * (scale / gain)[:, None]).reshape(-1)[:d]
+
+    def expected_error(self, x: torch.Tensor) -> torch.Tensor:
+        """Exact ``E[||x_tilde - x||^2 | x]`` (0-d float64 tensor) over the dither, for flat ``x``.
+
+        Dithered: each element's error is uniform over one step, so ``sum_b n_b step_b^2 / 12``
+        (002_87c17e3716ede1d0.txt, App. B: ``||g||_inf^2 n Delta^2 / 12`` per partition). Half-dithered: element
+        i at fractional position f_i of its cell has variance ``step^2 f_i (1 - f_i)`` (Sec. 2.1.1).
+        Here ``step_b = s_b / L`` (``2 s_b`` for 1-bit).
+        """
+        x = x.reshape(-1).double()
+        d = x.numel()
+        blocks = to_buckets(x, self.bucket_size(d))
+        scale = bucket_norm(blocks, self.norm)
+        _, _, offset, gain = self._range
+        step = (scale / gain)[:, None].expand_as(blocks)
+        if self.subtract:
+            per = step**2 / 12.0
+        else:
+            f = torch.frac((blocks * (gain / _safe(scale))[:, None]).abs() + offset)
+            per = step**2 * f * (1.0 - f)
+        return per.reshape(-1)[:d].sum()
+
+    def bucket_count(self, d: int) -> int:
+        return math.ceil(d / self.bucket_size(d))
+
+    def bits(self, d: int) -> int:
+        """Hand count of what :meth:`encode` adds for a vector of length d (without the seed)."""
+        return d * self.code_width + 32 * self.bucket_count(d)
+
+
+class ScaledQuantizerCompressor(Compressor):
+    """A compressor that is one :class:`ScaledQuantizer` over the (optionally pre-processed) flat gradient.
+
+    Subclasses implement :meth:`quantizer` (built from their hyper-parameters and the gradient length) and may
+    override :meth:`prepare` (e.g. TernGrad's clipping). The seed is sent only when the dither is subtracted.
+    """
+
+    def quantizer(self, d: int) -> ScaledQuantizer:
+        """The quantizer applied to a flat gradient of length ``d``."""
+        raise NotImplementedError
+
+    def prepare(self, g: torch.Tensor) -> torch.Tensor:
+        """What is quantized (identity by default)."""
+        return g
+
+    def expected_error(self, g: torch.Tensor) -> torch.Tensor:
+        """Exact ``E[||C(g) - prepare(g)||^2 | g]`` over the dither (0-d float64 tensor); see
+        :meth:`ScaledQuantizer.expected_error`."""
+        flat = g.reshape(-1)
+        return self.quantizer(flat.numel()).expected_error(self.prepare(flat.float()))
+
+    def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
+        q = self.quantizer(g.numel())
+        q.encode(self.prepare(g), payload, ctx.call_seed)
+        if q.subtract:
+            send_seed(payload, ctx.call_seed)
+
+    def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
+        q = self.quantizer(payload.numel)
+        seed = received_seed(payload) if q.subtract else 0   # half-dithered decoding draws nothing
+        return q.decode(payload, payload.numel, seed)

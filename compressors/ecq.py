@@ -1,0 +1,37 @@
+"""ECQ-SGD's quantizer (Wu et al. 2018), as summarised in 003_da514025a9ec0a1c.txt.
+
+``g_tilde_i = ||g|| sgn(g_i) xi(|g_i| / ||g||)`` with ``xi`` the stochastic rounding onto {0, 1/s, ..., 1} and
+``||g||`` the l2 or the l_inf norm: codes in {-s..s} at ``r = ceil(log2(2s + 1))`` bits and one 32-bit scale,
+``32 + d r`` bits in all. It is QSGD's quantizer over the whole tensor (the half-dithered quantizer of
+002_87c17e3716ede1d0.txt Lemma 2) with a choice of norm. The error compensation itself
+(``h <- beta h + (g - g_tilde)``, ``g_tilde = Q(g + alpha h)``) is :meth:`compressors.feedback.ErrorFeedback.ecq`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from compressors.base import Properties
+from compressors.dither import ScaledQuantizer, ScaledQuantizerCompressor, check_int
+from compressors.registry import register
+
+
+@register("ecq")
+@dataclass
+class ECQ(ScaledQuantizerCompressor):
+    """s: non-zero levels (codes in {-s..s}). norm: the scale, ``l2`` or ``linf`` (the paper's experiments: l2, s=4)."""
+
+    s: int = 4
+    norm: Literal["l2", "linf"] = "l2"
+
+    properties = Properties(kind="quantizer", unbiased=True, randomized=True, bound="qsgd",
+                            source="003_da514025a9ec0a1c.txt (ECQ-SGD quantizer Q_s, bit count 32 + d r)")
+
+    def __post_init__(self) -> None:
+        check_int("ecq s", self.s, 1)
+        self.quantizer(1)
+        if self.norm == "linf":
+            self.properties = replace(type(self).properties, bound="half_dither_linf")
+
+    def quantizer(self, d: int) -> ScaledQuantizer:
+        return ScaledQuantizer(levels=self.s, bucket=0, norm=self.norm, subtract=False)

@@ -1,0 +1,80 @@
+"""1-bit SGD (Seide et al. 2014): one bit per element and two reconstruction values per column (or row).
+
+The gradient is viewed as a matrix: a tensor of shape (r, ...) as (r, numel / r); a 1-D tensor as one column
+(d, 1), or as ``(d / columns, columns)`` when ``columns`` is given. Each element sends ``b = [g >= 0]``; for each
+column (``axis="column"``) or row (``axis="row"``) the two reconstruction values are the means of the elements of
+that group with b = 1 and with b = 0 (the values minimising the squared error for that split), sent as float32.
+Meant to be used with error feedback (Seide et al.; 002_87c17e3716ede1d0.txt Sec. 4 and
+000_4b111efa75352b2d.txt Sec. 6 use it as the "one-bit" baseline): see :class:`compressors.feedback.ErrorFeedback`.
+
+Contraction: replacing each class by its mean gives ``||C(g) - g||^2 = ||g||^2 - ||C(g)||^2`` and, per group of m
+elements, ``||C(g)||^2 >= ||g||_1^2 / m >= ||g||_2^2 / m``, so ``||C(g) - g||^2 <= (1 - 1/m) ||g||^2``.
+Bits: numel x 1 + 2 x groups x 32.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from compressors.base import Compressor, Properties
+from compressors.context import Context
+from compressors.payload import Payload
+from compressors.registry import register
+from compressors.sign import sign_bits
+
+
+@register("onebit")
+@dataclass
+class OneBit(Compressor):
+    """axis: reconstruction values per ``column`` or per ``row`` of the matrix view.
+    columns: for 1-D tensors, the number of columns of the matrix view (0 = one column); must divide d."""
+
+    axis: Literal["column", "row"] = "column"
+    columns: int = 0
+
+    properties = Properties(kind="quantizer", unbiased=False, randomized=False, contraction="1 - 1/m",
+                            source="Seide et al. 2014 (1-bit SGD), baseline of 002_87c17e3716ede1d0.txt Sec. 4")
+
+    def __post_init__(self) -> None:
+        if self.axis not in ("column", "row"):
+            raise ValueError(f"onebit axis must be 'column' or 'row', got {self.axis!r}")
+        if isinstance(self.columns, bool) or not isinstance(self.columns, int) or self.columns < 0:
+            raise ValueError(f"onebit columns must be an integer >= 0 (0 = one column), got {self.columns!r}")
+
+    def matrix_shape(self, shape: torch.Size) -> tuple[int, int]:
+        """(rows, columns) of the matrix view of a tensor of ``shape``."""
+        d = 1
+        for s in shape:
+            d *= s
+        if len(shape) >= 2:
+            return shape[0], d // shape[0]
+        if self.columns == 0:
+            return d, 1
+        if d % self.columns:
+            raise ValueError(f"onebit columns={self.columns} must divide the length {d} of a 1-D gradient")
+        return d // self.columns, self.columns
+
+    def _groups(self, flat: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+        """The matrix view with one reconstruction group per row of the result."""
+        m = flat.reshape(self.matrix_shape(shape))
+        return m.T if self.axis == "column" else m
+
+    def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
+        groups = self._groups(g, payload.shape)                       # (groups, m)
+        bits = sign_bits(groups)
+        pos = bits.float()
+        n_pos = pos.sum(1)
+        n_neg = groups.shape[1] - n_pos
+        mean_pos = (groups * pos).sum(1) / n_pos.clamp(min=1)
+        mean_neg = (groups * (1 - pos)).sum(1) / n_neg.clamp(min=1)
+        payload.add("bits", bits.reshape(-1), 1, "code")
+        payload.add("values", torch.stack((mean_neg, mean_pos), 1), 32, "value")
+
+    def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
+        values = payload["values"]                                    # (groups, 2): [mean of b=0, mean of b=1]
+        bits = payload["bits"].reshape(values.shape[0], -1)
+        groups = torch.where(bits, values[:, 1:2], values[:, 0:1])
+        rows, cols = self.matrix_shape(payload.shape)
+        return (groups.T if self.axis == "column" else groups).reshape(-1)

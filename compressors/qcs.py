@@ -1,0 +1,133 @@
+"""QCS: quantized compressive sampling of stochastic gradients (unbiased, MMSE and 1-bit).
+
+Source: 000_4b111efa75352b2d.txt, eq. (1)-(13) and Algorithm 1. Per block g of n elements:
+
+    r ~ Rademacher(n)                          regenerated from the seed (stream SIGN_STREAM)
+    v = H_k (r * g) / sqrt(k)                  eq. (2): k rows of the n x n Hadamard matrix (the first k)
+    varsigma = ||v||_inf / Q,  q = round(v / varsigma + u),  u ~ U(-1/2, 1/2)         eq. (4)
+    v_hat = varsigma (q - u)                   eq. (6)
+    g_hat = (alpha / sqrt(k)) r * (H_k^T v_hat)                                      eq. (8), Alg. 1 line 13
+
+alpha = 1 (unbiased, eq. (9); Theorem 2: E||g - g_hat||^2 <= gamma ||g||^2, gamma of eq. (10)) or
+alpha = 1 / (gamma + 1) (MMSE, eq. (12); Lemma 3: E||e||^2 <= (1 - alpha) ||g||^2). The 1-bit variant (5) sends
+``sign(v/varsigma + u)`` with varsigma = 2 ||v||_inf, read as the midrise quantizer with points +-1/2 (see
+:mod:`compressors.dither`): its error is that of range Q = 1/2, so its gamma is (10) at Q = 1/2.
+
+Blocks: the flat vector is cut into blocks of ``block`` elements, the last one zero-padded (padding is not sent).
+Sent per block: k codes at ``ceil(log2(2Q + 1))`` bits (1 bit for 1-bit QCS) and one 32-bit scale (``||v||_inf``,
+from which varsigma follows); once per tensor: the seed. The mixing uses :mod:`compressors.hadamard` (fast
+Walsh-Hadamard transform for powers of two, Paley x Sylvester for the paper's other sizes).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import torch
+
+from compressors.base import Compressor, Properties
+from compressors.context import Context, generator
+from compressors.dither import ScaledQuantizer, check_int, received_seed, send_seed, to_buckets
+from compressors.hadamard import factor, hadamard_transform
+from compressors.payload import Payload
+from compressors.registry import register
+
+SIGN_STREAM = 2
+"""Sub-stream of the call seed for the Rademacher vector r (the dither uses ``dither.DITHER_STREAM``)."""
+
+
+def variance_factor(n: int, k: int, Q: float) -> float:
+    """gamma of 000_4b111efa75352b2d.txt eq. (10) for a real range Q > 0 (Q = 1/2 for the 1-bit variant).
+
+    ``n/k - 1 + (n / (4 Q^2)) log(k) / (k - 1)`` for k >= 2, ``n - 1`` for k = 1. For integer Q it defers to
+    :func:`theory.qcs.gamma` when that module is present.
+    """
+    if float(Q).is_integer():
+        try:
+            from theory.qcs import gamma
+        except ImportError:  # pragma: no cover - theory layer not installed
+            pass
+        else:
+            return gamma(n, k, int(Q))
+    if k == 1:
+        return n - 1.0
+    return n / k - 1.0 + n / (4.0 * Q * Q) * math.log(k) / (k - 1)
+
+
+def rademacher(shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
+    """+-1 (float32) with probability 1/2 each, from the generator of ``(seed, SIGN_STREAM)`` on ``device``."""
+    gen = generator(seed, device, SIGN_STREAM)
+    return torch.randint(0, 2, shape, generator=gen, device=device, dtype=torch.int8).float() * 2.0 - 1.0
+
+
+def mix(blocks: torch.Tensor, r: torch.Tensor, k: int) -> torch.Tensor:
+    """``v = T g = H_k (r * g) / sqrt(k)`` for each row of ``blocks`` (rows, n); returns (rows, k). Eq. (1)-(2)."""
+    return hadamard_transform(blocks * r)[:, :k] / math.sqrt(k)
+
+
+def unmix(v: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """``T^T v = r * (H_k^T v) / sqrt(k)`` for each row of ``v`` (rows, k); returns (rows, n). Alg. 1 line 13."""
+    rows, k = v.shape
+    n = r.shape[1]
+    padded = v.new_zeros(rows, n)
+    padded[:, :k] = v
+    return r * hadamard_transform(padded, transpose=True) / math.sqrt(k)
+
+
+@register("qcs")
+@dataclass
+class QCS(Compressor):
+    """k: rows kept per block (1 <= k <= block). Q: quantizer range (codes in {-Q..Q}), >= 1; ignored by 1-bit.
+    block: block length n (a power of two, or m 2^a with a Paley order m: 96, 100, 192, 200, 288, 320, 384, ...).
+    alpha: ``unbiased`` (alpha = 1) or ``mmse`` (alpha = 1/(gamma + 1)). onebit: the 1-bit variant (5)."""
+
+    k: int = 64
+    Q: int = 4
+    block: int = 256
+    alpha: Literal["unbiased", "mmse"] = "unbiased"
+    onebit: bool = False
+
+    properties = Properties(kind="sketch", unbiased=True, randomized=True, bound="qcs_gamma",
+                            source="000_4b111efa75352b2d.txt eq. (1)-(10), Theorem 2, Algorithm 1")
+
+    def __post_init__(self) -> None:
+        check_int("qcs block", self.block, 1)
+        factor(self.block)                                   # raises for an unsupported Hadamard order
+        check_int("qcs k", self.k, 1)
+        if self.k > self.block:
+            raise ValueError(f"qcs k must lie in [1, block={self.block}], got {self.k}")
+        check_int("qcs Q", self.Q, 1)
+        if self.alpha not in ("unbiased", "mmse"):
+            raise ValueError(f"qcs alpha must be 'unbiased' or 'mmse', got {self.alpha!r}")
+        if self.alpha == "mmse":
+            self.properties = replace(type(self).properties, unbiased=False, bound="qcs_mmse",
+                                      contraction="1 - alpha",
+                                      source="000_4b111efa75352b2d.txt eq. (12), Lemma 3, Algorithm 1")
+
+    @property
+    def gamma(self) -> float:
+        """Variance factor (10) of this configuration (range 1/2 for the 1-bit variant)."""
+        return variance_factor(self.block, self.k, 0.5 if self.onebit else self.Q)
+
+    def reconstruction_scale(self) -> float:
+        """alpha of eq. (8): 1 (eq. (9)) or 1/(gamma + 1) (eq. (12))."""
+        return 1.0 if self.alpha == "unbiased" else 1.0 / (self.gamma + 1.0)
+
+    def _quantizer(self) -> ScaledQuantizer:
+        return ScaledQuantizer(levels=1 if self.onebit else self.Q, bucket=self.k, norm="linf", subtract=True,
+                               onebit=self.onebit)
+
+    def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
+        seed = ctx.call_seed
+        blocks = to_buckets(g, self.block)
+        v = mix(blocks, rademacher(tuple(blocks.shape), seed, g.device), self.k)
+        self._quantizer().encode(v.reshape(-1), payload, seed)
+        send_seed(payload, seed)
+
+    def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
+        seed = received_seed(payload)
+        rows = math.ceil(payload.numel / self.block)
+        v_hat = self._quantizer().decode(payload, rows * self.k, seed).reshape(rows, self.k)
+        r = rademacher((rows, self.block), seed, v_hat.device)
+        return (self.reconstruction_scale() * unmix(v_hat, r)).reshape(-1)[:payload.numel]
