@@ -1,0 +1,136 @@
+"""The closed-form bound on ``E||C(g) - g||^2 / ||g||^2`` that applies to a compressor, from its declared
+``properties.bound`` key and its hyper-parameters. One home for that mapping (variance, validation, plots).
+
+Keys and formulas (each computed by :mod:`theory`, never here):
+
+========================  ==========================================================  ======  ===================
+key                       bound                                                       claim   source
+========================  ==========================================================  ======  ===================
+``qcs_gamma``             gamma(n, k, Q)                                              upper   000 Thm 2 eq. (10)
+``qcs_mmse``              1 - alpha = gamma / (gamma + 1)                             upper   000 Lemma 3 eq. (13)
+``dqsg_exact``            ||g||_inf^2 n Delta^2 / 12 / ||g||^2 (per block, summed)    equal   002 Lemma 3
+``qsgd``                  min(n / s^2, sqrt(n) / s) (per bucket of n)                 upper   Alistarh 2017 L3.1
+``half_dither_linf``      sum_i Var of the l_inf-scaled stochastic quantizer / ||g||^2  equal   002 Sec. 2.1.1, L2
+``topk_contraction``      1 - k/d, k = ceil(ratio d)                                  upper   001 Lemma 3 / App. C
+``wangni_variance``       sum g_i^2 (1/p_i - 1) / ||g||^2 with the optimal p_i        equal   Wangni 2018 Sec. 3
+========================  ==========================================================  ======  ===================
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from analysis.validation.engine import Claim
+from compressors import Compressor
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A closed-form value (None: no bound applies), its name, claim direction and source."""
+
+    value: float | None
+    name: str
+    claim: Claim = "upper"
+    source: str = ""
+
+
+_RULES: dict[str, Callable[[Compressor, torch.Tensor], Bound]] = {}
+
+
+def rule(key: str) -> Callable:
+    def deco(fn: Callable[[Compressor, torch.Tensor], Bound]) -> Callable:
+        _RULES[key] = fn
+        return fn
+    return deco
+
+
+def closed_form_bound(comp: Compressor, g: torch.Tensor) -> Bound:
+    """The bound for ``comp`` on the 1-D gradient ``g`` (``Bound(None, ...)`` when the compressor declares none)."""
+    key = comp.properties.bound
+    if key is None:
+        return Bound(None, "none declared")
+    if key not in _RULES:
+        return Bound(None, f"{key} (no rule in analysis.bounds)")
+    return _RULES[key](comp, g)
+
+
+@rule("topk_contraction")
+def _topk(comp: Compressor, g: torch.Tensor) -> Bound:
+    d = g.numel()
+    k = math.ceil(float(comp.ratio) * d)
+    return Bound(1.0 - k / d, "1 - k/d", "upper", "001_ac87256369ec7547.txt Lemma 3 / App. C")
+
+
+@rule("wangni_variance")
+def _wangni(comp: Compressor, g: torch.Tensor) -> Bound:
+    from compressors.wangni import optimal_probabilities
+    from theory.wangni import variance
+
+    p = optimal_probabilities(g.abs().float(), math.ceil(float(comp.ratio) * g.numel()))
+    gg = float(g.double().square().sum())
+    return Bound(variance(g.double().cpu().numpy(), p.double().cpu().numpy()) / gg,
+                 "sum g^2 (1/p - 1) / ||g||^2", "equal", "Wangni et al. 2018 Sec. 3; 000 Fig. 3")
+
+
+def _quantizer_blocks(comp: Compressor, g: torch.Tensor) -> tuple[list, int, str]:
+    """The (prepared) gradient cut into the compressor's scale buckets, its levels per sign and its norm."""
+    flat = comp.prepare(g.reshape(-1).float()).double().cpu().numpy()
+    q = comp.quantizer(flat.size)
+    size = q.bucket_size(flat.size)
+    return [flat[i:i + size] for i in range(0, flat.size, size)], int(q.levels), str(q.norm)
+
+
+@rule("dqsg_exact")
+def _dqsg(comp: Compressor, g: torch.Tensor) -> Bound:
+    from theory.dqsg import conditional_error
+
+    blocks, levels, _ = _quantizer_blocks(comp, g)
+    total = sum(conditional_error(b, 1.0 / levels) for b in blocks if (b != 0).any())
+    return Bound(total / float(g.double().square().sum()), "sum_K ||g_K||_inf^2 n_K Delta^2/12 / ||g||^2", "equal",
+                 "002_87c17e3716ede1d0.txt Lemma 3 / App. B")
+
+
+@rule("half_dither_linf")
+def _half(comp: Compressor, g: torch.Tensor) -> Bound:
+    from theory.qsgd import total_variance
+
+    blocks, levels, norm = _quantizer_blocks(comp, g)
+    total = sum(total_variance(b, levels, norm) for b in blocks if (b != 0).any())
+    return Bound(total / float(g.double().square().sum()), "sum_i step^2 f_i (1 - f_i) / ||g||^2", "equal",
+                 "002_87c17e3716ede1d0.txt Sec. 2.1.1 and Lemma 2")
+
+
+@rule("qsgd")
+def _qsgd(comp: Compressor, g: torch.Tensor) -> Bound:
+    from theory.qsgd import variance_bound
+
+    d = g.numel()
+    q = comp.quantizer(d)
+    if q.norm != "l2":
+        return _half(comp, g)
+    return Bound(variance_bound(q.bucket_size(d), int(q.levels)), "min(n/s^2, sqrt(n)/s), n = bucket", "upper",
+                 "Alistarh et al. 2017 Lemma 3.1 (000_4b111efa75352b2d.txt Fig. 3)")
+
+
+def _qcs_gamma(comp: Compressor) -> float:
+    """gamma (10) of a QCS configuration; the 1-bit variant's range 1/2 is outside theory.qcs.gamma's integer Q,
+    so it comes from the compressor's own evaluation of (10)."""
+    from theory.qcs import gamma
+
+    return float(comp.gamma) if comp.onebit else gamma(comp.block, comp.k, comp.Q)
+
+
+@rule("qcs_gamma")
+def _qcs(comp: Compressor, g: torch.Tensor) -> Bound:
+    return Bound(_qcs_gamma(comp), "gamma(n, k, Q)", "upper", "000_4b111efa75352b2d.txt Thm 2 eq. (10)")
+
+
+@rule("qcs_mmse")
+def _qcs_mmse(comp: Compressor, g: torch.Tensor) -> Bound:
+    from theory.qcs import mmse_error_factor
+
+    return Bound(mmse_error_factor(_qcs_gamma(comp)), "1 - alpha = gamma/(gamma+1)", "upper",
+                 "000_4b111efa75352b2d.txt Lemma 3 eq. (13)")

@@ -1,0 +1,38 @@
+"""The one way a figure leaves the program: PNG and the CSV of the data drawn, written side by side."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # never a window; must precede pyplot
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from analysis.tables import atomic_write_text  # noqa: E402
+
+DPI = 90
+"""Resolution of written PNGs (kept small: the committed report must stay a few hundred KB)."""
+
+
+def new_figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.6):
+    """A figure with ``nrows x ncols`` axes of ``width x height`` inches each; returns ``(fig, axes)``."""
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
+    return fig, axes
+
+
+def save_figure(fig, data: pd.DataFrame, out_dir: str | os.PathLike, stem: str) -> dict[str, Path]:
+    """Write ``<stem>.png`` and ``<stem>.csv`` (the data behind the figure) into ``out_dir``; close the figure."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    png = out / f"{stem}.png"
+    tmp = out / f".{stem}.tmp{os.getpid()}.png"
+    try:
+        fig.tight_layout()
+        fig.savefig(tmp, dpi=DPI)
+        os.replace(tmp, png)
+    finally:
+        plt.close(fig)
+    csv = atomic_write_text(out / f"{stem}.csv", data.to_csv(index=False))
+    return {"png": png, "csv": csv}

@@ -1,0 +1,139 @@
+"""Replay of a compressor (with its error feedback and per-worker state) over the steps of a gradient dump.
+
+For every selected step and seed, each selected worker compensates its gradient with its own feedback residual,
+compresses it with its own compressor state, and the receiver averages the reconstructions (``Compressor.round``).
+Per step and seed the replay reports (``w`` runs over workers, ``z_w`` is the compensated gradient, ``z_hat_w`` its
+reconstruction, ``g`` the worker-mean gradient and ``g_hat`` the worker-mean reconstruction):
+
+- ``rel_error``: mean over workers of ``||z_w - z_hat_w||^2 / ||z_w||^2`` (the QCS paper's metric, Sec. 6);
+- ``agg_rel_error``: ``||g - g_hat||^2 / ||g||^2`` (what the model update loses against full precision);
+- ``bias``: mean over workers of ``<z_hat_w - z_w, z_w> / ||z_w||^2`` (0 for an unbiased compressor in
+  expectation, ``alpha - 1`` for a scaled one, ``-rel_error`` for a sparsifier that keeps exact values);
+- ``k_ratio``: k_hat/k, nonzeros sent over the target ``ceil(ratio * d)`` (sparsifiers with a ``ratio`` only);
+- ``bits``, ``entropy_bits``: exact and entropy-coded bits per worker; ``gain = 32 d / bits``;
+- ``residual_norm``: mean over workers of ``||r_w||`` after the step; ``residual_rel = ||r_w||^2 / ||g_w||^2``.
+
+Seeds are independent replays (states restart for each seed); :func:`summarize` averages them per step.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+import compressors
+from compressors import Compressor, Context, ErrorFeedback
+
+
+@dataclass
+class ReplayConfig:
+    """What to replay: compressor and feedback specs, steps, workers, seeds, device."""
+
+    compressor: str
+    feedback: str = "none"
+    steps: Sequence[int] | None = None
+    workers: Sequence[int] | None = None
+    seeds: Sequence[int] = (0,)
+    device: torch.device | str = "cpu"
+
+
+def replay(dump: Any, config: ReplayConfig, on_step: Callable[[dict], None] | None = None,
+           progress: bool = False) -> pd.DataFrame:
+    """Replay ``config`` over ``dump`` (an ``analysis.dumps`` dump); one row per (seed, step).
+
+    Parameters
+    ----------
+    dump : opened dump with ``steps``, ``workers`` and ``flat(step, worker, device, dtype)``.
+    config : see :class:`ReplayConfig`; unknown specs raise ``ValueError`` from the registries.
+    on_step : called with each row as soon as it is computed (write results as you go).
+    progress : show a progress bar.
+
+    Returns
+    -------
+    DataFrame with columns ``seed, step, workers, d, rel_error, agg_rel_error, bias, k_ratio, bits, entropy_bits,
+    gain, residual_norm, residual_rel``.
+    """
+    comp = compressors.create(config.compressor)
+    fb = compressors.parse_feedback(config.feedback)
+    steps = list(config.steps) if config.steps is not None else list(dump.steps)
+    workers = list(config.workers) if config.workers is not None else list(range(dump.workers))
+    if not steps or not workers:
+        raise ValueError("replay needs at least one step and one worker")
+    device = torch.device(config.device)
+    rows = []
+    bar = tqdm(total=len(config.seeds) * len(steps), desc="replay", disable=not progress, leave=False)
+    for seed in config.seeds:
+        states = [comp.new_state() for _ in workers]
+        fstates = [fb.new_state() for _ in workers]
+        for step in steps:
+            grads = [dump.flat(step, worker=w, device=device, dtype=torch.float32) for w in workers]
+            row = replay_step(comp, fb, grads, states, fstates, Context(seed=int(seed), step=int(step)))
+            row = {"seed": int(seed), "step": int(step), **row}
+            rows.append(row)
+            if on_step is not None:
+                on_step(row)
+            bar.update(1)
+    bar.close()
+    return pd.DataFrame(rows)
+
+
+def replay_step(comp: Compressor, fb: ErrorFeedback, grads: Sequence[torch.Tensor], states: list,
+                fstates: list, ctx: Context) -> dict[str, float]:
+    """One synchronous round with feedback; updates ``states``/``fstates`` in place; returns the step's metrics."""
+    z = [fb.compensate(g, st) for g, st in zip(grads, fstates)]
+    res = comp.round(z, ctx, states)
+    for zi, zh, st in zip(z, res.decoded, fstates):
+        fb.update(zi, zh, st)
+    d = grads[0].numel()
+    rel, bias, resid, resid_rel = [], [], [], []
+    for g, zi, zh, st in zip(grads, z, res.decoded, fstates):
+        zz = float(zi.double().square().sum())
+        err = zh.double() - zi.double()
+        rel.append(float(err.square().sum()) / zz if zz > 0 else math.nan)
+        bias.append(float((err * zi.double()).sum()) / zz if zz > 0 else math.nan)
+        r = st.residual
+        rn = 0.0 if r is None else float(r.double().square().sum())
+        gg = float(g.double().square().sum())
+        resid.append(math.sqrt(rn))
+        resid_rel.append(rn / gg if gg > 0 else math.nan)
+    g_mean = torch.stack([g.double() for g in grads]).mean(0)
+    gm = float(g_mean.square().sum())
+    agg = float((res.mean.double() - g_mean).square().sum()) / gm if gm > 0 else math.nan
+    bits = sum(p.bits for p in res.payloads) / len(grads)
+    ent = sum(p.entropy_bits() for p in res.payloads) / len(grads)
+    return {
+        "workers": len(grads), "d": d, "rel_error": _mean(rel), "agg_rel_error": agg, "bias": _mean(bias),
+        "k_ratio": k_ratio(comp, res.payloads, d), "bits": bits, "entropy_bits": ent,
+        "gain": 32.0 * d / bits if bits > 0 else math.nan,
+        "residual_norm": _mean(resid), "residual_rel": _mean(resid_rel),
+    }
+
+
+def k_ratio(comp: Compressor, payloads: Sequence[Any], d: int) -> float:
+    """k_hat/k for a sparsifier with a target ``ratio`` (k = ceil(ratio d)); NaN for other compressors."""
+    ratio = getattr(comp, "ratio", None)
+    if ratio is None or not payloads or "indices" not in payloads[0].parts:
+        return math.nan
+    k = math.ceil(float(ratio) * d)
+    return _mean([p.parts["indices"].tensor.numel() / k for p in payloads])
+
+
+def summarize(df: pd.DataFrame) -> pd.DataFrame:
+    """Per-step mean over seeds (``*_mean``) and standard deviation of ``rel_error`` over seeds."""
+    if df.empty:
+        raise ValueError("nothing to summarize: the replay produced no rows")
+    cols = [c for c in df.columns if c not in ("seed", "step", "workers", "d")]
+    g = df.groupby("step", sort=True)
+    out = g[cols].mean().add_suffix("_mean")
+    out["rel_error_sd"] = g["rel_error"].std(ddof=1) if df["seed"].nunique() > 1 else math.nan
+    out["seeds"] = g["seed"].nunique()
+    return out.reset_index()
+
+
+def _mean(xs: Sequence[float]) -> float:
+    xs = [x for x in xs if not math.isnan(x)]
+    return sum(xs) / len(xs) if xs else math.nan

@@ -1,0 +1,67 @@
+"""Tables: a pandas DataFrame written as CSV and Markdown (atomically) and pretty-printed in the terminal.
+
+Every table the analysis layer produces goes through :func:`write_table`, so each CSV has a Markdown twin for the
+report and an interruption never leaves a half-written file (each file is written to a temporary name and renamed).
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+def format_value(v: object, digits: int = 4) -> str:
+    """One cell as text: floats with ``digits`` significant digits, NaN as an empty cell."""
+    if isinstance(v, (float, np.floating)):
+        if math.isnan(v):
+            return ""
+        return f"{v:.{digits}g}"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    return str(v)
+
+
+def to_markdown(df: pd.DataFrame, digits: int = 4) -> str:
+    """A GitHub-flavoured Markdown table of ``df`` (index dropped; ``|`` in cells escaped)."""
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(format_value(v, digits).replace("|", "\\|") for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_text(df: pd.DataFrame, digits: int = 4, max_rows: int = 60) -> str:
+    """Terminal rendering: aligned columns, floats to ``digits`` significant digits, long tables truncated."""
+    shown = df if len(df) <= max_rows else df.head(max_rows)
+    text = shown.map(lambda v: format_value(v, digits)).to_string(index=False)
+    if len(df) > max_rows:
+        text += f"\n... ({len(df) - max_rows} more rows in the CSV)"
+    return text
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def write_table(df: pd.DataFrame, out_dir: str | os.PathLike, stem: str, digits: int = 4) -> dict[str, Path]:
+    """Write ``df`` as ``<out_dir>/<stem>.csv`` (full precision) and ``<stem>.md``; return both paths.
+
+    Raises
+    ------
+    ValueError : ``stem`` empty or containing a path separator.
+    """
+    if not stem or "/" in stem or os.sep in stem:
+        raise ValueError(f"table stem must be a plain file name, got {stem!r}")
+    out = Path(out_dir)
+    csv = atomic_write_text(out / f"{stem}.csv", df.to_csv(index=False))
+    md = atomic_write_text(out / f"{stem}.md", to_markdown(df, digits))
+    return {"csv": csv, "md": md}

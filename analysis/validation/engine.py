@@ -1,0 +1,158 @@
+"""The validation engine: a :class:`Check` is a claim of a paper turned into a Monte Carlo experiment.
+
+A check has a name, a source (paper file and equation), a claim direction and a ``measure`` function that returns
+the theory value and a Monte Carlo :class:`~analysis.validation.intervals.Estimate` from fixed seeds. The verdict
+compares the interval with the theory value (DESIGN.md, "Validation: how a bound is checked"):
+
+- upper bound (empirical <= theory): **holds** when the whole interval lies below the bound, **violated** when it
+  lies entirely above it, **tight** when it touches or contains it;
+- lower bound: the mirror image;
+- equality (an exact identity such as DQSG's variance or unbiasedness): **holds** when the interval meets
+  ``[theory - tolerance, theory + tolerance]``, **violated** otherwise (an equality is never "tight");
+- **n/a** when there is no theory value (e.g. QCS eq. (16) as printed has a negative base) or a piece the check
+  needs is not available.
+
+The same engine backs the pytest regression suite, ``gradstat validate`` and the report.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Literal
+
+import torch
+
+from analysis.validation.intervals import Estimate
+
+Claim = Literal["upper", "lower", "equal"]
+Verdict = Literal["holds", "tight", "violated", "n/a"]
+Size = Literal["quick", "full"]
+VERDICTS: tuple[Verdict, ...] = ("holds", "tight", "violated", "n/a")
+
+
+class NotApplicable(Exception):
+    """Raised by a ``measure`` function when the check cannot run here (say why in the message)."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a check's ``measure`` returns: the theory value (None: no bound) and the Monte Carlo estimate."""
+
+    theory: float | None
+    estimate: Estimate
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Where a check runs: Monte Carlo size, base seed, device and the gradient source (see ``vectors.py``)."""
+
+    trials: int
+    seed: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    source: object = None  # analysis.validation.vectors.GradientSource; typed loosely to avoid an import cycle
+
+
+@dataclass(frozen=True)
+class Check:
+    """One claim of a paper as an experiment.
+
+    Attributes
+    ----------
+    name : short identifier (``qcs-gamma``), unique in the registry.
+    source : paper file and equation/lemma, e.g. ``000_4b111efa75352b2d.txt Thm 2 eq. (10)``.
+    claim : ``upper`` (empirical <= theory), ``lower`` or ``equal``.
+    quantity : what is estimated, in words (e.g. ``E||g - g_hat||^2 / ||g||^2``).
+    measure : ``measure(setting) -> Measurement``; draws only from generators seeded by ``setting.seed``.
+    trials : Monte Carlo trials for the ``quick`` and ``full`` sizes.
+    tolerance : absolute slack of an equality claim (0 for a purely statistical comparison).
+    must_hold : a violation of this check is a failure (exit status 1); False for claims the project reports
+        without endorsing (e.g. an equation that is wrong as printed).
+    """
+
+    name: str
+    source: str
+    claim: Claim
+    quantity: str
+    measure: Callable[[Setting], Measurement]
+    trials: dict[Size, int]
+    tolerance: float = 0.0
+    must_hold: bool = True
+
+    def run(self, size: Size = "quick", seed: int = 0, device: torch.device | str = "cpu",
+            source: object = None) -> "Result":
+        """Run the experiment and return its verdict (exceptions other than :class:`NotApplicable` propagate)."""
+        if size not in self.trials:
+            raise ValueError(f"size must be one of {', '.join(self.trials)}, got {size!r}")
+        setting = Setting(self.trials[size], seed, torch.device(device), source)
+        t0 = time.perf_counter()
+        try:
+            m = self.measure(setting)
+        except NotApplicable as exc:
+            return Result(self, None, None, "n/a", str(exc), time.perf_counter() - t0)
+        return Result(self, m.theory, m.estimate, verdict(self.claim, m.theory, m.estimate, self.tolerance), m.note,
+                      time.perf_counter() - t0)
+
+
+def verdict(claim: Claim, theory: float | None, est: Estimate, tolerance: float = 0.0) -> Verdict:
+    """The verdict of ``est`` against ``theory`` for a claim direction (see the module docstring)."""
+    if theory is None or not math.isfinite(theory):
+        return "n/a"
+    if claim == "upper":
+        return "holds" if est.high < theory else "violated" if est.low > theory else "tight"
+    if claim == "lower":
+        return "holds" if est.low > theory else "violated" if est.high < theory else "tight"
+    if claim == "equal":
+        return "holds" if est.low - tolerance <= theory <= est.high + tolerance else "violated"
+    raise ValueError(f"claim must be upper, lower or equal, got {claim!r}")
+
+
+@dataclass(frozen=True)
+class Result:
+    """A check's outcome; :meth:`row` is its line in the validation table."""
+
+    check: Check
+    theory: float | None
+    estimate: Estimate | None
+    verdict: Verdict
+    note: str = ""
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        """A check that must hold was violated."""
+        return self.verdict == "violated" and self.check.must_hold
+
+    @property
+    def ratio(self) -> float:
+        """theory / empirical mean (how loose an upper bound is); NaN where undefined."""
+        if self.theory is None or self.estimate is None or self.estimate.mean == 0:
+            return math.nan
+        return self.theory / self.estimate.mean
+
+    def row(self) -> dict[str, object]:
+        e = self.estimate
+        nan = math.nan
+        return {
+            "check": self.check.name, "source": self.check.source, "claim": self.check.claim,
+            "quantity": self.check.quantity,
+            "theory": nan if self.theory is None else self.theory,
+            "empirical": nan if e is None else e.mean, "ci_low": nan if e is None else e.low,
+            "ci_high": nan if e is None else e.high, "level": nan if e is None else e.level,
+            "trials": 0 if e is None else e.trials, "theory_over_empirical": self.ratio,
+            "verdict": self.verdict, "must_hold": self.check.must_hold, "note": self.note,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def run_checks(checks: Iterable[Check], size: Size = "quick", seed: int = 0, device: torch.device | str = "cpu",
+               source: object = None, on_result: Callable[[Result], None] | None = None) -> list[Result]:
+    """Run ``checks`` in order; ``on_result`` is called after each (progress, writing the table as we go)."""
+    results = []
+    for c in checks:
+        r = c.run(size, seed, device, source)
+        results.append(r)
+        if on_result is not None:
+            on_result(r)
+    return results
