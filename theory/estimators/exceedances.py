@@ -1,0 +1,93 @@
+"""The values a fit sees, as masked reductions over the full |g| vector (no compaction unless unavoidable).
+
+A single-stage fit uses y = |g| over the non-zero elements; a peak-over-threshold stage m >= 2 uses
+y = |g| - a over the elements with |g| > eta_{m-1}, a being the anchor (SIDCo 001_ac87256369ec7547.txt, Lemma 2
+(7)-(9) and Cor. 2.1 (10)-(11): a = eta_{m-1}). Sums are taken over ``where``/``clamp`` views of the whole vector in
+its own dtype (float32 reductions in torch are pairwise, accurate to ~1e-7 relative) and only the 0-d results are
+promoted to float64; nothing is read back to the host here. Only the exact generalized Pareto MLE needs the
+values themselves (:meth:`Exceedances.values`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Exceedances:
+    """y = x - shift over {x > above}; ``above=None`` means x > 0 with shift 0 (zeros excluded).
+
+    Attributes
+    ----------
+    x : Tensor, shape (d,)
+        All magnitudes |g| (>= 0, validated by the caller).
+    above : 0-d Tensor or None
+        Exclusive lower bound of the elements used (the previous stage's threshold).
+    shift : 0-d Tensor or None
+        Subtracted from the elements used (the anchor); must satisfy above <= shift <= min of the used elements
+        (the previous threshold, or the smallest survivor). None means ``above``.
+    n_hint : int or None
+        Number of used elements when the caller already knows it (saves a pass).
+    """
+
+    x: torch.Tensor
+    above: torch.Tensor | None = None
+    shift: torch.Tensor | None = None
+    n_hint: int | None = None
+    _cache: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    def _shifted(self) -> torch.Tensor:
+        """max(x - shift, 0) restricted to the used elements (0 elsewhere)."""
+        if "y" not in self._cache:
+            if self.above is None:
+                y = self.x
+            else:
+                # shift >= above, so every element with x <= above maps to 0 (x > a <=> x - a > 0 in IEEE floats)
+                y = (self.x - (self.above if self.shift is None else self.shift)).clamp_min(0)
+            self._cache["y"] = y
+        return self._cache["y"]
+
+    def count(self) -> torch.Tensor:
+        """Number of used elements (0-d float64 tensor on x's device)."""
+        if "n" not in self._cache:
+            if self.n_hint is not None:
+                n = torch.tensor(float(self.n_hint), dtype=torch.float64, device=self.x.device)
+            elif self.above is None:
+                n = torch.count_nonzero(self.x).double()
+            else:
+                n = (self.x > self.above).sum().double()
+            self._cache["n"] = n
+        return self._cache["n"]
+
+    def mean(self) -> torch.Tensor:
+        """Mean of y (0-d float64)."""
+        if "mean" not in self._cache:
+            self._cache["mean"] = self._shifted().sum().double() / self.count()
+        return self._cache["mean"]
+
+    def var(self) -> torch.Tensor:
+        """Sample variance of y with the n - 1 divisor (0-d float64; NaN-free: 0 when n < 2)."""
+        if "var" not in self._cache:
+            y = self._shifted()
+            n = self.count()
+            sum_sq = torch.dot(y, y).double()
+            m = self.mean()
+            self._cache["var"] = ((sum_sq - n * m * m) / (n - 1).clamp_min(1)).clamp_min(0)
+        return self._cache["var"]
+
+    def mean_log(self) -> torch.Tensor:
+        """Mean of log y over the used elements (0-d float64); requires y > 0 on them (no shift)."""
+        if "mean_log" not in self._cache:
+            y = self._shifted()
+            logs = torch.log(torch.where(y > 0, y, torch.ones_like(y)))  # log 1 = 0 on the excluded elements
+            self._cache["mean_log"] = logs.sum().double() / self.count()
+        return self._cache["mean_log"]
+
+    def values(self) -> torch.Tensor:
+        """The used y values compacted into a float64 tensor (one host synchronisation for the size)."""
+        if self.above is None:
+            v = self.x[self.x > 0]
+        else:
+            v = self.x[self.x > self.above] - (self.above if self.shift is None else self.shift)
+        return v.double().clamp_min(0)

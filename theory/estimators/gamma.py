@@ -1,0 +1,62 @@
+"""Gamma fits of |g|: Minka's closed-form shape, the exact MLE by Newton's method, and Minka + one Newton step.
+
+SIDCo 001_ac87256369ec7547.txt, App. B.3.1: the MLE solves (26) psi(alpha) - log(alpha) + s = 0 with
+s = log(mean|g|) - mean(log|g|) >= 0, and beta = mean|g| / alpha; the closed form (16)/(27) is Minka's (2002)
+approximation alpha = (3 - s + sqrt((s - 3)^2 + 24 s)) / (12 s). Newton's steps use Minka's generalized form
+1/alpha' = 1/alpha + f(alpha) / (alpha^2 (1/alpha - psi'(alpha))), f(alpha) = log(alpha) - psi(alpha) - s, which
+converges quadratically from his start (error about 1.5 % -> 1e-4 -> 1e-8 -> 1e-16). Everything works from the two
+sufficient statistics (mean and mean log), so the MLE costs no more passes over the data than the closed form.
+"""
+from __future__ import annotations
+
+import torch
+
+from theory.estimators.estimate import Estimate
+from theory.estimators.exceedances import Exceedances
+
+MLE_STEPS = 6
+"""Newton steps of the exact MLE (4 reach float64 precision from Minka's start for s in [1e-4, 50]; tests check)."""
+MLE_TOLERANCE = 1e-10
+"""Converged when |f(alpha)| <= MLE_TOLERANCE * (1 + s) after the last step."""
+
+
+def log_ratio_statistic(data: Exceedances) -> torch.Tensor:
+    """s = log(mean y) - mean(log y) (SIDCo (16)); >= 0 by Jensen, 0 only for constant data."""
+    return torch.log(data.mean()) - data.mean_log()
+
+
+def minka_shape(s: torch.Tensor) -> torch.Tensor:
+    """Minka's closed-form shape (SIDCo (16)/(27)): (3 - s + sqrt((s - 3)^2 + 24 s)) / (12 s)."""
+    return (3.0 - s + torch.sqrt((s - 3.0) ** 2 + 24.0 * s)) / (12.0 * s)
+
+
+def newton_steps(shape: torch.Tensor, s: torch.Tensor, steps: int) -> torch.Tensor:
+    """Apply ``steps`` of Minka's generalized Newton update for psi(alpha) - log(alpha) + s = 0 (SIDCo (26))."""
+    for _ in range(steps):
+        f = torch.log(shape) - torch.special.digamma(shape) - s
+        slope = 1.0 / shape - torch.special.polygamma(1, shape)  # d/dalpha f, < 0
+        shape = 1.0 / (1.0 / shape + f / (shape * shape * slope))
+    return shape
+
+
+def _estimate(data: Exceedances, steps: int) -> Estimate:
+    s = log_ratio_statistic(data)
+    shape = newton_steps(minka_shape(s), s, steps)
+    residual = torch.log(shape) - torch.special.digamma(shape) - s
+    converged = residual.abs() <= MLE_TOLERANCE * (1 + s) if steps >= MLE_STEPS else True
+    return Estimate(params={"shape": shape, "scale": data.mean() / shape}, iterations=steps, converged=converged)
+
+
+def minka(data: Exceedances) -> Estimate:
+    """Closed form of SIDCo (16): Minka's approximate shape, scale = mean / shape."""
+    return _estimate(data, 0)
+
+
+def minka_newton(data: Exceedances) -> Estimate:
+    """Minka's shape refined by one Newton step (relative error about 1e-4 of the MLE's)."""
+    return _estimate(data, 1)
+
+
+def mle(data: Exceedances) -> Estimate:
+    """Exact MLE: Newton on (26) started from Minka, ``MLE_STEPS`` steps, convergence checked on the residual."""
+    return _estimate(data, MLE_STEPS)

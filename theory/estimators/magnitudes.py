@@ -1,0 +1,103 @@
+"""Validation of a vector of gradient magnitudes |g| before fitting, in one pass and one host synchronisation.
+
+Zeros policy (used by every estimator, threshold and peak-over-threshold stage): gradients often hold many exact
+zeros (ReLU, unused embedding rows). The sparsity-inducing distributions of SIDCo (001_ac87256369ec7547.txt,
+Property 2) are continuous, and the gamma statistic s = log(mean) - mean(log) of (16) is -inf on a zero, so fits use
+the non-zero elements only and report how many zeros they left out. A threshold for a ratio delta over all d
+elements is then the conditional quantile at delta / (1 - zero_fraction) among the non-zeros
+(:func:`theory.thresholds.threshold`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Magnitudes:
+    """A validated, flattened vector of |g| with the facts every fit needs.
+
+    Attributes
+    ----------
+    values : Tensor, shape (d,)
+        The magnitudes (same device and floating dtype as given; numpy input becomes a float64 CPU tensor).
+    d : int
+        Number of elements, zeros included.
+    n_nonzero : int
+        Number of elements > 0 (the ones a fit uses).
+    max : float
+        Largest magnitude.
+    """
+
+    values: torch.Tensor
+    d: int
+    n_nonzero: int
+    max: float
+
+    @property
+    def n_zeros(self) -> int:
+        return self.d - self.n_nonzero
+
+    @property
+    def zero_fraction(self) -> float:
+        return self.n_zeros / self.d
+
+
+def as_magnitudes_tensor(x: object, name: str = "x") -> torch.Tensor:
+    """x as a flat floating tensor (torch kept on its device; numpy/lists become float64 CPU tensors)."""
+    if isinstance(x, torch.Tensor):
+        t = x if x.is_floating_point() else x.to(torch.get_default_dtype())
+    elif isinstance(x, (np.ndarray, list, tuple)):
+        try:
+            t = torch.from_numpy(np.asarray(x, dtype=np.float64).copy())
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must hold numbers, got {type(x).__name__} that numpy cannot convert") from exc
+    else:
+        raise TypeError(f"{name} must be a torch tensor or a numpy array of |g|, got {type(x).__name__}")
+    return t.reshape(-1)
+
+
+def check_magnitudes(x: object, name: str = "x", *, spread: bool = False) -> Magnitudes:
+    """Validate |g| values and summarise them (one pass over the data, one host synchronisation).
+
+    Parameters
+    ----------
+    x : Tensor or numpy array, any shape
+        Gradient magnitudes |g| (>= 0).
+    name : str
+        Argument name used in error messages.
+    spread : bool
+        Also require at least two distinct non-zero values (shape parameters of gamma and generalized Pareto are
+        undefined on constant data).
+
+    Raises
+    ------
+    ValueError
+        Empty input, NaN or infinite values, negative values (pass |g|), no non-zero value, constant non-zeros
+        (with ``spread``).
+    """
+    t = as_magnitudes_tensor(x, name)
+    if t.numel() == 0:
+        raise ValueError(f"{name} is empty; need at least one |g| value")
+    lo, hi = torch.aminmax(t)
+    nonzero = torch.count_nonzero(t)
+    lo_f, hi_f, n_nonzero = torch.stack([lo.double(), hi.double(), nonzero.double()]).tolist()
+    if math.isnan(lo_f) or math.isnan(hi_f) or math.isinf(lo_f) or math.isinf(hi_f):
+        raise ValueError(f"{name} contains NaN or infinite values (min {lo_f}, max {hi_f}); pass finite |g|")
+    if lo_f < 0:
+        raise ValueError(f"{name} contains negative values (min {lo_f}); pass magnitudes |g|, e.g. g.abs()")
+    n_nonzero = int(n_nonzero)
+    if n_nonzero == 0:
+        raise ValueError(f"{name} is all zeros ({t.numel()} elements); no distribution can be fitted")
+    mags = Magnitudes(values=t, d=t.numel(), n_nonzero=n_nonzero, max=hi_f)
+    if spread:
+        if n_nonzero == 1:
+            raise ValueError(f"{name} has a single non-zero value; the shape of a distribution needs at least two")
+        min_nonzero = lo_f if n_nonzero == mags.d else float(torch.where(t > 0, t, hi).min())
+        if min_nonzero == hi_f:
+            raise ValueError(f"{name} is constant ({hi_f} on all {n_nonzero} non-zero elements): the shape of a "
+                             "gamma or generalized Pareto fit is undefined (zero variance)")
+    return mags

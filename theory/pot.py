@@ -1,0 +1,222 @@
+"""Multi-stage peak-over-threshold (PoT) threshold estimation of SIDCo.
+
+SIDCo 001_ac87256369ec7547.txt, Sec. 2.4: stage 1 fits |g| and takes the threshold eta_1 for a ratio delta_1;
+stage m >= 2 fits the exceedances of eta_{m-1}, shifted by an anchor a_m, and takes eta_m = a_m + the fitted
+quantile at delta_m, with prod_m delta_m = delta. Lemma 2 (7)-(9): generalized Pareto stages (moment matching on
+|g_bar| - eta_{m-1}); Cor. 2.1 (10)-(11): exponential stages, beta_m = mean(|g_bar| - eta_{m-1}). The paper's anchor
+is the previous threshold (``anchor="threshold"``); the SIDCo authors' code shifts by the smallest survivor
+(``anchor="min_survivor"``). Variant names say what they do: exponential -> exponential, gamma -> genpareto,
+genpareto -> genpareto (the paper's labels for the last two differ between Sec. 4.1 and App. E/F).
+
+Every stage is a masked reduction over the full vector on its device; the stages run without reading anything back
+(except the generalized Pareto MLE, which compacts its exceedances), and one synchronisation at the end reads the
+survivor counts and diagnostics. A degenerate stage (fewer than two survivors, zero variance, non-finite fit) keeps
+the previous threshold, ends the recursion and is reported in ``stopped_reason``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from theory.estimators.estimate import Estimate
+from theory.estimators.exceedances import Exceedances
+from theory.estimators.fit import resolve
+from theory.estimators.magnitudes import check_magnitudes
+from theory.estimators.registry import SHAPED, estimator
+from theory.estimators.result import Fit
+from theory.thresholds import QUANTILES, check_length, check_ratio, conditional_ratio, tail_quantile
+
+FIRST = ("exponential", "gamma", "genpareto")
+LATER = ("exponential", "genpareto")
+PAPER_LATER = {"exponential": "exponential", "gamma": "genpareto", "genpareto": "genpareto"}
+ANCHORS = ("threshold", "min_survivor")
+
+
+@dataclass
+class StageResult:
+    """One PoT stage: its ratio delta_m, threshold eta_m, fit and the count of |g| > eta_m (0-d int tensor)."""
+
+    ratio: float
+    threshold: torch.Tensor
+    fit: Fit
+    survivors: torch.Tensor
+
+
+@dataclass
+class PotResult:
+    """Final threshold (0-d tensor, keep |g| > threshold), the completed stages, and why it stopped early (or None)."""
+
+    threshold: torch.Tensor
+    stages: list[StageResult]
+    stopped_reason: str | None
+
+
+def stage_ratios(ratio: float, stages: int, first_ratio: float = 0.25) -> list[float]:
+    """Per-stage ratios: delta_1 = first_ratio, then an equal geometric split of ratio / first_ratio.
+
+    SIDCo Sec. 2.4 (delta = prod_m delta_m; two stages: delta_2 = delta / delta_1) and Sec. 4 (delta_1 = 0.25).
+    One stage gives [ratio]. Raises ValueError for ratios outside (0, 1), stages < 1, or ratio >= first_ratio
+    with stages >= 2.
+    """
+    ratio = check_ratio(ratio)
+    first_ratio = check_ratio(first_ratio, "first_ratio")
+    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1:
+        raise ValueError(f"stages must be an integer >= 1, got {stages!r}")
+    if stages == 1:
+        return [ratio]
+    if ratio >= first_ratio:
+        raise ValueError(f"with stages={stages} the target ratio ({ratio}) must be below first_ratio "
+                         f"({first_ratio}); use stages=1 or a larger first_ratio")
+    rest = (ratio / first_ratio) ** (1.0 / (stages - 1))
+    return [first_ratio] + [rest] * (stages - 1)
+
+
+def _check_ratios(ratios: list[float], ratio: float, stages: int) -> list[float]:
+    values = [check_ratio(r, "ratios[]") if r != 1 else 1.0 for r in ratios]
+    if len(values) != stages:
+        raise ValueError(f"ratios has {len(values)} entries but stages={stages}; give one ratio per stage")
+    if not math.isclose(math.prod(values), ratio, rel_tol=1e-9):
+        raise ValueError(f"the product of ratios {values} is {math.prod(values)}, not the target ratio {ratio}")
+    return values
+
+
+def _choice(value: str, accepted: tuple[str, ...], name: str) -> str:
+    if value not in accepted:
+        raise ValueError(f"{name} must be one of {list(accepted)}, got {value!r}")
+    return value
+
+
+def _later_method(method: str, later: str) -> str:
+    return method if method in ("closed_form", "mle") else "closed_form"
+
+
+@dataclass
+class _Stage:
+    ratio: float
+    threshold: torch.Tensor
+    estimate: Estimate
+    count: torch.Tensor      # used values (float64 0-d)
+    ok: torch.Tensor         # 0-d bool: this stage and all before it are valid
+    n_zeros: int
+    method: str
+    dist: str
+    note: str | None = None
+
+
+def multistage_threshold(abs_g: object, ratio: float, stages: int, first: str = "exponential",
+                         later: str | None = None, first_ratio: float = 0.25, ratios: list[float] | None = None,
+                         anchor: str = "threshold", method: str = "closed_form",
+                         quantile: str = "exact") -> PotResult:
+    """Threshold for a target ratio by M-stage peak over threshold (SIDCo Sec. 2.4, Lemma 2, Cor. 2.1).
+
+    Parameters
+    ----------
+    abs_g : Tensor (any device) or numpy array
+        Magnitudes |g| >= 0 (zeros allowed: stage 1 fits the non-zeros at the conditional ratio, see
+        :mod:`theory.thresholds`).
+    ratio : float in (0, 1)
+        Target density delta over all elements.
+    stages : int >= 1
+        Number of stages M.
+    first : {'exponential', 'gamma', 'genpareto'}
+        Stage-1 distribution.
+    later : {'exponential', 'genpareto'} or None
+        Distribution of the shifted exceedances at stages >= 2; None: the paper's pairing (exponential after
+        exponential, generalized Pareto after gamma or generalized Pareto).
+    first_ratio : float
+        delta_1 of :func:`stage_ratios` (ignored when ``ratios`` is given).
+    ratios : list of float, optional
+        Explicit per-stage ratios (length ``stages``, product ``ratio``).
+    anchor : {'threshold', 'min_survivor'}
+        Shift of the exceedances: the previous threshold (paper) or the smallest survivor (authors' code).
+    method : str
+        Estimator of stage 1 ('closed_form', 'mle', 'minka_newton' for gamma); later stages use 'mle' when it is
+        'mle' and the closed forms otherwise.
+    quantile : {'exact', 'approx'}
+        Gamma quantile of stage 1 (see :func:`theory.thresholds.tail_quantile`).
+
+    Returns
+    -------
+    PotResult
+        ``threshold`` (0-d float64 tensor), the completed ``stages`` and ``stopped_reason`` (None when all M
+        stages completed).
+    """
+    ratio = check_ratio(ratio)
+    _choice(first, FIRST, "first")
+    later = PAPER_LATER[first] if later is None else _choice(later, LATER, "later")
+    _choice(anchor, ANCHORS, "anchor")
+    _choice(quantile, QUANTILES, "quantile")
+    run_first = estimator(first, method)
+    later_method = _later_method(method, later)
+    run_later = estimator(later, later_method)
+    deltas = stage_ratios(ratio, stages, first_ratio) if ratios is None else _check_ratios(ratios, ratio, stages)
+    mags = check_magnitudes(abs_g, "abs_g", spread=first in SHAPED)
+    check_length(mags.d, ratio)
+    x = mags.values
+
+    # stage 1: fit the non-zeros, threshold at the conditional ratio
+    est = run_first(Exceedances(x, n_hint=mags.n_nonzero))
+    tail = conditional_ratio(deltas[0], mags.d, mags.n_nonzero)
+    note = None
+    if tail >= 1.0:
+        eta = torch.zeros((), dtype=torch.float64, device=x.device)
+        note = f"stage 1 ratio {deltas[0]} needs more elements than the {mags.n_nonzero} non-zeros: threshold 0"
+    else:
+        eta = tail_quantile(first, est.params, tail, quantile)
+    count = torch.tensor(float(mags.n_nonzero), dtype=torch.float64, device=x.device)
+    ok = est.valid() & torch.isfinite(eta)
+    eta = torch.where(ok, eta, torch.zeros_like(eta))
+    done = [_Stage(deltas[0], eta, est, count, ok, mags.n_zeros, method, first, note)]
+
+    for delta in deltas[1:]:
+        prev = done[-1].threshold
+        if anchor == "threshold":
+            shift = prev
+        else:
+            shift = torch.where(x > prev, x, torch.full_like(x, math.inf)).amin().to(torch.float64)
+        data = Exceedances(x, above=prev, shift=shift)
+        count = data.count()
+        if later_method == "mle" and int(count) < 2:  # the MLE compacts: stop before it sees < 2 values
+            done.append(_Stage(delta, prev, Estimate(params={}), count, torch.zeros((), dtype=torch.bool), 0,
+                               later_method, later))
+            break
+        est = run_later(data)
+        candidate = shift + tail_quantile(later, est.params, delta)
+        ok = done[-1].ok & (count >= 2) & est.valid() & torch.isfinite(candidate)
+        eta = torch.where(ok, candidate, prev)
+        done.append(_Stage(delta, eta, est, count, ok, 0, later_method, later))
+    return _finish(x, done)
+
+
+def _finish(x: torch.Tensor, done: list[_Stage]) -> PotResult:
+    """Read counts, validity and diagnostics back in one synchronisation and assemble the result."""
+    final_survivors = (x > done[-1].threshold).sum()
+    survivors = [s.count for s in done[1:]] + [final_survivors.double()]
+    scalars: list[torch.Tensor] = []
+    for s in done:
+        scalars += [s.count, s.ok.double()]
+    scalars += survivors
+    values = torch.stack([v.reshape(()).to(torch.float64) for v in scalars]).tolist()
+    counts, oks = values[0:2 * len(done):2], values[1:2 * len(done):2]
+    surv = values[2 * len(done):]
+
+    stages: list[StageResult] = []
+    reason = None
+    for m, (s, n, ok, n_surv) in enumerate(zip(done, counts, oks, surv), start=1):
+        if not ok:
+            n = int(n)
+            why = ("no survivor" if n == 0 else "one survivor" if n == 1 else
+                   "degenerate fit (zero variance or non-finite parameters)")
+            reason = f"stage {m}: {why} above the stage-{m - 1} threshold; kept the previous threshold"
+            if m == 1:
+                reason = "stage 1: degenerate fit (non-finite parameters); threshold 0"
+            break
+        fit = resolve(s.estimate, s.dist, s.method, int(n), s.n_zeros)
+        if s.note:
+            fit.warnings.append(s.note)
+        stages.append(StageResult(ratio=s.ratio, threshold=s.threshold, fit=fit,
+                                  survivors=survivors[m - 1].round().to(torch.int64)))
+    final = stages[-1].threshold if stages else torch.zeros((), dtype=torch.float64, device=x.device)
+    return PotResult(threshold=final, stages=stages, stopped_reason=reason)

@@ -1,0 +1,115 @@
+"""Sparsification thresholds for a target ratio delta from a fitted distribution of |g|.
+
+SIDCo 001_ac87256369ec7547.txt, Lemma 1 (4)-(5): eta(delta) = F_|G|^{-1}(1 - delta), the (1 - delta) quantile of the
+fitted magnitude distribution, so that on average delta d of the d elements exceed it. Closed forms: exponential
+eta = beta log(1/delta) (6); gamma eta = beta P^{-1}(alpha, 1 - delta) (14), approximated in the paper by
+-beta (log(delta) + log Gamma(alpha)) (15), an upper bound for alpha <= 1 and eta/beta >= 1 (24); generalized Pareto
+eta = (beta/alpha)(exp(-alpha log delta) - 1) (28).
+
+Zeros: a Fit describes the non-zero elements (see :mod:`theory.estimators.magnitudes`); to select delta d of all d
+elements, the threshold is the quantile at the conditional ratio delta d / n = delta / (1 - zero_fraction) among the
+n non-zeros. When that is >= 1 every non-zero must be kept: the threshold is 0 (with a RuntimeWarning).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+from theory.distributions.genpareto import expm1_over
+from theory.distributions.incgamma import gammainccinv
+from theory.estimators.result import Fit
+
+QUANTILES = ("exact", "approx")
+
+
+def check_ratio(ratio: object, name: str = "ratio") -> float:
+    """ratio as a float strictly inside (0, 1); TypeError/ValueError naming ``name`` otherwise."""
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) and not (
+            isinstance(ratio, torch.Tensor) and ratio.numel() == 1):
+        raise TypeError(f"{name} must be a number in (0, 1), got {type(ratio).__name__}")
+    value = float(ratio)
+    if not (0.0 < value < 1.0):
+        raise ValueError(f"{name} must lie strictly between 0 and 1, got {value!r}")
+    return value
+
+
+def check_length(d: int, ratio: float, name: str = "ratio") -> None:
+    """A target of ratio * d elements needs d >= 1/ratio (at least one element kept)."""
+    if ratio * d < 1.0:
+        raise ValueError(f"{name}={ratio!r} asks for {ratio * d:.3g} of {d} elements; the vector must have at least "
+                         f"1/{name} = {math.ceil(1.0 / ratio)} elements")
+
+
+def tail_quantile(dist: str, params: dict[str, torch.Tensor], tail: float | torch.Tensor,
+                  quantile: str = "exact") -> torch.Tensor:
+    """eta with P(|G| > eta) = tail under ``dist`` with ``params`` (location 0), on the parameters' device.
+
+    Parameters
+    ----------
+    dist : {'exponential', 'gamma', 'genpareto'}
+    params : dict of 0-d tensors ('scale', and 'shape' for gamma / generalized Pareto)
+    tail : float or 0-d tensor in (0, 1)
+        Tail probability delta (no validation here: NaN parameters give NaN, never an exception).
+    quantile : {'exact', 'approx'}
+        'approx' changes only the gamma: SIDCo (15) -beta (log(delta) + lgamma(alpha)), clipped at 0; the
+        exponential (6) and generalized Pareto (28) quantiles are already closed forms.
+
+    Returns
+    -------
+    0-d float64 tensor (units of |g|). Sources: SIDCo (6), (14), (15), (28).
+    """
+    if quantile not in QUANTILES:
+        raise ValueError(f"quantile must be one of {list(QUANTILES)}, got {quantile!r}")
+    scale = params["scale"]
+    q = torch.as_tensor(tail, dtype=scale.dtype, device=scale.device)
+    if dist == "exponential":
+        return scale * -torch.log(q)
+    if dist == "gamma":
+        shape = params["shape"]
+        if quantile == "approx":
+            return (-scale * (torch.log(q) + torch.lgamma(shape))).clamp_min(0)
+        return scale * gammainccinv(shape, q)
+    if dist == "genpareto":
+        return scale * expm1_over(params["shape"], -torch.log(q))
+    raise ValueError(f"dist must be one of ['exponential', 'gamma', 'genpareto'], got {dist!r}")
+
+
+def conditional_ratio(ratio: float, d: int, n: int) -> float:
+    """delta d / n: the tail probability among the n non-zeros that selects delta d of all d elements."""
+    return ratio * d / n
+
+
+def threshold(fit: Fit, ratio: float, quantile: str = "exact") -> torch.Tensor:
+    """Threshold eta with P(|G| > eta) = ratio under the fitted distribution (SIDCo Lemma 1 (4)-(5)).
+
+    Parameters
+    ----------
+    fit : Fit
+        From :func:`theory.estimators.fit` (describes the fit.n non-zeros of a vector of fit.d elements).
+    ratio : float in (0, 1)
+        Target density delta = k / d over all d elements.
+    quantile : {'exact', 'approx'}
+        'exact': the fitted distribution's inverse survival function (gamma: torch Newton solve of (14));
+        'approx': SIDCo (15) for the gamma (biased: see the tests), the exact closed form for the others.
+
+    Returns
+    -------
+    0-d float64 tensor on the fit's device: keep |g| > eta.
+
+    Raises
+    ------
+    ValueError
+        ratio outside (0, 1), fit.d < 1/ratio, unknown quantile.
+    """
+    ratio = check_ratio(ratio)
+    check_length(fit.d, ratio)
+    if quantile not in QUANTILES:
+        raise ValueError(f"quantile must be one of {list(QUANTILES)}, got {quantile!r}")
+    tail = conditional_ratio(ratio, fit.d, fit.n)
+    if tail >= 1.0:
+        warnings.warn(f"ratio {ratio} over {fit.d} elements needs {ratio * fit.d:.0f} elements but only {fit.n} are "
+                      "non-zero: threshold 0 keeps all of them", RuntimeWarning, stacklevel=2)
+        return torch.zeros((), dtype=fit.params["scale"].dtype, device=fit.params["scale"].device)
+    return tail_quantile(fit.dist, fit.params, tail, quantile)
