@@ -1,0 +1,157 @@
+"""Dump commands: ``record``, ``info``, ``workloads``, ``import``, ``export``."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import torch
+
+from analysis.dumps import STORAGE_DTYPES, Dump, open_dump
+from analysis.dumps.convert import export_npz, import_dump
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"{what} must be comma-separated integers, got {text!r}") from None
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def summary(dump: Dump, norms: bool = True) -> dict:
+    """What ``gradstat info`` shows, as a JSON-ready dict."""
+    m = dump.manifest
+    out = {
+        "path": str(dump.path), "workload": dump.workload, "format_version": m["format_version"],
+        "dtype": m["dtype"], "steps": dump.steps, "every": m["every"], "workers": dump.workers,
+        "tensors": len(dump.params), "parameters": dump.numel,
+        "params": [{"name": n, "shape": list(s)} for n, s in dump.shapes.items()],
+        "extras": dump.extras, "optimizer": m["optimizer"], "seeds": m["seeds"], "compression": m.get("compression"),
+        "bytes_on_disk": dump.size_on_disk(), "versions": m["versions"], "uncommitted_files": dump.uncommitted,
+    }
+    if norms:
+        rows = []
+        for s in dump.steps:
+            per_worker = [dump.flat(s, w, dtype=torch.float32) for w in range(dump.workers)]
+            rows.append({"step": s, "worker_norms": [float(g.norm()) for g in per_worker],
+                         "mean_norm": float(torch.stack(per_worker).mean(0).norm())})
+        out["gradient_norms"] = rows
+    return out
+
+
+def _print_summary(info: dict) -> None:
+    steps = info["steps"]
+    shown = ", ".join(map(str, steps if len(steps) <= 10 else steps[:5] + ["..."] + steps[-3:]))
+    click.echo(f"dump       {info['path']}")
+    click.echo(f"workload   {info['workload']}  (format v{info['format_version']}, stored as {info['dtype']})")
+    click.echo(f"steps      {len(steps)} recorded, every {info['every']}: {shown}")
+    click.echo(f"workers    {info['workers']}")
+    click.echo(f"tensors    {info['tensors']} per worker per step")
+    click.echo(f"parameters {info['parameters']:,} per worker per step")
+    click.echo(f"layout     {len(steps)} steps x {info['workers']} workers x {info['tensors']} tensors")
+    if info["extras"]:
+        click.echo(f"extras     {', '.join(info['extras'])}")
+    if info["compression"]:
+        click.echo(f"in loop    {info['compression']}")
+    opt = info["optimizer"]
+    if opt:
+        click.echo("optimizer  " + ", ".join(f"{k}={v}" for k, v in opt.items()))
+    per_step = (info["bytes_on_disk"] / len(steps)) if steps else 0
+    click.echo(f"on disk    {human_bytes(info['bytes_on_disk'])} ({human_bytes(int(per_step))} per step)")
+    if info["uncommitted_files"]:
+        click.echo(f"note       ignoring interrupted write(s): {', '.join(info['uncommitted_files'])}")
+    width = max(len(p["name"]) for p in info["params"])
+    click.echo("parameter shapes:")
+    for p in info["params"]:
+        n = 1
+        for s in p["shape"]:
+            n *= s
+        click.echo(f"  {p['name']:<{width}}  {str(tuple(p['shape'])):<18} {n:>12,}")
+    if "gradient_norms" in info:
+        click.echo("gradient l2 norms (per worker | of the worker average):")
+        for row in info["gradient_norms"]:
+            ws = " ".join(f"{v:.4g}" for v in row["worker_norms"])
+            click.echo(f"  step {row['step']:>6}: {ws} | {row['mean_norm']:.4g}")
+
+
+def register(group: click.Group) -> None:
+    @group.command("record")
+    @click.option("--workload", required=True, help="Workload name or spec (see `gradstat workloads`).")
+    @click.option("--steps", required=True, type=int, help="Training steps N.")
+    @click.option("--every", default=1, show_default=True, type=int, help="Record every K-th step.")
+    @click.option("--workers", default=1, show_default=True, type=int, help="Simulated workers P.")
+    @click.option("--out", required=True, type=click.Path(path_type=Path), help="New dump directory.")
+    @click.option("--dtype", default="float32", show_default=True, type=click.Choice(list(STORAGE_DTYPES)))
+    @click.option("--seed", default=0, show_default=True, type=int)
+    @click.option("--compressor", default=None, help="Compressor in the loop (spec, e.g. topk:ratio=0.01).")
+    @click.option("--feedback", default=None, help="Error feedback with the compressor (none, ef, qcs:beta=0.3, ...).")
+    @click.option("--device", default="cpu", show_default=True, help="Training device (cpu, cuda, ...).")
+    @click.option("--quiet", is_flag=True, help="No progress bar.")
+    def record_cmd(workload: str, steps: int, every: int, workers: int, out: Path, dtype: str, seed: int,
+                   compressor: str | None, feedback: str | None, device: str, quiet: bool) -> None:
+        """Train a built-in workload and record its gradients into a new dump."""
+        from analysis.recorder import record
+
+        path = record(workload, steps, every=every, workers=workers, out=out, seed=seed, dtype=dtype,
+                      compressor=compressor, feedback=feedback, progress=not quiet, device=device)
+        d = open_dump(path)
+        click.echo(f"recorded {len(d.steps)} steps x {d.workers} workers x {len(d.params)} tensors "
+                   f"({d.numel:,} parameters) into {path}")
+
+    @group.command("info")
+    @click.argument("path", type=click.Path(path_type=Path))
+    @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+    @click.option("--no-norms", is_flag=True, help="Skip the per-step gradient norms (reads no tensor data).")
+    def info_cmd(path: Path, as_json: bool, no_norms: bool) -> None:
+        """Summarise a dump: steps, workers, parameters, sizes, per-step gradient norms."""
+        info = summary(open_dump(path), norms=not no_norms)
+        if as_json:
+            click.echo(json.dumps(info, indent=1))
+        else:
+            _print_summary(info)
+
+    @group.command("workloads")
+    def workloads_cmd() -> None:
+        """List the built-in workloads with their parameter counts."""
+        from analysis.workloads import get_workload, workload_names
+
+        for name in workload_names():
+            w = get_workload(name)
+            click.echo(f"{name:<9} {w.num_params:>10,} parameters  {w.description}")
+
+    @group.command("import")
+    @click.argument("src", type=click.Path(path_type=Path))
+    @click.option("--out", required=True, type=click.Path(path_type=Path), help="New dump directory.")
+    @click.option("--workload", default="imported", show_default=True, help="Name stored in the manifest.")
+    @click.option("--dtype", default="float32", show_default=True, type=click.Choice(list(STORAGE_DTYPES)))
+    def import_cmd(src: Path, out: Path, workload: str, dtype: str) -> None:
+        """Import .pt (dict of tensors or list of dicts), .npz, .npy files or a directory of them as a dump."""
+        d = open_dump(import_dump(src, out, workload=workload, dtype=dtype))
+        click.echo(f"imported {len(d.steps)} steps x {d.workers} workers x {len(d.params)} tensors "
+                   f"({d.numel:,} parameters) into {out}")
+
+    @group.command("export")
+    @click.argument("path", type=click.Path(path_type=Path))
+    @click.option("--out", required=True, type=click.Path(path_type=Path), help="Target .npz file (must not exist).")
+    @click.option("--steps", "steps_text", default=None, help="Comma-separated steps (default: all).")
+    @click.option("--workers", "workers_text", default=None, help="Comma-separated workers (default: all).")
+    @click.option("--extras", is_flag=True, help="Also export the extra tensors.")
+    def export_cmd(path: Path, out: Path, steps_text: str | None, workers_text: str | None, extras: bool) -> None:
+        """Export selected steps of a dump to .npz (keys s{step}/w{worker}/{param}, float32)."""
+        d = open_dump(path)
+        steps = None if steps_text is None else _int_list(steps_text, "--steps")
+        workers = None if workers_text is None else _int_list(workers_text, "--workers")
+        for s in steps or []:
+            d.file(s)  # unknown step: clear error before writing anything
+        for w in workers or []:
+            d._worker(w)
+        export_npz(d, out, steps, workers, extras)
+        click.echo(f"exported {len(steps if steps is not None else d.steps)} steps to {out}")

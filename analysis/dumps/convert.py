@@ -1,0 +1,166 @@
+"""Import foreign gradient files into a dump, and export dump steps to ``.npz``.
+
+Import sources (nothing is ever unpickled: ``.pt`` files are read with ``torch.load(weights_only=True)``,
+``.npz``/``.npy`` with ``allow_pickle=False``):
+
+- ``.pt``: a dict ``{param: tensor}`` (one step) or a list of such dicts (one step each);
+- ``.npz``: ``{param: array}`` (one step), or the export layout ``s{step}/w{worker}/{param}`` (steps and workers
+  restored);
+- ``.npy``: one array, one step, parameter ``grad``;
+- a directory of such files: taken in natural name order, steps numbered consecutively.
+
+Imported dumps have workload ``imported`` unless told otherwise.
+"""
+from __future__ import annotations
+
+import io
+import pickle
+import re
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from analysis.dumps.atomic import write_atomic
+from analysis.dumps.format import DumpError
+from analysis.dumps.reader import Dump
+from analysis.dumps.writer import DumpWriter
+
+SUFFIXES = (".pt", ".pth", ".npz", ".npy")
+EXPORT_KEY = re.compile(r"^s(\d+)/w(\d+)/(.+)$")
+Step = tuple[int | None, list[dict[str, torch.Tensor]]]  # (step number if the file names it, per-worker dicts)
+
+
+def import_dump(src: str | Path, out: str | Path, workload: str = "imported", dtype: str = "float32") -> Path:
+    """Convert ``src`` (file or directory, see module doc) into a new dump at ``out``; returns ``out``.
+
+    Raises
+    ------
+    DumpError / ValueError
+        unreadable or unsafe input (naming the file), inconsistent parameters between steps, or an unusable
+        ``out``. On error a partially written new dump is left valid (holding the steps converted so far).
+    """
+    src, out = Path(src), Path(out)
+    if not src.exists():
+        raise DumpError(f"{src}: no such file or directory")
+    writer: DumpWriter | None = None
+    next_step = 0
+    for file, (step, workers) in _steps(src):
+        step = next_step if step is None else step
+        if writer is None:
+            first = workers[0]
+            params = [(n, tuple(t.shape)) for n, t in first.items()]
+            writer = DumpWriter(out, workload=workload, params=params, workers=len(workers), dtype=dtype,
+                                metadata={"imported_from": str(src)})
+        try:
+            writer.write_step(step, workers)
+        except (ValueError, TypeError) as exc:
+            raise DumpError(f"{file}: {exc}") from None
+        next_step = step + 1
+    if writer is None:
+        raise DumpError(f"{src}: no {'/'.join(SUFFIXES)} files to import")
+    return out
+
+
+def export_npz(dump: Dump, out: str | Path, steps: Sequence[int] | None = None,
+               workers: Sequence[int] | None = None, extras: bool = False) -> Path:
+    """Write ``steps`` (default: all) of ``workers`` (default: all) to ``out`` as ``.npz`` with keys
+    ``s{step}/w{worker}/{param}`` (and ``x/{extra}/s{step}/w{worker}/{param}`` with ``extras``), float32.
+    An existing ``out`` is never overwritten."""
+    out = Path(out)
+    if out.suffix != ".npz":
+        raise ValueError(f"export target {out} must end in .npz")
+    if out.exists():
+        raise DumpError(f"{out}: exists; refusing to overwrite it (choose another --out)")
+    steps = dump.steps if steps is None else list(steps)
+    workers = range(dump.workers) if workers is None else list(workers)
+    arrays: dict[str, np.ndarray] = {}
+    for s in steps:
+        for w in workers:
+            for name, t in dump.read(s, w, dtype=torch.float32).items():
+                arrays[f"s{s}/w{w}/{name}"] = t.numpy()
+            for e in dump.extras if extras else []:
+                for name, t in dump.read_extra(e, s, w, dtype=torch.float32).items():
+                    arrays[f"x/{e}/s{s}/w{w}/{name}"] = t.numpy()
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    write_atomic(out, buf.getbuffer())
+    return out
+
+
+# -- readers ------------------------------------------------------------------------------------------------
+def _natural(path: Path) -> list:
+    return [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", path.name)]
+
+
+def _steps(src: Path) -> Iterator[tuple[Path, Step]]:
+    files = sorted((f for f in src.iterdir() if f.suffix in SUFFIXES and f.is_file()), key=_natural) \
+        if src.is_dir() else [src]
+    for file in files:
+        if file.suffix not in SUFFIXES:
+            raise DumpError(f"{file}: cannot import a {file.suffix or 'suffix-less'} file; accepted: {', '.join(SUFFIXES)}")
+        reader = {".pt": _read_pt, ".pth": _read_pt, ".npz": _read_npz, ".npy": _read_npy}[file.suffix]
+        for step in reader(file):
+            yield file, step
+
+
+def _tensor(value: object, file: Path, where: str) -> torch.Tensor:
+    t = torch.from_numpy(np.ascontiguousarray(value)) if isinstance(value, np.ndarray) else value
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        raise DumpError(f"{file}: {where} is {type(value).__name__}"
+                        f"{' of dtype ' + str(t.dtype) if isinstance(t, torch.Tensor) else ''}; "
+                        f"a gradient must be a floating-point tensor")
+    return t
+
+
+def _named(obj: object, file: Path, where: str) -> dict[str, torch.Tensor]:
+    if not isinstance(obj, dict) or not obj or not all(isinstance(k, str) for k in obj):
+        raise DumpError(f"{file}: {where} must be a non-empty dict of parameter name -> tensor, got {type(obj).__name__}")
+    return {k: _tensor(v, file, f"{where}[{k!r}]") for k, v in obj.items()}
+
+
+def _read_pt(file: Path) -> Iterator[Step]:
+    try:
+        obj = torch.load(file, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, EOFError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DumpError(f"{file}: refused, not a plain dict or list of tensors (read with weights_only=True, "
+                        f"nothing is unpickled): {first}") from None
+    if isinstance(obj, (list, tuple)):
+        if not obj:
+            raise DumpError(f"{file}: empty list, nothing to import")
+        for i, item in enumerate(obj):
+            yield None, [_named(item, file, f"item {i}")]
+    else:
+        yield None, [_named(obj, file, "the top-level object")]
+
+
+def _read_npz(file: Path) -> Iterator[Step]:
+    try:
+        with np.load(file, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (ValueError, OSError, EOFError) as exc:
+        raise DumpError(f"{file}: unreadable .npz ({exc}); object arrays are refused (no unpickling)") from None
+    if not arrays:
+        raise DumpError(f"{file}: holds no arrays")
+    matches = {k: EXPORT_KEY.match(k) for k in arrays}
+    if not all(matches.values()):
+        yield None, [_named(arrays, file, "the archive")]
+        return
+    table: dict[int, dict[int, dict[str, np.ndarray]]] = {}
+    for key, m in matches.items():
+        table.setdefault(int(m.group(1)), {}).setdefault(int(m.group(2)), {})[m.group(3)] = arrays[key]
+    for step in sorted(table):
+        ws = table[step]
+        if sorted(ws) != list(range(len(ws))):
+            raise DumpError(f"{file}: step {step} holds workers {sorted(ws)}, expected 0..{len(ws) - 1}")
+        yield step, [_named(ws[w], file, f"step {step} worker {w}") for w in sorted(ws)]
+
+
+def _read_npy(file: Path) -> Iterator[Step]:
+    try:
+        array = np.load(file, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise DumpError(f"{file}: unreadable .npy ({exc}); object arrays are refused (no unpickling)") from None
+    yield None, [{"grad": _tensor(array, file, "the array")}]

@@ -1,0 +1,126 @@
+"""Recording gradients from training into a dump.
+
+:class:`Recorder` attaches to any ``torch.nn.Module`` training loop: it writes the parameter gradients every K
+steps, after backward and before the optimizer step (through an optimizer step pre-hook, or by calling
+:meth:`Recorder.record` from a custom loop). A step that is not recorded costs one modulo: nothing is copied.
+
+:func:`record` trains a built-in workload with P simulated workers (:mod:`analysis.parallel`), optionally with a
+compressor and error feedback in the loop, and records it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from analysis.dumps import DumpWriter
+from analysis.parallel import DataParallel
+from analysis.workloads import get_workload
+from compressors import create, parse_feedback
+from compressors.context import derive_seed
+
+Grads = Mapping[str, torch.Tensor]
+
+
+class Recorder:
+    """Writes gradients into ``writer`` on the steps ``step % every == 0``.
+
+    Parameters
+    ----------
+    writer : an open :class:`~analysis.dumps.DumpWriter` (new or appending).
+    every : recording interval K >= 1 (training steps).
+    """
+
+    def __init__(self, writer: DumpWriter, every: int = 1) -> None:
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a positive integer, got {every!r}")
+        self.writer, self.every = writer, every
+        self._step = 0
+
+    @classmethod
+    def create(cls, path: str | Path, model: nn.Module, workload: str, every: int = 1, workers: int = 1,
+               dtype: str = "float32", **manifest: Any) -> "Recorder":
+        """A recorder writing a new dump at ``path`` of ``model``'s trainable parameters (model order).
+        ``manifest`` keywords (optimizer, seeds, metadata, extras, compression) go to :class:`DumpWriter`."""
+        params = [(n, tuple(p.shape)) for n, p in model.named_parameters() if p.requires_grad]
+        writer = DumpWriter(path, workload=workload, params=params, workers=workers, dtype=dtype, every=every,
+                            **manifest)
+        return cls(writer, every)
+
+    def wants(self, step: int) -> bool:
+        """Whether training step ``step`` is recorded."""
+        return step % self.every == 0
+
+    def record(self, step: int, grads: Sequence[Grads], extras: Mapping[str, Sequence[Grads]] | None = None) -> bool:
+        """Write ``grads`` (one dict per worker) if ``step`` is recorded; return whether it was."""
+        if not self.wants(step):
+            return False
+        self.writer.write_step(step, grads, extras)
+        return True
+
+    def attach(self, model: nn.Module, optimizer: torch.optim.Optimizer, start: int = 0
+               ) -> torch.utils.hooks.RemovableHandle:
+        """Record ``model``'s gradients (one worker) before every ``optimizer.step()``, counting steps from
+        ``start``. Returns the hook handle (``.remove()`` detaches)."""
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self._step = start
+
+        def hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            step, self._step = self._step, self._step + 1
+            if self.wants(step):
+                missing = [n for n, p in named if p.grad is None]
+                if missing:
+                    raise ValueError(f"step {step}: no gradient for {missing[:3]}; call backward() before step()")
+                self.record(step, [{n: p.grad for n, p in named}])
+
+        return optimizer.register_step_pre_hook(hook)
+
+
+def record(workload: str, steps: int, every: int = 1, workers: int = 1, out: str | Path = "dump", seed: int = 0,
+           dtype: str = "float32", compressor: str | None = None, feedback: str | None = None,
+           progress: bool = True, metadata: Mapping[str, Any] | None = None,
+           device: torch.device | str = "cpu") -> Path:
+    """Train workload ``workload`` (a name or spec, see :func:`analysis.workloads.get_workload`) for ``steps``
+    steps with ``workers`` simulated workers and record every ``every``-th step into a new dump at ``out``.
+
+    ``compressor`` (spec for :func:`compressors.create`) and ``feedback`` (spec for
+    :func:`compressors.parse_feedback`) put compression in the loop: the model is updated with the average of
+    the decoded messages; the dump stores the raw gradients and, with feedback, the extras ``residual`` (memory
+    before the step) and ``compensated`` (gradient plus weighted residual).
+
+    Returns
+    -------
+    Path of the dump. Raises ValueError (bad arguments, output directory not usable) before training starts.
+    """
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    if not isinstance(every, int) or every < 1:
+        raise ValueError(f"every must be a positive integer, got {every!r}")
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if feedback is not None and compressor is None:
+        raise ValueError(f"feedback {feedback!r} needs a compressor in the loop (compressor=...)")
+    wl = get_workload(workload)
+    if wl.batch_size < workers:
+        raise ValueError(f"workload {wl.name}: batch_size {wl.batch_size} cannot be split over {workers} workers")
+    comp = create(compressor) if compressor is not None else None
+    fb = parse_feedback(feedback) if feedback is not None else None
+    seeds = {"seed": seed, "model": derive_seed(seed, 0), "data": derive_seed(seed, 1), "compressor": seed}
+    model = wl.model(seeds["model"], device)
+    dp = DataParallel(model, wl.optimizer(model), wl.loss, workers, comp, fb, seed=seeds["compressor"])
+    compression = {"compressor": comp.spec(), "feedback": feedback or "none", "granularity": "whole model"} if comp else None
+    meta = {"workload_config": wl.config(), "workload_spec": wl.spec(), **wl.metadata(), **dict(metadata or {})}
+    rec = Recorder.create(out, model, wl.name, every=every, workers=workers, dtype=dtype,
+                          optimizer=wl.optimizer_config(), seeds=seeds, metadata=meta, extras=dp.extras,
+                          compression=compression)
+    batches = wl.batches(seeds["data"], device)
+    bar = tqdm(range(steps), desc=f"record {wl.name}", unit="step", disable=not progress, leave=False)
+    for t in bar:
+        x, y = next(batches)
+        result = dp.step(t, x, y)
+        rec.record(t, result.grads, result.extras)
+        bar.set_postfix(loss=f"{result.loss:.4g}", refresh=False)
+    return Path(out)
