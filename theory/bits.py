@@ -69,17 +69,22 @@ def dqsg_bits(n: int, M: int, partitions: int = 1, scale_bits: int = 32, packing
     return n * code_bits(2 * M + 1, packing) + partitions * _count("scale_bits", scale_bits)
 
 
-def ndqsg_bits(n: int, delta1: float, delta2: float, scale_bits: int = 0, packing: str = "fixed") -> float:
-    """Bits of one NDQSG message: ``n`` nested indices of ``Delta2/Delta1`` symbols each.
+def ndqsg_bits(
+    n: int, delta1: float, delta2: float, partitions: int = 0, scale_bits: int = 32, packing: str = "fixed"
+) -> float:
+    """Bits of one NDQSG message: ``n`` nested indices of ``Delta2/Delta1`` symbols each, plus scale factors.
 
     Source: 002_87c17e3716ede1d0.txt, Sec. 3.2 after (9): ``log2(Delta2/Delta1)`` bits per value instead of about
-    ``log2(2/Delta1)``; Algorithm 2 sends only ``s_p`` (no scale factor), hence ``scale_bits = 0`` by default.
+    ``log2(2/Delta1)``. Algorithm 2 as printed sends only ``s_p`` (``partitions = 0``, the default); the
+    experiment of Sec. 4 (422.8 Kbits for FC-300-100 with ``Delta1 = 1/3, Delta2 = 1``) matches one 32-bit scale
+    per tensor (``partitions = 6``), as for DQSG.
 
     ``Delta2 / Delta1`` must be an integer > 1 (nested quantizers, Sec. 2.2).
     """
     n = _checks.integer("n", n, minimum=1)
     ratio = nesting_ratio(delta1, delta2)
-    return n * code_bits(ratio, packing) + _count("scale_bits", scale_bits)
+    partitions = _checks.integer("partitions", partitions, minimum=0, maximum=n)
+    return n * code_bits(ratio, packing) + partitions * _count("scale_bits", scale_bits)
 
 
 def qsgd_bits(n: int, s: int, scale_bits: int = 32, packing: str = "fixed") -> float:
