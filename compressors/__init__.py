@@ -23,6 +23,7 @@ from compressors import sign  # noqa: F401,E402
 from compressors import ecq  # noqa: F401,E402
 from compressors import dqsg  # noqa: F401,E402
 from compressors import qcs  # noqa: F401,E402
+from compressors import ndqsg  # noqa: F401,E402
 
 __all__ = [
     "Compressor", "Properties", "RoundResult", "Context", "Payload", "ErrorFeedback", "FeedbackState",

@@ -98,10 +98,11 @@ def to_buckets(x: torch.Tensor, size: int) -> torch.Tensor:
 
 def bucket_norm(blocks: torch.Tensor, norm: Norm) -> torch.Tensor:
     """Per-row norm of a (rows, size) matrix, shape (rows,): ``l2`` or ``linf``."""
-    if norm == "l2":
-        return torch.linalg.vector_norm(blocks, 2, dim=1)
+    top = blocks.abs().amax(dim=1)
     if norm == "linf":
-        return blocks.abs().amax(dim=1)
+        return top
+    if norm == "l2":   # ||x|| = m ||x / m||, m = max |x|: no overflow of the squares for huge values
+        return top * torch.linalg.vector_norm(blocks / _safe(top)[:, None], 2, dim=1)
     raise ValueError(f"norm must be 'l2' or 'linf', got {norm!r}")
 
 

@@ -56,6 +56,11 @@ class OneBit(Compressor):
             raise ValueError(f"onebit columns={self.columns} must divide the length {d} of a 1-D gradient")
         return d // self.columns, self.columns
 
+    def contraction_constant(self, g: torch.Tensor) -> float:
+        """``1 - 1/m`` with m the number of elements per reconstruction group of ``g``'s matrix view."""
+        rows, cols = self.matrix_shape(g.shape)
+        return 1.0 - 1.0 / (rows if self.axis == "column" else cols)
+
     def _groups(self, flat: torch.Tensor, shape: torch.Size) -> torch.Tensor:
         """The matrix view with one reconstruction group per row of the result."""
         m = flat.reshape(self.matrix_shape(shape))

@@ -110,6 +110,10 @@ class QCS(Compressor):
         """Variance factor (10) of this configuration (range 1/2 for the 1-bit variant)."""
         return variance_factor(self.block, self.k, 0.5 if self.onebit else self.Q)
 
+    def contraction_constant(self, g: torch.Tensor) -> float:
+        """MMSE-QCS, Lemma 3 (13): ``E||e||^2 <= (1 - alpha) ||g||^2`` (in expectation only)."""
+        return 1.0 - self.reconstruction_scale()
+
     def reconstruction_scale(self) -> float:
         """alpha of eq. (8): 1 (eq. (9)) or 1/(gamma + 1) (eq. (12))."""
         return 1.0 if self.alpha == "unbiased" else 1.0 / (self.gamma + 1.0)

@@ -1,15 +1,17 @@
-"""Sign compressors: signSGD (Bernstein et al. 2018) and EF-signSGD's scaled sign (Karimireddy et al. 2019).
+"""Sign compressors: signSGD (Bernstein et al. 2018) and the scaled sign of EF-signSGD (Karimireddy et al. 2019).
 
-Both send one bit per element, ``b_i = [g_i >= 0]`` (so sign(0) is taken as +1: a bit has two values):
-- ``signsgd``: ``C(g) = scale * sign(g)``; ``scale`` is a fixed magnitude both sides know (the step of
-  signSGD's update ``-lr * sign(g)`` folded in), so nothing but the d bits is sent. Biased, not a contraction.
-- ``efsign``: ``C(g) = (||g||_1 / d) sign(g)`` with the 32-bit scale sent: the compressor of EF-signSGD, a
-  contraction ``||C(g) - g||^2 = (1 - ||g||_1^2 / (d ||g||_2^2)) ||g||^2 <= (1 - 1/d) ||g||^2``.
-Cited by 000_4b111efa75352b2d.txt Sec. 1-2 as the biased baselines that need error feedback.
+One bit per element, ``b_i = [g_i >= 0]``, decoded as ``m * sign(g)`` (a bit has two values, so sign(0) = +1):
+- ``scale="l1"`` (default): ``m = ||g||_1 / d``, sent as one float32 -- the scaled sign of Karimireddy et al.;
+  used with error feedback (:meth:`compressors.feedback.ErrorFeedback.plain`) it is EF-signSGD. A contraction:
+  ``||C(g) - g||^2 = (1 - ||g||_1^2 / (d ||g||_2^2)) ||g||^2 <= (1 - 1/d) ||g||^2``.
+- ``scale="unit"``: ``m = 1`` known to both sides (signSGD's update ``-lr sign(g)``, the step folded into lr);
+  only the d bits are sent. Not a contraction, and an all-zero gradient decodes to all ones.
+Both are biased. Cited by 000_4b111efa75352b2d.txt Sec. 1-2 as the biased baselines that need error feedback.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
 import torch
 
@@ -32,35 +34,29 @@ def signs(bits: torch.Tensor) -> torch.Tensor:
 @register("signsgd")
 @dataclass
 class SignSGD(Compressor):
-    """scale: the fixed magnitude of every decoded element (known to both sides, not sent), > 0."""
+    """scale: ``l1`` (magnitude ||g||_1/d sent as float32: EF-signSGD's compressor) or ``unit`` (magnitude 1)."""
 
-    scale: float = 1.0
-
-    properties = Properties(kind="quantizer", unbiased=False, randomized=False,
-                            source="Bernstein et al. 2018 (signSGD), cited in 000_4b111efa75352b2d.txt Sec. 1")
-
-    def __post_init__(self) -> None:
-        if not (self.scale > 0) or self.scale == float("inf"):
-            raise ValueError(f"signsgd scale must be a finite number > 0, got {self.scale}")
-
-    def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
-        payload.add("signs", sign_bits(g), 1, "code")
-
-    def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
-        return self.scale * signs(payload["signs"])
-
-
-@register("efsign")
-@dataclass
-class EFSign(Compressor):
-    """EF-signSGD's scaled sign ``(||g||_1 / d) sign(g)``: d sign bits and one float32 scale."""
+    scale: Literal["l1", "unit"] = "l1"
 
     properties = Properties(kind="quantizer", unbiased=False, randomized=False, contraction="1 - 1/d",
-                            source="Karimireddy et al. 2019 (EF-signSGD), cited in 000_4b111efa75352b2d.txt Remark 3")
+                            source="Karimireddy et al. 2019 (EF-signSGD scaled sign); Bernstein et al. 2018 "
+                                   "(signSGD); cited in 000_4b111efa75352b2d.txt Sec. 1 and Remark 3")
+
+    def __post_init__(self) -> None:
+        if self.scale not in ("l1", "unit"):
+            raise ValueError(f"signsgd scale must be 'l1' or 'unit', got {self.scale!r}")
+        if self.scale == "unit":
+            self.properties = replace(type(self).properties, contraction=None)
+
+    def contraction_constant(self, g: torch.Tensor) -> float:
+        """``1 - 1/d``: the declared contraction constant for a gradient like ``g`` (l1 scale only)."""
+        return 1.0 - 1.0 / g.numel()
 
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         payload.add("signs", sign_bits(g), 1, "code")
-        payload.add("scale", (g.abs().sum() / g.numel()).reshape(1), 32, "scale")
+        if self.scale == "l1":
+            payload.add("scale", (g.abs().sum() / g.numel()).reshape(1), 32, "scale")
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
-        return payload["scale"] * signs(payload["signs"])
+        s = signs(payload["signs"])
+        return payload["scale"] * s if self.scale == "l1" else s

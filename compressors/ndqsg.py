@@ -1,0 +1,165 @@
+"""NDQSG: nested dithered quantization of stochastic gradients, decoded with side information.
+
+Source: 002_87c17e3716ede1d0.txt, Sec. 2.2 and 3.2, eq. (6)-(9), Algorithm 2, Theorem 6. Nested quantizers Q1
+(fine, step Delta1) and Q2 (coarse, Delta2 = k Delta1, integer k > 1). Encoder (6): ``t = alpha x + u``,
+``u ~ U[-Delta1/2, Delta1/2]``, ``s = Q1(t) - Q2(t)``. Decoder with side information y (7):
+``r = s - u - alpha y``, ``x_hat = y + alpha (r - Q2(r))``. Decoding fails for an element when x and y fall in
+different coarse bins, ``|alpha (x - y) + e| > Delta2/2`` (Theorem 6); the estimate is then off by a multiple of
+``alpha Delta2``.
+
+Algorithm 2 as a :meth:`NDQSG.round`: workers ``0 .. p1-1`` (the group P1) send DQSG with step 1/M
+(:class:`compressors.dqsg.DQSG`); the server averages them into g_tilde; each later worker (P2) sends nested
+indices, decoded with the running average g_tilde as side information, which is then updated with the decoded
+gradient. Failures are counted against the decode with perfect side information (the worker's own gradient,
+known to the simulation only) and reported in ``RoundResult.info``; they are never sent.
+
+Units: as in DQSG (Sec. 3.1) every worker scales by its own ``kappa = ||g||_inf`` (sent as one float32), so
+Delta1, Delta2 are relative to [-1, 1] -- the reading under which the paper's experiment (Sec. 4: DQSG Delta = 1/2,
+NDQSG Delta1 = 1/3, Delta2 = 1, indices in {-1, 0, 1}) makes sense; the side information is scaled by the same
+kappa. Sent by a P2 worker: d codes of ``ceil(log2 k)`` bits (s / Delta1 taken modulo k: ``r - Q2(r)`` only
+depends on s modulo Delta2, and for even k, ``Q1(t) - Q2(t)`` takes k + 1 values whose two extremes coincide
+modulo Delta2), the scale, the seed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence, Any
+
+import torch
+
+from compressors.base import Compressor, Properties, RoundResult
+from compressors.context import Context
+from compressors.dither import check_int, draw_dither, received_seed, send_seed
+from compressors.dqsg import DQSG
+from compressors.payload import Payload, code_width
+from compressors.registry import register
+
+
+def _round(x: torch.Tensor) -> torch.Tensor:
+    """Nearest integer, ``floor(x + 1/2)`` (ties, of probability zero here, go up)."""
+    return torch.floor(x + 0.5)
+
+
+def nested_encode(x: torch.Tensor, u: torch.Tensor, delta1: float, k: int, alpha: float = 1.0) -> torch.Tensor:
+    """Nested index of eq. (6), ``(Q1(t) - Q2(t)) / Delta1`` with ``t = alpha x + u``, taken modulo k into
+    ``{-(k-1)//2, ..., k - 1 - (k-1)//2}`` (float tensor of exact integers).
+
+    x : values (any shape); u : dither in the same units, ``U[-Delta1/2, Delta1/2]``; Delta2 = k Delta1.
+    """
+    t = (alpha * x + u) / delta1
+    s = _round(t) - k * _round(t / k)
+    h = (k - 1) // 2
+    return torch.remainder(s + h, k) - h
+
+
+def nested_decode(s: torch.Tensor, u: torch.Tensor, y: torch.Tensor, delta1: float, k: int,
+                  alpha: float = 1.0) -> torch.Tensor:
+    """Eq. (7): ``r = s Delta1 - u - alpha y``, ``x_hat = y + alpha (r - Q2(r))``, Q2 of step ``k Delta1``."""
+    r = (s * delta1 - u - alpha * y) / delta1                    # in units of Delta1
+    return y + alpha * delta1 * (r - k * _round(r / k))
+
+
+@register("ndqsg")
+@dataclass
+class NDQSG(Compressor):
+    """p1: workers 0..p1-1 form the group P1 and send DQSG with step 1/M; the others (P2) send nested indices.
+    delta1, delta2: fine and coarse steps of P2 (delta2/delta1 an integer k > 1, up to 1e-6 relative, so that
+    spec strings may write 1/3 as 0.333333). alpha: shrinkage factor in (0, 1]."""
+
+    p1: int = 1
+    M: int = 2
+    delta1: float = 1.0 / 3.0
+    delta2: float = 1.0
+    alpha: float = 1.0
+
+    properties = Properties(kind="quantizer", unbiased=False, randomized=True, bound="ndqsg_no_failure",
+                            needs_side=True, source="002_87c17e3716ede1d0.txt eq. (6)-(9), Algorithm 2, Theorem 6")
+
+    def __post_init__(self) -> None:
+        check_int("ndqsg p1", self.p1, 1)
+        check_int("ndqsg M", self.M, 1)
+        if not (self.delta1 > 0 and self.delta2 > 0) or math.isinf(self.delta1) or math.isinf(self.delta2):
+            raise ValueError(f"ndqsg delta1 and delta2 must be finite and > 0, got {self.delta1}, {self.delta2}")
+        ratio = self.delta2 / self.delta1
+        if round(ratio) < 2 or abs(ratio - round(ratio)) > 1e-6 * ratio:
+            raise ValueError(f"ndqsg delta2/delta1 must be an integer k > 1 (nested quantizers), got "
+                             f"{self.delta2}/{self.delta1} = {ratio:.6g}")
+        if not (0.0 < self.alpha <= 1.0):
+            raise ValueError(f"ndqsg alpha must lie in (0, 1], got {self.alpha}")
+
+    @property
+    def nesting(self) -> int:
+        """k = Delta2 / Delta1."""
+        return round(self.delta2 / self.delta1)
+
+    @property
+    def fine_step(self) -> float:
+        """Delta1 as used: Delta2 / k exactly."""
+        return self.delta2 / self.nesting
+
+    def _dqsg(self) -> DQSG:
+        return DQSG(M=self.M)
+
+    # -- one worker ------------------------------------------------------------------------------------------
+    def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
+        if ctx.worker < self.p1:
+            self._dqsg()._encode(g, payload, ctx)
+            return
+        seed, k = ctx.call_seed, self.nesting
+        kappa = g.abs().amax()
+        x = g / torch.where(kappa > 0, kappa, torch.ones_like(kappa))
+        u = draw_dither(g.numel(), seed, g.device) * self.fine_step
+        s = nested_encode(x, u, self.fine_step, k, self.alpha)
+        payload.add("nested", s.to(torch.int8 if k <= 255 else torch.int32), code_width(k), "code")
+        payload.add("scales", kappa.reshape(1).float(), 32, "scale")
+        send_seed(payload, seed)
+
+    def decode(self, payload: Payload, ctx: Context | None = None, side: torch.Tensor | None = None) -> torch.Tensor:
+        """As :meth:`Compressor.decode`; only P2 (nested) payloads need ``side`` (the average gradient so far)."""
+        if side is None and "nested" not in payload.parts:
+            side = torch.zeros(0)   # a P1 (DQSG) payload: side information is not used
+        return super().decode(payload, ctx, side)
+
+    def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
+        if "nested" not in payload.parts:
+            return self._dqsg()._decode(payload, ctx, None)
+        if side is None or side.numel() != payload.numel:
+            raise ValueError(f"ndqsg: side information must have {payload.numel} elements, got "
+                             f"{None if side is None else side.numel()}")
+        kappa = payload["scales"]
+        safe = torch.where(kappa > 0, kappa, torch.ones_like(kappa))
+        s = payload["nested"].float()
+        u = draw_dither(payload.numel, received_seed(payload), s.device) * self.fine_step
+        x_hat = nested_decode(s, u, side.to(s.device) / safe, self.fine_step, self.nesting, self.alpha)
+        return kappa * x_hat
+
+    # -- Algorithm 2 ------------------------------------------------------------------------------------------
+    def round(self, grads: Sequence[torch.Tensor], ctx: Context | None = None,
+              states: Sequence[Any] | None = None) -> RoundResult:
+        """P1 workers send DQSG, the server averages them; each P2 worker is decoded with the running average as
+        side information, which is then updated. ``info``: ``decoding_failures`` (0-d int64 tensor, all P2
+        elements decoded in the wrong coarse bin), ``failures_per_worker`` ({worker: 0-d tensor}), ``p1``,
+        ``p2`` (group sizes). A round needs at least one P1 worker."""
+        ctx = ctx or Context()
+        if len(grads) == 0:
+            raise ValueError("ndqsg round: no gradients")
+        payloads, decoded = [], []
+        for w, g in enumerate(grads):
+            payloads.append(self.encode(g, ctx.but(worker=w)))
+        p1 = min(self.p1, len(grads))
+        for w in range(p1):
+            decoded.append(self.decode(payloads[w], ctx.but(worker=w)))
+        side = torch.stack([d.float() for d in decoded]).mean(0)
+        failures: dict[int, torch.Tensor] = {}
+        for w in range(p1, len(grads)):
+            wctx = ctx.but(worker=w)
+            out = self.decode(payloads[w], wctx, side=side)
+            oracle = self.decode(payloads[w], wctx, side=grads[w])
+            wrong_bin = (out.float() - oracle.float()).abs() > 0.5 * self.alpha * self.delta2 * payloads[w]["scales"]
+            failures[w] = wrong_bin.sum()
+            decoded.append(out)
+            side = side + (out.float() - side) / len(decoded)           # running average of all decoded so far
+        total = torch.stack(list(failures.values())).sum() if failures else torch.zeros((), dtype=torch.int64)
+        info = {"decoding_failures": total, "failures_per_worker": failures, "p1": p1, "p2": len(grads) - p1}
+        return RoundResult(mean=side.to(grads[0].dtype), decoded=decoded, payloads=payloads, info=info)
