@@ -70,7 +70,7 @@ def fit_vector(g: torch.Tensor, families: Sequence[str] = FAMILIES, methods: Seq
     ValueError : ``g`` empty, non-finite or all zeros; unknown family or method (from the estimator).
     """
     from theory.estimators import fit
-    from theory.sparsification import compressibility_exponent
+    from theory.sparsification import fit_magnitude_decay
     from theory.thresholds import threshold
 
     if g.numel() == 0:
@@ -83,7 +83,7 @@ def fit_vector(g: torch.Tensor, families: Sequence[str] = FAMILIES, methods: Seq
         raise ValueError(f"the gradient has {nz.numel()} nonzero value(s); a fit needs at least 2")
     d = a.numel()
     sample = subsample(nz, gof_size, seed)
-    p = float(compressibility_exponent(a))
+    p = fit_magnitude_decay(a.double().cpu().numpy()).p
     rows = []
     for method in methods:
         for family in families:

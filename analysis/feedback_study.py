@@ -1,0 +1,119 @@
+"""Weighted error feedback: the residual ``E||r_t||^2 / B`` against the bound eta(beta) of QCS Lemma 4.
+
+Source: 000_4b111efa75352b2d.txt, eq. (14a-d) (the feedback, ``compressors.ErrorFeedback.qcs(beta)``), Lemma 4
+(15)/(16), Remark 2 (17)/(18) and Remark 3 (Karimireddy et al.'s eta_k). ``B`` is the largest ``||g_t||^2`` of the
+replayed sequence (so ``E||g||^2 <= B`` holds), the expectation is over seeds (independent replays).
+
+Which eta applies: MMSE-QCS (bound key ``qcs_mmse``) gets (16) with its gamma; any other unbiased compressor with
+a closed-form variance factor gamma (``analysis.bounds``; QCS's (10), QSGD's, DQSG's, ...) gets (15), whose proof
+uses only unbiasedness and ``E||e||^2 <= gamma ||z||^2``. Anything else has no bound here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+import compressors
+from analysis.bounds import _qcs_gamma, closed_form_bound
+from analysis.validation.engine import verdict
+from analysis.validation.intervals import DEFAULT_LEVEL, mean_ci
+from compressors import Compressor, Context, ErrorFeedback
+from compressors.pipeline import feedback_round, new_worker_states
+
+
+@dataclass(frozen=True)
+class FeedbackTheory:
+    """gamma of the compressor and which residual bound applies (``unbiased`` (15), ``mmse`` (16) or None)."""
+
+    gamma: float | None
+    kind: str | None
+
+    def eta(self, beta: float) -> tuple[float, str]:
+        """eta(beta) (inf and a reason when the formula gives no bound)."""
+        from theory.qcs import residual_bound_mmse, residual_bound_unbiased
+
+        if self.kind is None or self.gamma is None:
+            return math.inf, "no residual bound applies to this compressor"
+        b = (residual_bound_mmse if self.kind == "mmse" else residual_bound_unbiased)(self.gamma, beta)
+        return b.value, b.reason
+
+    def optimum(self) -> tuple[float, float]:
+        """(beta*, eta*) of (17) for unbiased or (18) for MMSE."""
+        from theory.qcs import optimal_feedback_mmse, optimal_feedback_unbiased
+
+        if self.kind is None or self.gamma is None:
+            return math.nan, math.nan
+        return (optimal_feedback_mmse if self.kind == "mmse" else optimal_feedback_unbiased)(self.gamma)
+
+
+def feedback_theory(comp: Compressor, g: torch.Tensor) -> FeedbackTheory:
+    """The gamma and bound kind of ``comp`` on gradients like ``g`` (see the module docstring)."""
+    if comp.properties.bound == "qcs_mmse":
+        return FeedbackTheory(_qcs_gamma(comp), "mmse")
+    b = closed_form_bound(comp, g)
+    if comp.properties.unbiased and b.value is not None and b.claim in ("upper", "equal"):
+        return FeedbackTheory(b.value, "unbiased")
+    return FeedbackTheory(None, None)
+
+
+def residual_samples(comp: Compressor, beta: float, sequence: Sequence[Sequence[torch.Tensor]],
+                     seeds: Sequence[int]) -> np.ndarray:
+    """``||r_{t+1}||^2`` per seed and step, averaged over workers: array of shape (len(seeds), T).
+
+    ``sequence[t][w]`` is worker w's gradient at step t; each seed replays the whole sequence from r_0 = 0.
+    """
+    fb = ErrorFeedback.qcs(beta)
+    out = np.zeros((len(seeds), len(sequence)))
+    for i, seed in enumerate(seeds):
+        states = new_worker_states(comp, len(sequence[0]))
+        for t, grads in enumerate(sequence):
+            feedback_round(comp, fb, grads, states, Context(seed=int(seed), step=t))
+            out[i, t] = np.mean([float(s.feedback.residual.double().square().sum()) for s in states])
+    return out
+
+
+def feedback_table(spec: str, betas: Sequence[float], sequence: Sequence[Sequence[torch.Tensor]],
+                   seeds: Sequence[int], level: float = DEFAULT_LEVEL, progress: bool = False
+                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """eta vs beta for compressor ``spec`` over a gradient sequence.
+
+    Returns
+    -------
+    (summary, per_step) : ``summary`` has one row per beta: ``beta, empirical`` (max over t of the seed-mean of
+    ``||r_t||^2 / B``), ``ci_low, ci_high`` (interval of that mean at the maximising step), ``mean_over_steps``,
+    ``eta`` (inf when no bound), ``eta_reason``, ``verdict``, ``gamma``, ``bound_kind``, ``beta_star``,
+    ``eta_star``, ``eta_karimireddy``, ``B``; ``per_step`` has ``beta, step, residual_rel_mean`` per step.
+    """
+    from theory.qcs import karimireddy_residual_bound
+
+    if not sequence or not sequence[0]:
+        raise ValueError("feedback study needs at least one step and one worker")
+    if len(seeds) < 2:
+        raise ValueError(f"feedback study needs >= 2 seeds for a confidence interval, got {len(seeds)}")
+    comp = compressors.create(spec)
+    B = max(float(g.double().square().sum()) for grads in sequence for g in grads)
+    if B == 0.0:
+        raise ValueError("every gradient of the sequence is zero: B = 0")
+    th = feedback_theory(comp, sequence[0][0])
+    beta_star, eta_star = th.optimum()
+    eta_k = karimireddy_residual_bound(th.gamma) if th.kind == "mmse" else math.nan
+    rows, steps = [], []
+    for beta in tqdm(betas, desc="feedback", disable=not progress, leave=False):
+        r = residual_samples(comp, beta, sequence, seeds) / B
+        means = r.mean(axis=0)
+        t_max = int(np.argmax(means))
+        est = mean_ci(r[:, t_max], level)
+        eta, reason = th.eta(beta)
+        rows.append({"beta": beta, "empirical": est.mean, "ci_low": est.low, "ci_high": est.high, "level": level,
+                     "mean_over_steps": float(means.mean()), "eta": eta, "eta_reason": reason,
+                     "verdict": verdict("upper", eta if math.isfinite(eta) else None, est),
+                     "gamma": th.gamma, "bound_kind": th.kind, "beta_star": beta_star, "eta_star": eta_star,
+                     "eta_karimireddy": eta_k, "B": B, "seeds": len(seeds), "steps": len(sequence)})
+        steps.extend({"beta": beta, "step": t, "residual_rel_mean": float(m)} for t, m in enumerate(means))
+    return pd.DataFrame(rows), pd.DataFrame(steps)
