@@ -16,6 +16,7 @@ from compressors import wangni  # noqa: F401,E402
 from compressors import dgc  # noqa: F401,E402
 from compressors import redsync  # noqa: F401,E402
 from compressors import gaussianksgd  # noqa: F401,E402
+from compressors import sidco  # noqa: F401,E402
 from compressors import qsgd  # noqa: F401,E402
 from compressors import terngrad  # noqa: F401,E402
 from compressors import onebit  # noqa: F401,E402

@@ -1,0 +1,159 @@
+"""SIDCo: threshold sparsification with a threshold from a multi-stage sparsity-inducing-distribution fit.
+
+SIDCo, 001_ac87256369ec7547.txt: Sec. 2.3-2.4 (single- and multi-stage threshold estimators, Lemma 2 and Cor. 2.1),
+Sec. 3 and Algorithm 1 (stage adaptation), Sec. 4 (delta_1 = 0.25, eps = 20 %, Q = 5). The fits and thresholds
+are :func:`theory.pot.multistage_threshold` (no estimator lives here); this module adds the compressor around it:
+select ``|g| >= eta_M`` (Algorithm 1, line 8; :mod:`compressors.threshold`) and the per-worker stage adaptation.
+
+Variants (``dist``; named by what they fit, the paper's names being inconsistent between Sec. 4.1 and App. E/F):
+``exp`` multi-stage exponential; ``gamma`` gamma first stage then generalized Pareto; ``gp`` generalized Pareto at
+every stage. ``anchor``: the stages fit the exceedances shifted by the previous threshold (the paper) or by the
+smallest survivor (the SIDCo authors' code).
+
+Stage adaptation (``stages="adaptive"``): the worker's :class:`SIDCoState` averages the estimation quality
+q = k_hat / (delta d) over Q calls; when the average leaves [1 - eps, 1 + eps] (eq. (12)) the number of stages M
+moves by one, and then by the rule ``adapt``:
+
+- ``"error"`` (default): in the direction that reduces |q - 1| -- the search keeps its direction while the error
+  shrinks and reverses it when the last move made the error larger. It starts at M = 1 going up.
+- ``"paper"``: Algorithm 1 as printed: M - 1 when q > 1 + eps, M + 1 when q < 1 - eps. This is not the direction
+  that reduces the error in the paper's own account: a single exponential stage on heavier-than-exponential
+  gradients over-estimates k (Sec. 4.1 "SIDCo starts as single-stage ... over-estimation of k"), and the printed
+  rule then lowers M from 1, i.e. stays at one stage. Kept as an option for comparison.
+
+Without a state (``ctx.state is None``) an adaptive SIDCo runs with ``initial_stages`` and learns nothing.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from compressors.base import Properties, check_ratio
+from compressors.context import Context
+from compressors.payload import Payload
+from compressors.registry import register
+from compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier, count_at_least
+from theory.pot import multistage_threshold
+
+FIRST_STAGE = {"exp": "exponential", "gamma": "gamma", "gp": "genpareto"}
+
+
+@dataclass
+class SIDCoState:
+    """One worker's (and one tensor's) SIDCo state: the current number of stages M and the period statistics.
+
+    stages : M used by the next call.
+    calls : calls so far.
+    quality_sum : sum of q = k_hat / (delta d) over the current period (reset every Q calls).
+    last_error : |mean q - 1| of the previous period after which M moved (None before the first move).
+    direction : +1 or -1, where the ``error`` rule moves M next.
+    history : (M, q) of every call, for analysis (small: two numbers per call).
+    """
+
+    stages: int = 1
+    calls: int = 0
+    quality_sum: float = 0.0
+    last_error: float | None = None
+    direction: int = 1
+    history: list[tuple[int, float]] = field(default_factory=list)
+
+
+@register("sidco")
+@dataclass
+class SIDCo(ThresholdSparsifier):
+    """ratio: target density delta in (0, 1). dist: first-stage distribution, ``exp`` | ``gamma`` | ``gp``.
+    stages: a fixed number of stages M >= 1, or ``adaptive``. first_ratio: delta_1 of the first stage (0.25).
+    eps: tolerance on k_hat/k (0.2). period: Q, calls between adaptations (5). initial_stages, max_stages: the
+    adaptive M starts at and stays within [1, max_stages]. adapt: ``error`` | ``paper`` (see module docstring).
+    anchor: ``threshold`` | ``min_survivor``. method: ``closed_form`` (paper) | ``mle`` estimators.
+    packed: bit-packed indices, else int32."""
+
+    ratio: float = 0.01
+    dist: Literal["exp", "gamma", "gp"] = "exp"
+    stages: int | Literal["adaptive"] = "adaptive"
+    first_ratio: float = 0.25
+    eps: float = 0.2
+    period: int = 5
+    initial_stages: int = 1
+    max_stages: int = 8
+    adapt: Literal["error", "paper"] = "error"
+    anchor: Literal["threshold", "min_survivor"] = "threshold"
+    method: Literal["closed_form", "mle"] = "closed_form"
+    packed: bool = True
+
+    properties = Properties(kind="sparsifier", unbiased=False, randomized=False, contraction=THRESHOLD_CONTRACTION,
+                            bound="topk_contraction",
+                            source="001_ac87256369ec7547.txt Sec. 2.3-2.4, 3, Algorithm 1")
+
+    def __post_init__(self) -> None:
+        check_ratio(self.ratio, who="sidco ratio")
+        check_ratio(self.first_ratio, who="sidco first_ratio")
+        for key, allowed in (("dist", tuple(FIRST_STAGE)), ("adapt", ("error", "paper")),
+                             ("anchor", ("threshold", "min_survivor")), ("method", ("closed_form", "mle"))):
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"sidco {key} must be one of {', '.join(allowed)}, got {getattr(self, key)!r}")
+        if self.stages != "adaptive" and (isinstance(self.stages, bool) or not isinstance(self.stages, int)
+                                          or self.stages < 1):
+            raise ValueError(f"sidco stages must be an integer >= 1 or 'adaptive', got {self.stages!r}")
+        if not (0.0 <= float(self.eps) < 1.0):
+            raise ValueError(f"sidco eps must lie in [0, 1), got {self.eps}")
+        if int(self.period) < 1:
+            raise ValueError(f"sidco period (Q) must be >= 1, got {self.period}")
+        if not (1 <= int(self.initial_stages) <= int(self.max_stages)):
+            raise ValueError(f"sidco needs 1 <= initial_stages <= max_stages, got {self.initial_stages} and "
+                             f"{self.max_stages}")
+
+    def new_state(self, like: torch.Tensor | None = None) -> SIDCoState | None:
+        """A fresh per-worker (per-tensor) state for adaptive stages; None for a fixed M."""
+        return SIDCoState(stages=int(self.initial_stages)) if self.stages == "adaptive" else None
+
+    def stage_count(self, state: SIDCoState | None) -> int:
+        """M for the next call: the fixed M, else the state's (``initial_stages`` without a state), and 1 when
+        the target ratio is not below delta_1 (a second stage would need delta_2 > 1)."""
+        m = self.stages if self.stages != "adaptive" else (state.stages if state is not None else self.initial_stages)
+        return 1 if self.stages == "adaptive" and self.ratio >= self.first_ratio else int(m)
+
+    def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
+        d = g.numel()
+        check_ratio(self.ratio, d, who="sidco ratio")
+        if not bool(abs_g.any()):  # an all-zero gradient: nothing to send (no distribution can be fitted)
+            return torch.full((), math.inf, dtype=abs_g.dtype, device=abs_g.device)
+        state = ctx.state if isinstance(ctx.state, SIDCoState) else None
+        m = self.stage_count(state)
+        try:
+            pot = multistage_threshold(abs_g, self.ratio, m, first=FIRST_STAGE[self.dist],
+                                       first_ratio=self.first_ratio, anchor=self.anchor, method=self.method)
+        except ValueError as exc:
+            raise ValueError(f"sidco ({self.dist}, {m} stages): {exc}") from None
+        eta = pot.threshold
+        payload.info.update(stages=m, stopped_reason=pot.stopped_reason)
+        if state is not None:
+            self._adapt(state, count_at_least(abs_g, eta) / (self.ratio * d), m)
+        return eta
+
+    def _adapt(self, state: SIDCoState, quality: float, used: int) -> None:
+        """Record q = k_hat/(delta d) for this call and, every Q calls, move M (SIDCo Algorithm 1, Adapt_Stages)."""
+        state.calls += 1
+        state.quality_sum += quality
+        state.history.append((used, quality))
+        if state.calls % int(self.period):
+            return
+        mean_q = state.quality_sum / int(self.period)
+        state.quality_sum = 0.0
+        error = abs(mean_q - 1.0)
+        if error <= self.eps:  # eq. (12) holds: keep M
+            return
+        if self.adapt == "paper":
+            step = -1 if mean_q > 1.0 else 1
+        else:
+            if state.last_error is not None and error > state.last_error:
+                state.direction = -state.direction  # the last move made it worse: go back the other way
+            step = state.direction
+        state.last_error = error
+        new = min(max(state.stages + step, 1), int(self.max_stages))
+        if new == state.stages and self.adapt == "error":  # at a bound: turn around for the next period
+            state.direction = -state.direction
+        state.stages = new
