@@ -64,7 +64,7 @@ def nested_decode(s: torch.Tensor, u: torch.Tensor, y: torch.Tensor, delta1: flo
 @dataclass
 class NDQSG(Compressor):
     """p1: workers 0..p1-1 form the group P1 and send DQSG with step 1/M; the others (P2) send nested indices.
-    delta1, delta2: fine and coarse steps of P2 (delta2/delta1 an integer k > 1, up to 1e-6 relative, so that
+    delta1, delta2: fine and coarse steps of P2 (delta2/delta1 an integer k > 1, up to 1e-5 relative, so that
     spec strings may write 1/3 as 0.333333). alpha: shrinkage factor in (0, 1]."""
 
     p1: int = 1
@@ -82,7 +82,7 @@ class NDQSG(Compressor):
         if not (self.delta1 > 0 and self.delta2 > 0) or math.isinf(self.delta1) or math.isinf(self.delta2):
             raise ValueError(f"ndqsg delta1 and delta2 must be finite and > 0, got {self.delta1}, {self.delta2}")
         ratio = self.delta2 / self.delta1
-        if round(ratio) < 2 or abs(ratio - round(ratio)) > 1e-6 * ratio:
+        if round(ratio) < 2 or abs(ratio - round(ratio)) > 1e-5 * ratio:
             raise ValueError(f"ndqsg delta2/delta1 must be an integer k > 1 (nested quantizers), got "
                              f"{self.delta2}/{self.delta1} = {ratio:.6g}")
         if not (0.0 < self.alpha <= 1.0):
