@@ -32,6 +32,7 @@ __all__ = [
     "terngrad_bits",
     "one_bit_bits",
     "qcs_bits",
+    "variable_length_bits_bound",
 ]
 
 PACKINGS = ("fixed", "ideal")
@@ -91,7 +92,9 @@ def qsgd_bits(n: int, s: int, scale_bits: int = 32, packing: str = "fixed") -> f
     """Bits of one QSGD message without entropy coding: ``n`` codes in ``{-s..s}`` plus the 32-bit norm.
 
     Source: Alistarh et al. 2017, Sec. 3 (sign and level of each coordinate, one float norm), as used for the
-    QSGD column of 002_87c17e3716ede1d0.txt, Table 1.
+    QSGD column of 002_87c17e3716ede1d0.txt, Table 1. ECQ-SGD (003_da514025a9ec0a1c.txt) sends the same:
+    ``r = ceil(log2(2s + 1))`` bits per element plus one 32-bit scale (``packing="fixed"``); the summary's
+    "32 + d bits" total drops the factor r.
     """
     n = _checks.integer("n", n, minimum=1)
     s = _checks.integer("s", s, minimum=1)
@@ -188,3 +191,22 @@ def qcs_bits(
     k = _checks.integer("k", k, minimum=1, maximum=n)
     per_code = 1.0 if Q is None else code_bits(2 * _checks.integer("Q", Q, minimum=1) + 1, packing)
     return k * per_code + _count("scale_bits", scale_bits) + _count("seed_bits", seed_bits)
+
+
+def variable_length_bits_bound(level_counts: np.ndarray) -> float:
+    """Length bound of a variable-length (Huffman-type) code of the quantization levels: ``sum_k d_k log2(d/d_k)``.
+
+    Source: 003_da514025a9ec0a1c.txt (ECQ-SGD, encoding paragraph): with ``d_k`` coordinates at level ``k`` of the
+    ``2s + 1`` levels, the whole code needs at most this many bits (the scale factor comes on top). It equals
+    ``d`` times the empirical entropy of the levels.
+
+    Parameters
+    ----------
+    level_counts : counts ``d_k`` >= 0 per level (zeros allowed), at least one positive.
+    """
+    counts = _checks.vector("level_counts", level_counts)
+    if np.any(counts < 0) or not np.any(counts > 0):
+        raise ValueError("level_counts must be >= 0 with at least one positive count")
+    d = counts.sum()
+    used = counts[counts > 0]
+    return float(np.sum(used * np.log2(d / used)))

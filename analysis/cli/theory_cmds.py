@@ -60,7 +60,9 @@ def _bound_row(name: str, bound: qcs.ResidualBound, source: str) -> Row:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-bits_option = click.option("--bits", "value_bits", default=32, show_default=True, help="Bits per uncompressed value (b).")
+bits_option = click.option(
+    "--bits", "value_bits", default=32, show_default=True, help="Bits per uncompressed value (b)."
+)
 
 
 def _qcs_rows(n: int, k: int, Q: int, value_bits: int) -> list[Row]:
@@ -152,7 +154,7 @@ def register(group: click.Group) -> None:
             Row("dithered variance per element (x scale^2)", qsgd.dithered_average_variance(M), f"{NDQ} Thm 1"),
             Row("stochastic (QSGD) mean variance, x ~ U[-1,1]", qsgd.uniform_average_variance(M), f"{NDQ} Sec. 2.1.1"),
             Row("stochastic (QSGD) max variance 1/(4M^2)", 1.0 / (4.0 * M**2), f"{NDQ} Sec. 2.1.1"),
-            Row("QSGD Lemma 3.1 factor min(n/s^2, sqrt(n)/s)", qsgd.variance_bound(n, M), "Alistarh et al. 2017, Lemma 3.1"),
+            Row("QSGD Lemma 3.1 factor min(n/s^2, sqrt(n)/s)", qsgd.variance_bound(n, M), "Alistarh et al., Lemma 3.1"),
             Row("bits per value (fixed)", bits.code_bits(2 * M + 1, "fixed"), f"{NDQ} (2)"),
             Row("bits per value (ideal)", bits.code_bits(2 * M + 1, "ideal"), f"{NDQ} Table 1"),
             Row("message bits (fixed)", bits.dqsg_bits(n, M, partitions, scale_bits, "fixed"), f"{NDQ} Alg. 1, (4)"),
@@ -176,7 +178,8 @@ def register(group: click.Group) -> None:
                 dqsg.nested_failure_probability(delta1, delta2, alpha, sigma_z),
                 f"{NDQ} Thm 6, App. E (closed form)",
             ),
-            Row("safe radius (Delta2-Delta1)/(2 alpha)", dqsg.nested_safe_radius(delta1, delta2, alpha), f"{NDQ} Thm 6"),
+            Row("safe radius (Delta2-Delta1)/(2 alpha)",
+                dqsg.nested_safe_radius(delta1, delta2, alpha), f"{NDQ} Thm 6"),
             Row("error variance per element", dqsg.nested_error_variance(delta1, alpha, sigma_z), f"{NDQ} (9)"),
             Row("dithered variance Delta1^2/12", delta1**2 / 12.0, f"{NDQ} (9) remark"),
             Row(
@@ -185,7 +188,7 @@ def register(group: click.Group) -> None:
                 f"{NDQ} (9) remark",
                 "" if alpha2 is not None else "needs Delta1^2 < 12 sigma_z^2",
             ),
-            Row("bits per value log2(Delta2/Delta1)", math.log2(dqsg.nesting_ratio(delta1, delta2)), f"{NDQ} (9) remark"),
+            Row("bits per value log2(Delta2/Delta1)", math.log2(dqsg.nesting_ratio(delta1, delta2)), f"{NDQ} (9)"),
             Row("DQSG bits per value log2(2/Delta1)", math.log2(2.0 / delta1), f"{NDQ} (9) remark"),
         ]
         _emit(rows, as_json)
@@ -203,7 +206,10 @@ def register(group: click.Group) -> None:
         dist: str, shape: float | None, scale: float, ratio: float, d: int | None, as_json: bool
     ) -> None:
         """Threshold for a target ratio under a sparsity-inducing law of |g| (exact quantile and approximation)."""
+        import torch
+
         from theory.distributions import Exponential, Gamma, GenPareto
+        from theory.thresholds import tail_quantile
 
         if not 0.0 < ratio < 1.0:
             raise ValueError(f"--ratio must lie in (0, 1), got {ratio:g}")
@@ -219,7 +225,11 @@ def register(group: click.Group) -> None:
         eq = {"exponential": "Cor. 1.1 (6)", "gamma": "Cor. 1.2 (14)", "genpareto": "Cor. 1.3 (28)"}[dist]
         rows = [Row("threshold eta (exact quantile 1 - delta)", eta, f"{SID} Lemma 1 (4)-(5), {eq}")]
         if dist == "gamma":
-            approx = -scale * (math.log(ratio) + math.lgamma(shape))
+            params = {
+                "shape": torch.tensor(shape, dtype=torch.float64),
+                "scale": torch.tensor(scale, dtype=torch.float64),
+            }
+            approx = float(tail_quantile("gamma", params, ratio, quantile="approx"))
             note = "" if shape <= 1.0 else "approximation derived for shape <= 1"
             rows.append(Row("threshold eta (gamma approximation)", approx, f"{SID} Cor. 1.2 (15), App. B.3 (24)", note))
             rows.append(Row("approximation / exact - 1", approx / eta - 1.0, f"{SID} Cor. 1.2 (15)", note))

@@ -39,7 +39,8 @@ def test_fixed_packing_rounds_code_width_up():
 
 
 def test_elias_gamma_lengths():
-    np.testing.assert_array_equal(bits.elias_gamma_length(np.array([1, 2, 3, 4, 10, 1023, 1024])), [1, 3, 3, 5, 7, 19, 21])
+    lengths = bits.elias_gamma_length(np.array([1, 2, 3, 4, 10, 1023, 1024]))
+    np.testing.assert_array_equal(lengths, [1, 3, 3, 5, 7, 19, 21])
 
 
 def test_qsgd_elias_bits_hand_example():
@@ -63,6 +64,14 @@ def test_mean_elias_length_is_below_the_theorem32_bound(n, s):
     assert bits.qsgd_elias_bits_bound(n, s) < bits.qsgd_bits(n, s)  # sparse regime: Elias wins
 
 
+def test_variable_length_bound_is_d_times_the_level_entropy():
+    counts = np.array([50, 0, 30, 20])
+    entropy = -sum(p * math.log2(p) for p in (0.5, 0.3, 0.2))
+    assert bits.variable_length_bits_bound(counts) == pytest.approx(100 * entropy)
+    assert bits.variable_length_bits_bound(np.array([7, 0])) == 0.0
+    assert bits.variable_length_bits_bound(np.full(5, 10)) == pytest.approx(50 * math.log2(5))
+
+
 @pytest.mark.parametrize(
     "call, exc, word",
     [
@@ -73,6 +82,7 @@ def test_mean_elias_length_is_below_the_theorem32_bound(n, s):
         (lambda: bits.qsgd_elias_bits(np.array([0.5])), TypeError, "integers"),
         (lambda: bits.elias_gamma_length(np.array([0])), ValueError, ">= 1"),
         (lambda: bits.one_bit_bits(10, columns=11), ValueError, "columns"),
+        (lambda: bits.variable_length_bits_bound(np.array([0, 0])), ValueError, "level_counts"),
     ],
 )
 def test_bad_arguments_are_named(call, exc, word):
