@@ -122,9 +122,11 @@ class DumpWriter:
         if set(extras) != set(self.manifest["extras"]):
             raise ValueError(f"step {step}: extras {sorted(extras)} differ from the dump's {self.manifest['extras']}")
         tensors: dict[str, torch.Tensor] = {}
+        self._storages: set[int] = set()
         self._collect(tensors, grads, grad_key, f"step {step} gradients")
         for name in self.manifest["extras"]:
             self._collect(tensors, extras[name], lambda w, p, n=name: extra_key(n, w, p), f"step {step} extra {name!r}")
+        self._storages.clear()
         meta = {checksum_key(k): sha256_tensor(t) for k, t in tensors.items()}
         data = safetensors_bytes(tensors, metadata=meta)
         file = step_file(step)
@@ -153,6 +155,9 @@ class DumpWriter:
                 if tuple(t.shape) != shape:
                     raise ValueError(f"{what}, worker {w}, {name!r}: shape {tuple(t.shape)}, the dump declares {shape}")
                 t = t.detach().to(device="cpu", dtype=self._dtype).contiguous()
+                if t.untyped_storage().data_ptr() in self._storages:  # safetensors refuses shared memory
+                    t = t.clone()
+                self._storages.add(t.untyped_storage().data_ptr())
                 if not bool(torch.isfinite(t).all()):
                     raise ValueError(f"{what}, worker {w}, {name!r}: holds NaN/Inf values (after conversion to "
                                      f"{self.manifest['dtype']})")
