@@ -115,7 +115,8 @@ def multistage_threshold(abs_g: object, ratio: float, stages: int, first: str = 
     ----------
     abs_g : Tensor (any device) or numpy array
         Magnitudes |g| >= 0 (zeros allowed: stage 1 fits the non-zeros at the conditional ratio, see
-        :mod:`theory.thresholds`).
+        :mod:`theory.thresholds`; when the non-zeros are fewer than delta_1 d, stage 1 keeps them all, threshold
+        0, and the later stages split the remaining ratio delta d / n equally).
     ratio : float in (0, 1)
         Target density delta over all elements.
     stages : int >= 1
@@ -161,12 +162,21 @@ def multistage_threshold(abs_g: object, ratio: float, stages: int, first: str = 
     tail = conditional_ratio(deltas[0], mags.d, mags.n_nonzero)
     note = None
     if tail >= 1.0:
+        # stage 1 keeps every non-zero, i.e. the ratio n/d instead of delta_1: the later stages share what is left
         eta = torch.zeros((), dtype=torch.float64, device=x.device)
-        note = f"stage 1 ratio {deltas[0]} needs more elements than the {mags.n_nonzero} non-zeros: threshold 0"
+        achieved = mags.n_nonzero / mags.d
+        note = (f"stage 1 ratio {deltas[0]} needs more elements than the {mags.n_nonzero} non-zeros: threshold 0 "
+                f"(ratio {achieved:.4g})")
+        if len(deltas) > 1 and ratio < achieved:
+            rest = (ratio / achieved) ** (1.0 / (len(deltas) - 1))
+            deltas = [achieved] + [rest] * (len(deltas) - 1)
+            note += f"; later stages re-split to {rest:.4g} each"
+        else:
+            deltas = [achieved]  # the target itself needs every non-zero element
     else:
         eta = tail_quantile(first, est.params, tail, quantile)
     count = torch.tensor(float(mags.n_nonzero), dtype=torch.float64, device=x.device)
-    ok = est.valid() & torch.isfinite(eta)
+    ok = est.valid() & torch.isfinite(eta) if tail < 1.0 else torch.ones((), dtype=torch.bool, device=x.device)
     eta = torch.where(ok, eta, torch.zeros_like(eta))
     done = [_Stage(deltas[0], eta, est, count, ok, mags.n_zeros, method, first, note)]
 
@@ -179,7 +189,8 @@ def multistage_threshold(abs_g: object, ratio: float, stages: int, first: str = 
         data = Exceedances(x, above=prev, shift=shift)
         count = data.count()
         if later_method == "mle" and int(count) < 2:  # the MLE compacts: stop before it sees < 2 values
-            done.append(_Stage(delta, prev, Estimate(params={}), count, torch.zeros((), dtype=torch.bool), 0,
+            done.append(_Stage(delta, prev, Estimate(params={}), count,
+                               torch.zeros((), dtype=torch.bool, device=x.device), 0,
                                later_method, later))
             break
         est = run_later(data)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+_RELATIVE_NOISE = 32.0
+
 
 @dataclass
 class Exceedances:
@@ -67,13 +69,20 @@ class Exceedances:
         return self._cache["mean"]
 
     def var(self) -> torch.Tensor:
-        """Sample variance of y with the n - 1 divisor (0-d float64; NaN-free: 0 when n < 2)."""
+        """Sample variance of y with the n - 1 divisor (0-d float64; NaN-free: 0 when n < 2).
+
+        Exactly 0 when the spread is within the rounding of the reductions (coefficient of variation below about
+        2e-3 in float32, 3e-8 in float64), so constant exceedances are recognised as degenerate."""
         if "var" not in self._cache:
             y = self._shifted()
             n = self.count()
             sum_sq = torch.dot(y, y).double()
             m = self.mean()
-            self._cache["var"] = ((sum_sq - n * m * m) / (n - 1).clamp_min(1)).clamp_min(0)
+            spread = sum_sq - n * m * m
+            # below the rounding of the reductions (a few ulps of sum_sq in y's dtype) the data are constant
+            spread = torch.where(spread > _RELATIVE_NOISE * torch.finfo(y.dtype).eps * sum_sq, spread,
+                                 torch.zeros_like(spread))
+            self._cache["var"] = spread / (n - 1).clamp_min(1)
         return self._cache["var"]
 
     def mean_log(self) -> torch.Tensor:
