@@ -115,6 +115,7 @@ def _paley(m: int) -> torch.Tensor | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
 def factor(n: int) -> tuple[int, int]:
     """Split a supported order as n = m * 2^a with m = 1 (pure Sylvester) or the smallest Paley base order m.
 
@@ -130,7 +131,7 @@ def factor(n: int) -> tuple[int, int]:
     # the smallest base first: m = n / 2^a for the largest 2^a that leaves a Paley order
     while p2 >= 1:
         m = n // p2
-        if m > 2 and _paley(m) is not None:
+        if m > 2 and _base(m) is not None:
             return m, p2
         p2 //= 2
     raise ValueError(f"no Hadamard matrix of order {n} is constructed here: supported orders are powers of two and "
@@ -138,11 +139,10 @@ def factor(n: int) -> tuple[int, int]:
                      f"which covers the QCS paper's 96, 100, 192, 200, 288, 320, 384")
 
 
-@functools.lru_cache(maxsize=64)
-def _base(m: int) -> torch.Tensor:
-    h = _paley(m)
-    assert h is not None
-    return h
+@functools.lru_cache(maxsize=256)
+def _base(m: int) -> torch.Tensor | None:
+    """The Paley matrix of order m, built once (None when there is none)."""
+    return _paley(m)
 
 
 def is_supported(n: int) -> bool:
@@ -182,5 +182,6 @@ def hadamard_transform(x: torch.Tensor, transpose: bool = False) -> torch.Tensor
     base = _base(m).to(dtype=x.dtype, device=x.device)
     if transpose:
         base = base.T
-    y = torch.matmul(base, y)                                      # (m, m) @ (..., m, p2)
-    return y.reshape(*batch, n)
+    z = y.movedim(-2, 0)                                            # (m, ..., p2): one 2-D matmul on all rows
+    z = (base @ z.reshape(m, -1)).reshape(z.shape)
+    return z.movedim(0, -2).reshape(*batch, n)
