@@ -38,6 +38,13 @@ class Properties:
         (e.g. ``"1 - delta"`` for Top-k); None when no such claim is made.
     bound : name of the theory bound on ``E||C(g) - g||^2 / ||g||^2`` that applies (a key understood by the
         analysis layer, e.g. ``"qcs_gamma"``, ``"dqsg_exact"``, ``"qsgd"``, ``"topk_contraction"``), or None.
+        Quantizer keys (n: bucket/partition/block length, L: positive levels, kappa_b: a bucket's l_inf norm):
+        ``qsgd``: <= min(n/s^2, sqrt(n)/s) (Alistarh et al. Lemma 3.1; QSGD, ECQ with l2 scale);
+        ``half_dither_linf``: E||e||^2 <= sum_b kappa_b^2 n_b / (4 L^2) (TernGrad, ECQ l_inf, half-dithered
+        DQSG; exact value ``expected_error``); ``dqsg_exact``: E||e||^2 = sum_b kappa_b^2 n_b Delta^2 / 12
+        (002_87c17e3716ede1d0.txt Lemma 3); ``qcs_gamma``: <= gamma of 000_4b111efa75352b2d.txt eq. (10)
+        (range 1/2 for 1-bit QCS); ``qcs_mmse``: <= 1 - alpha (Lemma 3); ``ndqsg_no_failure``: per element
+        alpha^2 Delta1^2/12 + (1 - alpha^2)^2 sigma_z^2 in units of kappa^2 when no decoding fails (eq. (9)).
     needs_side : decode needs side information (NDQSG).
     source : paper file and equation/section this implements.
     """
