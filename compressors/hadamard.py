@@ -145,6 +145,13 @@ def _base(m: int) -> torch.Tensor | None:
     return _paley(m)
 
 
+@functools.lru_cache(maxsize=256)
+def _base_on(m: int, dtype: torch.dtype, device: torch.device, transpose: bool) -> torch.Tensor:
+    """The Paley base as a dense matrix of ``dtype`` on ``device`` (copied there once, not on every call)."""
+    base = _base(m).to(dtype=dtype, device=device)
+    return base.T.contiguous() if transpose else base
+
+
 def is_supported(n: int) -> bool:
     """True when :func:`hadamard_matrix` and :func:`hadamard_transform` accept order n."""
     try:
@@ -179,9 +186,7 @@ def hadamard_transform(x: torch.Tensor, transpose: bool = False) -> torch.Tensor
         return fwht(x)
     batch = x.shape[:-1]
     y = fwht(x.reshape(*batch, m, p2))
-    base = _base(m).to(dtype=x.dtype, device=x.device)
-    if transpose:
-        base = base.T
+    base = _base_on(m, x.dtype, x.device, transpose)
     z = y.movedim(-2, 0)                                            # (m, ..., p2): one 2-D matmul on all rows
     z = (base @ z.reshape(m, -1)).reshape(z.shape)
     return z.movedim(0, -2).reshape(*batch, n)
