@@ -27,6 +27,8 @@ REPLAYS = (("topk:ratio=0.01", "ef"), ("qcs:block=256,k=64,Q=4", "none"), ("qcs:
            ("qsgd:s=4,bucket=512", "none"), ("dqsg:M=4", "none"))
 VARIANCE_SPECS = ("qcs:block=256,k=64,Q=4", "qcs:block=256,k=64,Q=4,alpha=mmse", "dqsg:M=4", "dqsg:M=4,half=true",
                   "qsgd:s=4,bucket=512", "topk:ratio=0.01", "randk:ratio=0.01", "wangni:ratio=0.01")
+QUICK_ESTIMATORS = ("topk", "sidco-exp-M1", "sidco-exp-M2", "sidco-exp-M3", "sidco-exp-adaptive", "sidco-gamma-M1",
+                    "sidco-gamma-M1-approx", "sidco-gp-M1", "dgc", "redsync", "gaussianksgd")
 BETAS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
 
 
@@ -106,9 +108,12 @@ def _dump_sections(dump, sel, out: Path, quick: bool, device, seed: int, progres
                  + to_markdown(mean) + "\n" + _img("fit_pdf_cdf", "PDF and survival function of |g|")
                  + _img("fit_qq", "QQ plot") + _img("fit_tail_check", "tail check") + _img("fit_drift", "drift"))
     echo("thresholds ...")
-    _, summ = studies.thresholds(dump, out, sel, [0.1, 0.01, 0.001], 0, None, device, seed, progress)
+    th_steps = sel[-2:] if quick else sel
+    _, summ = studies.thresholds(dump, out, th_steps, [0.1, 0.01, 0.001], 0, QUICK_ESTIMATORS if quick else None,
+                                 device, seed, progress)
     missing = summ.attrs.get("missing", [])
-    parts.append("## Threshold quality\n\nk_hat/k of each threshold estimator over the analysed steps: mean, central "
+    parts.append(f"## Threshold quality\n\nk_hat/k of each threshold estimator over steps {', '.join(map(str, th_steps))}: "
+                 "mean, central "
                  "90 % interval over steps, and the central 90 % band of Binomial(d, delta)/k that a perfect fit "
                  "would give (SIDCo App. C).\n\n" + to_markdown(summ) + "\n"
                  + (f"Not run (compressor not available): {', '.join(missing)}.\n\n" if missing else "")

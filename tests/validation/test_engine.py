@@ -1,0 +1,85 @@
+"""The validation engine: verdict rules, confidence intervals, the check registry."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.validation import registry
+from analysis.validation.engine import Check, Measurement, NotApplicable, verdict
+from analysis.validation.intervals import Estimate, mean_ci, proportion_ci, quantile_interval
+
+
+def est(low: float, high: float) -> Estimate:
+    return Estimate((low + high) / 2, low, high, 10)
+
+
+@pytest.mark.parametrize("low, high, expected", [(0.1, 0.9, "holds"), (0.5, 1.5, "tight"), (1.1, 2.0, "violated"),
+                                                 (0.5, 1.0, "tight")])
+def test_upper_bound_verdicts(low, high, expected):
+    assert verdict("upper", 1.0, est(low, high)) == expected
+
+
+@pytest.mark.parametrize("low, high, expected", [(1.1, 2.0, "holds"), (0.5, 1.5, "tight"), (0.1, 0.9, "violated")])
+def test_lower_bound_verdicts(low, high, expected):
+    assert verdict("lower", 1.0, est(low, high)) == expected
+
+
+def test_equality_holds_when_interval_meets_value_within_tolerance():
+    assert verdict("equal", 1.0, est(0.9, 1.1)) == "holds"
+    assert verdict("equal", 1.0, est(1.05, 1.1)) == "violated"
+    assert verdict("equal", 1.0, est(1.05, 1.1), tolerance=0.06) == "holds"
+
+
+def test_no_theory_value_is_not_applicable():
+    assert verdict("upper", None, est(0, 1)) == "n/a"
+    assert verdict("upper", float("inf"), est(0, 1)) == "n/a"
+
+
+def test_mean_ci_covers_the_true_mean_at_its_level():
+    """Coverage of the 99 % t-interval over 2000 normal samples of size 20: binomial sd of the coverage is 0.0022,
+    so 0.99 +- 0.01 is a > 4-sigma acceptance band."""
+    rng = np.random.default_rng(0)
+    hits = [(lambda e: e.low <= 3.0 <= e.high)(mean_ci(rng.normal(3.0, 2.0, 20))) for _ in range(2000)]
+    assert abs(np.mean(hits) - 0.99) < 0.01
+
+
+def test_proportion_ci_is_clopper_pearson():
+    e = proportion_ci(0, 100, 0.95)
+    assert e.low == 0.0 and e.high == pytest.approx(1 - 0.025 ** (1 / 100), rel=1e-9)  # exact at 0 successes
+    e = proportion_ci(50, 100, 0.95)
+    assert e.low < 0.5 < e.high
+
+
+def test_interval_inputs_are_checked():
+    with pytest.raises(ValueError, match="at least 2"):
+        mean_ci([1.0])
+    with pytest.raises(ValueError, match="NaN"):
+        mean_ci([1.0, float("nan")])
+    with pytest.raises(ValueError, match="level"):
+        mean_ci([1.0, 2.0], level=1.5)
+    with pytest.raises(ValueError, match="successes"):
+        proportion_ci(5, 3)
+    assert quantile_interval(np.arange(101), 0.9) == pytest.approx((5.0, 95.0))
+
+
+def test_a_check_that_cannot_run_reports_not_applicable():
+    def measure(s):
+        raise NotApplicable("missing piece")
+
+    r = Check("x", "src", "upper", "q", measure, {"quick": 2, "full": 2}).run()
+    assert r.verdict == "n/a" and "missing piece" in r.note and not r.failed
+
+
+def test_a_violated_must_hold_check_fails():
+    c = Check("x", "src", "upper", "q", lambda s: Measurement(1.0, mean_ci([2.0, 2.1, 2.2])),
+              {"quick": 3, "full": 3})
+    assert c.run().failed
+    assert not Check("x", "src", "upper", "q", c.measure, {"quick": 3, "full": 3}, must_hold=False).run().failed
+
+
+def test_registry_names_are_unique_and_selectable():
+    names = registry.names()
+    assert len(names) == len(set(names)) >= 15
+    assert {c.name for c in registry.select("qcs")} >= {"qcs-gamma", "qcs-mmse", "qcs-unbiased", "qcs-lemma1"}
+    with pytest.raises(ValueError, match="matches no check"):
+        registry.select("nonsense")
