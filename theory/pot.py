@@ -180,13 +180,14 @@ def multistage_threshold(abs_g: object, ratio: float, stages: int, first: str = 
     eta = torch.where(ok, eta, torch.zeros_like(eta))
     done = [_Stage(deltas[0], eta, est, count, ok, mags.n_zeros, method, first, note)]
 
+    workspace = torch.empty_like(x) if len(deltas) > 1 else None  # shifted exceedances, reused by every stage
     for delta in deltas[1:]:
         prev = done[-1].threshold
         if anchor == "threshold":
             shift = prev
         else:
-            shift = torch.where(x > prev, x, torch.full_like(x, math.inf)).amin().to(torch.float64)
-        data = Exceedances(x, above=prev, shift=shift)
+            shift = torch.where(x > prev.to(x.dtype), x, math.inf).amin().to(torch.float64)
+        data = Exceedances(x, above=prev, shift=shift, workspace=workspace)
         count = data.count()
         if later_method == "mle" and int(count) < 2:  # the MLE compacts: stop before it sees < 2 values
             done.append(_Stage(delta, prev, Estimate(params={}), count,
@@ -203,7 +204,7 @@ def multistage_threshold(abs_g: object, ratio: float, stages: int, first: str = 
 
 def _finish(x: torch.Tensor, done: list[_Stage]) -> PotResult:
     """Read counts, validity and diagnostics back in one synchronisation and assemble the result."""
-    final_survivors = (x > done[-1].threshold).sum()
+    final_survivors = torch.count_nonzero(x > done[-1].threshold.to(x.dtype))
     survivors = [s.count for s in done[1:]] + [final_survivors.double()]
     scalars: list[torch.Tensor] = []
     for s in done:

@@ -31,12 +31,16 @@ class Exceedances:
         (the previous threshold, or the smallest survivor). None means ``above``.
     n_hint : int or None
         Number of used elements when the caller already knows it (saves a pass).
+    workspace : Tensor or None
+        A buffer like x to hold the shifted values (saves an allocation per peak-over-threshold stage); its
+        content is only needed until this object's statistics have been computed.
     """
 
     x: torch.Tensor
     above: torch.Tensor | None = None
     shift: torch.Tensor | None = None
     n_hint: int | None = None
+    workspace: torch.Tensor | None = None
     _cache: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
     def _shifted(self) -> torch.Tensor:
@@ -46,7 +50,8 @@ class Exceedances:
                 y = self.x
             else:
                 # shift >= above, so every element with x <= above maps to 0 (x > a <=> x - a > 0 in IEEE floats)
-                y = (self.x - (self.above if self.shift is None else self.shift)).clamp_min(0)
+                anchor = self.above if self.shift is None else self.shift
+                y = torch.sub(self.x, anchor.to(self.x.dtype), out=self.workspace).clamp_min_(0)
             self._cache["y"] = y
         return self._cache["y"]
 
@@ -58,7 +63,7 @@ class Exceedances:
             elif self.above is None:
                 n = torch.count_nonzero(self.x).double()
             else:
-                n = (self.x > self.above).sum().double()
+                n = torch.count_nonzero(self.x > self.above.to(self.x.dtype)).double()  # (bool .sum() casts)
             self._cache["n"] = n
         return self._cache["n"]
 
@@ -89,7 +94,9 @@ class Exceedances:
         """Mean of log y over the used elements (0-d float64); requires y > 0 on them (no shift)."""
         if "mean_log" not in self._cache:
             y = self._shifted()
-            logs = torch.log(torch.where(y > 0, y, torch.ones_like(y)))  # log 1 = 0 on the excluded elements
+            logs = torch.log(y)
+            if not (self.above is None and self.n_hint == y.numel()):  # else: no zero, nothing to exclude
+                logs.nan_to_num_(neginf=0.0)  # log 0 = -inf -> 0 on the excluded elements
             self._cache["mean_log"] = logs.sum().double() / self.count()
         return self._cache["mean_log"]
 
@@ -98,5 +105,5 @@ class Exceedances:
         if self.above is None:
             v = self.x[self.x > 0]
         else:
-            v = self.x[self.x > self.above] - (self.above if self.shift is None else self.shift)
+            v = self.x[self.x > self.above.to(self.x.dtype)] - (self.above if self.shift is None else self.shift)
         return v.double().clamp_min(0)
