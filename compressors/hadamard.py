@@ -190,3 +190,50 @@ def hadamard_transform(x: torch.Tensor, transpose: bool = False) -> torch.Tensor
     z = y.movedim(-2, 0)                                            # (m, ..., p2): one 2-D matmul on all rows
     z = (base @ z.reshape(m, -1)).reshape(z.shape)
     return z.movedim(0, -2).reshape(*batch, n)
+
+
+@functools.lru_cache(maxsize=256)
+def _first_row_on(m: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """First row of the base of order m (all ones for Sylvester, m = 1) on ``device``."""
+    if m == 1:
+        return torch.ones(1, dtype=dtype, device=device)
+    return _base(m)[0].to(dtype=dtype, device=device)
+
+
+def _folds(n: int, k: int) -> bool:
+    """True when the first k rows of H_n = P_m kron S_p2 are ``P_m[0] kron [S_k, ..., S_k]`` (k | p2)."""
+    m, p2 = factor(n)
+    return is_power_of_two(k) and k <= p2 and p2 % k == 0
+
+
+def first_rows(x: torch.Tensor, k: int) -> torch.Tensor:
+    """The first k entries of ``H_n x`` along the last dimension: (..., n) -> (..., k).
+
+    When k is a power of two dividing the Sylvester factor 2^a of n, the first k rows of ``P_m kron S_{2^a}`` are
+    ``P_m[0] kron [S_k S_k ... S_k]``, so the n/k chunks of x are summed (with the signs of the base's first row)
+    and one k-point fast transform is applied: O(n + k log k) instead of O(n log n). Otherwise the full transform.
+    """
+    n = x.shape[-1]
+    if not 1 <= k <= n:
+        raise ValueError(f"first_rows: k must lie in [1, n={n}], got {k}")
+    if not _folds(n, k):
+        return hadamard_transform(x)[..., :k]
+    m, p2 = factor(n)
+    sign = _first_row_on(m, x.dtype, x.device)
+    folded = (x.reshape(*x.shape[:-1], m, p2 // k, k) * sign[:, None, None]).sum(dim=(-3, -2))
+    return fwht(folded)
+
+
+def first_rows_transpose(v: torch.Tensor, n: int) -> torch.Tensor:
+    """``H_n[:k]^T v`` along the last dimension: (..., k) -> (..., n), the adjoint of :func:`first_rows`."""
+    k = v.shape[-1]
+    if not 1 <= k <= n:
+        raise ValueError(f"first_rows_transpose: k={k} must lie in [1, n={n}]")
+    if not _folds(n, k):
+        padded = v.new_zeros(*v.shape[:-1], n)
+        padded[..., :k] = v
+        return hadamard_transform(padded, transpose=True)
+    m, p2 = factor(n)
+    sign = _first_row_on(m, v.dtype, v.device)
+    w = fwht(v)[..., None, None, :] * sign[:, None, None]                    # (..., m, 1, k)
+    return w.expand(*v.shape[:-1], m, p2 // k, k).reshape(*v.shape[:-1], n)

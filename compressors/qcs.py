@@ -16,7 +16,8 @@ alpha = 1 / (gamma + 1) (MMSE, eq. (12); Lemma 3: E||e||^2 <= (1 - alpha) ||g||^
 Blocks: the flat vector is cut into blocks of ``block`` elements, the last one zero-padded (padding is not sent).
 Sent per block: k codes at ``ceil(log2(2Q + 1))`` bits (1 bit for 1-bit QCS) and one 32-bit scale (``||v||_inf``,
 from which varsigma follows); once per tensor: the seed. The mixing uses :mod:`compressors.hadamard` (fast
-Walsh-Hadamard transform for powers of two, Paley x Sylvester for the paper's other sizes).
+Walsh-Hadamard transform for powers of two, Paley x Sylvester for the paper's other sizes; when k is a power of
+two dividing the Sylvester factor, only a k-point transform of the folded block is computed).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import torch
 from compressors.base import Compressor, Properties
 from compressors.context import Context, generator
 from compressors.dither import ScaledQuantizer, check_int, received_seed, send_seed, to_buckets
-from compressors.hadamard import factor, hadamard_transform
+from compressors.hadamard import factor, first_rows, first_rows_transpose
 from compressors.payload import Payload
 from compressors.registry import register
 
@@ -63,16 +64,12 @@ def rademacher(shape: tuple[int, ...], seed: int, device: torch.device) -> torch
 
 def mix(blocks: torch.Tensor, r: torch.Tensor, k: int) -> torch.Tensor:
     """``v = T g = H_k (r * g) / sqrt(k)`` for each row of ``blocks`` (rows, n); returns (rows, k). Eq. (1)-(2)."""
-    return hadamard_transform(blocks * r)[:, :k] / math.sqrt(k)
+    return first_rows(blocks * r, k) / math.sqrt(k)
 
 
 def unmix(v: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     """``T^T v = r * (H_k^T v) / sqrt(k)`` for each row of ``v`` (rows, k); returns (rows, n). Alg. 1 line 13."""
-    rows, k = v.shape
-    n = r.shape[1]
-    padded = v.new_zeros(rows, n)
-    padded[:, :k] = v
-    return r * hadamard_transform(padded, transpose=True) / math.sqrt(k)
+    return r * first_rows_transpose(v, r.shape[-1]) / math.sqrt(v.shape[-1])
 
 
 @register("qcs")

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compressors.hadamard import factor, fwht, hadamard_matrix, hadamard_transform, is_supported
+from compressors.hadamard import (factor, first_rows, first_rows_transpose, fwht, hadamard_matrix, hadamard_transform,
+                                  is_supported)
 
 PAPER_SIZES = [96, 100, 192, 200, 288, 320, 384]      # 000_4b111efa75352b2d.txt Sec. 6
 POWERS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
@@ -59,3 +60,17 @@ def test_orthogonality_check_detects_a_wrong_matrix():
     h = hadamard_matrix(100, dtype=torch.int64)
     h[3, 7] *= -1
     assert not torch.equal(h @ h.T, 100 * torch.eye(100, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("n", [8, 64, 96, 100, 192, 200, 288, 320, 384])
+@pytest.mark.parametrize("k", [1, 3, 4, 8, 16, 40])
+def test_first_rows_and_their_adjoint_equal_the_dense_rows(n, k):
+    """The folded k-point path (k a power of two dividing the Sylvester factor) and the general path both give
+    ``(H_n x)[:k]`` and ``H_n[:k]^T v``."""
+    if k > n:
+        pytest.skip("k > n")
+    h = hadamard_matrix(n, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(n * 100 + k)
+    x, v = torch.randn(4, n, generator=gen, dtype=torch.float64), torch.randn(4, k, generator=gen, dtype=torch.float64)
+    assert torch.allclose(first_rows(x, k), x @ h[:k].T, atol=1e-9)
+    assert torch.allclose(first_rows_transpose(v, n), v @ h[:k], atol=1e-9)
