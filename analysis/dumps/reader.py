@@ -1,16 +1,17 @@
 """Reading gradient dumps lazily: :func:`open_dump` validates the manifest and the files' presence and sizes;
-each read opens (memory-maps) one step file and copies only the requested tensors, checking their sha256."""
+a read opens one step file, validates its safetensors header once, then reads only the requested tensors' bytes
+(one seek and one ``readinto`` per tensor, straight into the returned tensor) and checks their sha256."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Iterable
 
 import torch
-from safetensors import SafetensorError, safe_open
 
 from analysis.dumps.format import (MANIFEST, SAFETENSORS_DTYPES, STEP_FILE, TMP_SUFFIX, DumpError, checksum_key,
-                                   expected_keys, extra_key, grad_key, numel, read_manifest, sha256_file,
-                                   sha256_tensor, storage_dtype)
+                                   extra_key, grad_key, numel, read_manifest, sha256_bytes,
+                                   sha256_file, storage_dtype)
 
 Params = str | Iterable[str] | None
 
@@ -32,7 +33,7 @@ class Dump:
         self.check = check
         self._entries = {e["step"]: e for e in self.manifest["steps"]}
         self._shapes = {p["name"]: tuple(p["shape"]) for p in self.manifest["params"]}
-        self._header_ok: set[int] = set()
+        self._headers: dict[int, dict[str, tuple[int, int, str]]] = {}
         self.uncommitted: list[str] = []
         self._check_files()
 
@@ -95,20 +96,20 @@ class Dump:
     def flat(self, step: int, worker: int = 0, device: torch.device | str | None = None,
              dtype: torch.dtype | None = None) -> torch.Tensor:
         """The whole gradient of ``worker`` at ``step`` as one 1-D tensor of length :attr:`numel`, model order."""
-        return _concat(self.read(step, worker, None, device, dtype))
+        return self._read_flat(step, [grad_key(self._worker(worker), n) for n in self._shapes], device, dtype)
 
     def read_extra(self, name: str, step: int, worker: int = 0, params: Params = None,
                    device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
         """Extra tensor ``name`` (e.g. ``residual``) of ``worker`` at ``step``, like :meth:`read`."""
-        if name not in self.manifest["extras"]:
-            raise DumpError(f"{self.path}: no extra {name!r}; this dump holds {self.extras or 'no extras'}")
         names = self._params(params)
-        return self._read(step, [extra_key(name, self._worker(worker), n) for n in names], names, device, dtype)
+        return self._read(step, [extra_key(self._extra(name), self._worker(worker), n) for n in names], names, device,
+                          dtype)
 
     def flat_extra(self, name: str, step: int, worker: int = 0, device: torch.device | str | None = None,
                    dtype: torch.dtype | None = None) -> torch.Tensor:
         """Extra tensor ``name`` of ``worker`` at ``step`` as one 1-D tensor in model order."""
-        return _concat(self.read_extra(name, step, worker, None, device, dtype))
+        keys = [extra_key(self._extra(name), self._worker(worker), n) for n in self._shapes]
+        return self._read_flat(step, keys, device, dtype)
 
     def verify(self) -> None:
         """Check every step file completely: size and sha256 against the manifest, header, every tensor's sha256."""
@@ -117,9 +118,11 @@ class Dump:
             file = self.path / entry["file"]
             if sha256_file(file) != entry["sha256"]:
                 raise DumpError(f"{file}: checksum mismatch (the file differs from what was recorded)")
-            keys = expected_keys(self.manifest["params"], self.workers, self.extras)
-            self._header_ok.discard(step)
-            self._read(step, keys, keys, None, None, verify=True)
+            self._headers.pop(step, None)
+            for w in range(self.workers):
+                self._read_flat(step, [grad_key(w, n) for n in self._shapes], None, None, verify=True)
+                for e in self.extras:
+                    self._read_flat(step, [extra_key(e, w, n) for n in self._shapes], None, None, verify=True)
 
     # -- internals --------------------------------------------------------------------------------------------
     def _entry(self, step: int) -> dict[str, Any]:
@@ -133,6 +136,11 @@ class Dump:
         if not isinstance(worker, int) or not 0 <= worker < self.workers:
             raise DumpError(f"{self.path}: worker {worker!r} out of range; this dump holds workers 0..{self.workers - 1}")
         return worker
+
+    def _extra(self, name: str) -> str:
+        if name not in self.manifest["extras"]:
+            raise DumpError(f"{self.path}: no extra {name!r}; this dump holds {self.extras or 'no extras'}")
+        return name
 
     def _params(self, params: Params) -> list[str]:
         if params is None:
@@ -167,48 +175,78 @@ class Dump:
 
     def _read(self, step: int, keys: list[str], names: list[str], device, dtype, verify: bool | None = None
               ) -> dict[str, torch.Tensor]:
+        out = {name: torch.empty(self._shapes[name], dtype=self.dtype) for name in names}
+        self._read_into(step, keys, list(out.values()), verify)
+        if device is None and dtype is None:
+            return out
+        return {n: t.to(device=device, dtype=dtype) for n, t in out.items()}
+
+    def _read_flat(self, step: int, keys: list[str], device, dtype, verify: bool | None = None) -> torch.Tensor:
+        flat = torch.empty(self.numel, dtype=self.dtype)
+        parts = list(torch.split(flat, [numel(s) for s in self._shapes.values()]))
+        self._read_into(step, keys, parts, verify)
+        return flat if device is None and dtype is None else flat.to(device=device, dtype=dtype)
+
+    def _read_into(self, step: int, keys: list[str], outs: list[torch.Tensor], verify: bool | None) -> None:
+        """Read tensor ``keys`` of ``step`` straight into the contiguous CPU tensors ``outs`` (one seek and one
+        ``readinto`` each: only those bytes are read), checking each tensor's sha256 when ``verify``."""
         file = self.file(step)
         verify = self.check if verify is None else verify
-        out: dict[str, torch.Tensor] = {}
         try:
-            with safe_open(file, framework="pt", device="cpu") as f:
-                if step not in self._header_ok:
-                    self._check_header(file, f)
-                    self._header_ok.add(step)
-                sums = f.metadata() if verify else None
-                for key, name in zip(keys, names):
-                    t = f.get_tensor(key)
-                    if sums is not None and sha256_tensor(t) != sums[checksum_key(key)]:
+            with open(file, "rb") as f:
+                header = self._header(step, file, f)
+                for key, out in zip(keys, outs):
+                    begin, end, checksum = header[key]
+                    buf = memoryview(out.view(torch.uint8).numpy())
+                    f.seek(begin)
+                    if f.readinto(buf) != end - begin:
+                        raise DumpError(f"{file}: truncated inside tensor {key!r}")
+                    if verify and sha256_bytes(buf) != checksum:
                         raise DumpError(f"{file}: checksum mismatch in tensor {key!r} (the data is corrupt)")
-                    out[name] = t if device is None and dtype is None else t.to(device=device, dtype=dtype)
-        except (SafetensorError, OSError) as exc:
-            raise DumpError(f"{file}: unreadable step file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-        return out
+        except OSError as exc:
+            raise DumpError(f"{file}: unreadable step file ({exc})") from None
 
-    def _check_header(self, file: Path, f: Any) -> None:
+    def _header(self, step: int, file: Path, f: Any) -> dict[str, tuple[int, int, str]]:
+        """The step file's safetensors header as ``{key: (first byte, end byte, sha256)}``, validated against the
+        manifest on first use (keys, dtypes, shapes, offsets, checksums present) and cached."""
+        if step in self._headers:
+            return self._headers[step]
+        raw = f.read(8)
+        size = int.from_bytes(raw, "little") if len(raw) == 8 else -1
+        file_size = self._entries[step]["bytes"]
+        if not 2 <= size <= file_size - 8:
+            raise DumpError(f"{file}: not a safetensors file (header length {size} in a {file_size}-byte file)")
+        try:
+            header = json.loads(f.read(size))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise DumpError(f"{file}: corrupt safetensors header ({exc})") from None
+        if not isinstance(header, dict):
+            raise DumpError(f"{file}: corrupt safetensors header (not a JSON object)")
+        meta = header.pop("__metadata__", None) or {}
         owner = {grad_key(w, n): n for w in range(self.workers) for n in self._shapes}
         owner.update({extra_key(e, w, n): n for e in self.extras for w in range(self.workers) for n in self._shapes})
-        keys = list(owner)
-        present = set(f.keys())
-        if present != set(keys):
-            missing, extra = sorted(set(keys) - present), sorted(present - set(keys))
+        if set(header) != set(owner):
+            missing, extra = sorted(set(owner) - set(header)), sorted(set(header) - set(owner))
             raise DumpError(f"{file}: tensors do not match {MANIFEST}: missing {missing[:5]}, unexpected {extra[:5]}")
-        meta = f.metadata() or {}
         want_dtype = SAFETENSORS_DTYPES[self.manifest["dtype"]]
-        for key in keys:
-            sl = f.get_slice(key)
-            shape = tuple(sl.get_shape())
-            want = self._shapes[owner[key]]
+        item = torch.empty((), dtype=self.dtype).element_size()
+        base = 8 + size
+        index: dict[str, tuple[int, int, str]] = {}
+        for key, name in owner.items():
+            entry = header[key]
+            shape, want = tuple(entry.get("shape", ())), self._shapes[name]
             if shape != want:
                 raise DumpError(f"{file}: tensor {key!r} has shape {shape}, {MANIFEST} declares {want}")
-            if sl.get_dtype() != want_dtype:
-                raise DumpError(f"{file}: tensor {key!r} has dtype {sl.get_dtype()}, {MANIFEST} declares {want_dtype}")
+            if entry.get("dtype") != want_dtype:
+                raise DumpError(f"{file}: tensor {key!r} has dtype {entry.get('dtype')}, {MANIFEST} declares {want_dtype}")
+            begin, end = entry.get("data_offsets", (0, -1))
+            if end - begin != numel(want) * item or base + end > file_size:
+                raise DumpError(f"{file}: tensor {key!r} has bad data offsets {[begin, end]}")
             if checksum_key(key) not in meta:
                 raise DumpError(f"{file}: no checksum for tensor {key!r} in the file header")
-
-
-def _concat(named: dict[str, torch.Tensor]) -> torch.Tensor:
-    return torch.cat([t.reshape(-1) for t in named.values()])
+            index[key] = (base + begin, base + end, meta[checksum_key(key)])
+        self._headers[step] = index
+        return index
 
 
 def open_dump(path: str | Path, check: bool = True) -> Dump:

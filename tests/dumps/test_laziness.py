@@ -1,13 +1,14 @@
 """Reads are lazy: reading one parameter, worker or step touches only that data.
 
 Shown two ways: (1) a corrupted tensor is never noticed by reads of other tensors (it is when read itself, so the
-reads do check what they touch); (2) the bytes a read pulls through the memory map, counted with a wrapped
-safetensors handle, are exactly the requested tensor's bytes.
+reads do check what they touch); (2) the bytes a read pulls from the file, counted by wrapping the
+reader's file object, are exactly the requested tensors' bytes (plus the header, once per step).
 """
 from __future__ import annotations
 
+import io
+
 import pytest
-import torch
 
 import analysis.dumps.reader as reader
 from analysis.dumps import DumpError, open_dump
@@ -37,33 +38,31 @@ def test_other_step_files_are_not_read(dump_path):
         d.flat(10, 1)
 
 
-def test_bytes_read_are_exactly_the_requested_tensor(dump_path, monkeypatch):
+def test_bytes_read_are_exactly_the_requested_tensors(dump_path, monkeypatch):
+    """Counting every byte the reader pulls from step files: the header once per step, then only the tensors."""
     counted: list[int] = []
-    real_safe_open = reader.safe_open
 
-    class Counting:
-        def __init__(self, *args, **kwargs):
-            self._f = real_safe_open(*args, **kwargs)
+    class CountingFile(io.FileIO):
+        def read(self, n=-1):
+            data = super().read(n)
+            counted.append(len(data))
+            return data
 
-        def __enter__(self):
-            self._inner = self._f.__enter__()
-            return self
+        def readinto(self, buf):
+            n = super().readinto(buf)
+            counted.append(n)
+            return n
 
-        def __exit__(self, *exc):
-            return self._f.__exit__(*exc)
-
-        def get_tensor(self, key):
-            t = self._inner.get_tensor(key)
-            counted.append(t.numel() * t.element_size())
-            return t
-
-        def __getattr__(self, name):
-            return getattr(self._inner, name)
-
-    monkeypatch.setattr(reader, "safe_open", Counting)
+    monkeypatch.setattr(reader, "open", lambda file, mode="r": CountingFile(file, mode), raising=False)
     d = open_dump(dump_path)
+    f = dump_path / "step-00000005.safetensors"
+    header = 8 + int.from_bytes(f.read_bytes()[:8], "little")   # length prefix + JSON header
     d.read(5, worker=1, params="layer.bias")
-    assert counted == [4 * 4]                         # one float32 tensor of 4 elements, nothing else
+    header_bytes = sum(counted[:-1])
+    assert counted[-1] == 4 * 4 and header_bytes == header     # one float32 tensor of 4 elements + the header
     counted.clear()
     d.flat(5, worker=0)
-    assert counted == [12 * 4, 4 * 4]                 # the worker's two tensors only, not worker 1, not extras
+    assert counted == [12 * 4, 4 * 4]                 # the worker's two tensors only: not worker 1, not extras
+    counted.clear()
+    d.read_extra("residual", 5, worker=1, params="layer.weight")
+    assert counted == [12 * 4]
