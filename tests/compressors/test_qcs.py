@@ -65,6 +65,8 @@ def test_bits_match_the_theory_count():
     from theory.bits import qcs_bits
     c = QCS(k=64, Q=4, block=256)
     assert c.encode(torch.randn(256)).bits == qcs_bits(256, 64, 4, scale_bits=32, seed_bits=64)
+    onebit = QCS(k=128, block=256, onebit=True)
+    assert onebit.encode(torch.randn(256)).bits == qcs_bits(256, 128, None, scale_bits=32, seed_bits=64)
 
 
 # -- Theorem 2, Lemma 3 -----------------------------------------------------------------------------------------

@@ -75,3 +75,8 @@ def test_variance_check_detects_a_wrong_scale():
     g = laplace(2048, 2)
     assert check_mean_at_most(relative_errors(Doubled(s=16, bucket=0), g, 50), variance_bound(2048, 16)) != []
     assert math.isfinite(variance_bound(2048, 16))
+
+
+def test_bits_match_the_theory_count():
+    from theory.bits import qsgd_bits
+    assert QSGD(s=4, bucket=512).encode(torch.randn(512)).bits == qsgd_bits(512, 4)

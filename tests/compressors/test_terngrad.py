@@ -47,3 +47,8 @@ def test_clipping_makes_it_biased_for_the_unclipped_gradient():
 def test_bad_parameters_are_rejected(spec):
     with pytest.raises(ValueError, match="terngrad"):
         create(spec)
+
+
+def test_bits_match_the_theory_count():
+    from theory.bits import terngrad_bits
+    assert TernGrad().encode(torch.randn(1000)).bits == terngrad_bits(1000)
