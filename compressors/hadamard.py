@@ -16,7 +16,6 @@ All transforms act on the last dimension of a batch ``(..., n)`` of any floating
 from __future__ import annotations
 
 import functools
-import math
 
 import torch
 

@@ -81,5 +81,4 @@ class OneBit(Compressor):
         values = payload["values"]                                    # (groups, 2): [mean of b=0, mean of b=1]
         bits = payload["bits"].reshape(values.shape[0], -1)
         groups = torch.where(bits, values[:, 1:2], values[:, 0:1])
-        rows, cols = self.matrix_shape(payload.shape)
         return (groups.T if self.axis == "column" else groups).reshape(-1)
