@@ -88,8 +88,9 @@ def _choice(value: str, accepted: tuple[str, ...], name: str) -> str:
     return value
 
 
-def _later_method(method: str, later: str) -> str:
-    return method if method in ("closed_form", "mle") else "closed_form"
+def _later_method(method: str) -> str:
+    """Estimator of stages >= 2: the MLE when asked for, else the closed forms of Lemma 2 / Cor. 2.1."""
+    return "mle" if method == "mle" else "closed_form"
 
 
 @dataclass
@@ -150,7 +151,7 @@ def multistage_threshold(abs_g: object, ratio: float, stages: int, first: str = 
     _choice(anchor, ANCHORS, "anchor")
     _choice(quantile, QUANTILES, "quantile")
     run_first = estimator(first, method)
-    later_method = _later_method(method, later)
+    later_method = _later_method(method)
     run_later = estimator(later, later_method)
     deltas = stage_ratios(ratio, stages, first_ratio) if ratios is None else _check_ratios(ratios, ratio, stages)
     mags = check_magnitudes(abs_g, "abs_g", spread=first in SHAPED)

@@ -265,3 +265,10 @@ def test_sample_rejects_bad_sizes_and_vector_parameters():
         Exponential(1.0).sample(-1)
     with pytest.raises(ValueError, match="scalar"):
         Gamma(torch.tensor([0.5, 0.6]), 1.0).sample(10)
+
+
+def test_half_precision_input_is_evaluated_in_float32():
+    x = torch.tensor([0.5, 2.0], dtype=torch.bfloat16)
+    got = Gamma(0.5, 1.0).sf(x)
+    assert got.dtype == torch.float32
+    assert_close(got.double().numpy(), stats.gamma(0.5).sf(x.double().numpy()), rtol=1e-6)

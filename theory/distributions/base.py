@@ -21,12 +21,14 @@ Param = Union[float, torch.Tensor]
 def to_tensor(x: ArrayLike, name: str = "x") -> tuple[torch.Tensor, bool]:
     """Convert an input to a floating tensor; return it with a flag saying whether the caller gave numpy/python.
 
-    Torch tensors keep their device and floating dtype (integer tensors become the default float dtype);
-    numpy arrays and python numbers become float64 CPU tensors.
+    Torch tensors keep their device and floating dtype (integer tensors become the default float dtype, float16
+    and bfloat16 become float32); numpy arrays and python numbers become float64 CPU tensors.
     """
     if isinstance(x, torch.Tensor):
         if not x.is_floating_point():
             x = x.to(torch.get_default_dtype())
+        elif x.dtype in (torch.float16, torch.bfloat16):
+            x = x.float()  # special functions (lgamma, gammainc) need at least float32
         return x, False
     try:
         arr = np.asarray(x, dtype=np.float64)

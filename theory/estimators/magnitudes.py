@@ -47,7 +47,8 @@ class Magnitudes:
 
 
 def as_magnitudes_tensor(x: object, name: str = "x") -> torch.Tensor:
-    """x as a flat floating tensor (torch kept on its device; numpy/lists become float64 CPU tensors)."""
+    """x as a flat floating tensor (torch kept on its device, float16/bfloat16 promoted to float32; numpy/lists
+    become float64 CPU tensors)."""
     if isinstance(x, torch.Tensor):
         t = x if x.is_floating_point() else x.to(torch.get_default_dtype())
     elif isinstance(x, (np.ndarray, list, tuple)):
@@ -57,6 +58,8 @@ def as_magnitudes_tensor(x: object, name: str = "x") -> torch.Tensor:
             raise TypeError(f"{name} must hold numbers, got {type(x).__name__} that numpy cannot convert") from exc
     else:
         raise TypeError(f"{name} must be a torch tensor or a numpy array of |g|, got {type(x).__name__}")
+    if t.dtype in (torch.float16, torch.bfloat16):
+        t = t.float()  # half-precision reductions would round the statistics to 3 significant digits
     return t.reshape(-1)
 
 
