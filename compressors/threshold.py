@@ -53,6 +53,16 @@ def search_threshold(abs_g: torch.Tensor, k: int, eta: torch.Tensor, band: tuple
     band (a search that can move away from it, as in the SIDCo authors' RedSync baseline, is a bug) and a bounded
     number of steps (constant or all-zero input cannot loop forever).
 
+    Parameters
+    ----------
+    abs_g : (d,) magnitudes |g|.
+    k : target count (>= 1).
+    eta : starting threshold (0-d tensor, units of g).
+    band : accepted count range as multiples of k, ``band[0] <= 1 <= band[1]``.
+    max_iter : at most this many counts (each one a pass over ``abs_g`` and a host sync).
+    low, high : thresholds already known to select too many / too few (None: unknown).
+    expand : factor of a step while only one side is known (> 1).
+
     Returns
     -------
     (eta, steps): the last threshold tried (0-d tensor) and how many counts were made.
