@@ -26,6 +26,7 @@ Without a state (``ctx.state is None``) an adaptive SIDCo runs with ``initial_st
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -39,6 +40,8 @@ from compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier, co
 from theory.pot import multistage_threshold
 
 FIRST_STAGE = {"exp": "exponential", "gamma": "gamma", "gp": "genpareto"}
+HISTORY = 1024
+"""How many calls' (M, k_hat/k) a :class:`SIDCoState` remembers (bounded: a state lives for a whole training run)."""
 
 
 @dataclass
@@ -50,7 +53,7 @@ class SIDCoState:
     quality_sum : sum of q = k_hat / (delta d) over the current period (reset every Q calls).
     last_error : |mean q - 1| of the previous period after which M moved (None before the first move).
     direction : +1 or -1, where the ``error`` rule moves M next.
-    history : (M, q) of every call, for analysis (small: two numbers per call).
+    history : (M, q) of the last ``HISTORY`` calls, for analysis.
     """
 
     stages: int = 1
@@ -58,7 +61,7 @@ class SIDCoState:
     quality_sum: float = 0.0
     last_error: float | None = None
     direction: int = 1
-    history: list[tuple[int, float]] = field(default_factory=list)
+    history: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=HISTORY))
 
 
 @register("sidco")

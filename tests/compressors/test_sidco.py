@@ -83,7 +83,7 @@ def test_adaptation_moves_the_stage_count_towards_k():
     state = run_adaptive("error")
     assert state.history[0][0] == 1 and state.history[0][1] > 3
     assert state.stages > 1
-    last_period = [q for _, q in state.history[-5:]]
+    last_period = [q for _, q in list(state.history)[-5:]]
     assert abs(sum(last_period) / 5 - 1) <= 0.2
 
 
