@@ -242,3 +242,10 @@ def test_float32_input_on_device_matches_float64(device):
     a = fit(x.to(device=device, dtype=torch.float32), "gamma", "mle")
     b = fit(x, "gamma", "mle")
     assert float(a.params["shape"]) == pytest.approx(float(b.params["shape"]), rel=1e-5)
+
+
+def test_genpareto_mle_reports_when_no_maximum_exists():
+    """On two values (or ties) the GP likelihood is unbounded as shape -> -1: not converged, with a warning."""
+    got = fit(np.array([1.0, 2.0]), "genpareto", "mle")
+    assert not got.converged and any("no generalized Pareto MLE" in w for w in got.warnings)
+    assert float(got.params["shape"]) == pytest.approx(-1.0, abs=1e-5)
