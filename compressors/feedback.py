@@ -11,8 +11,9 @@ Special cases (each paper's own symbols in brackets):
 - plain error feedback (Seide et al. 2014; Karimireddy et al. 2019): compensation = 1, decay = 0, so h = z - C(z).
 - QCS weighted feedback, 000_4b111efa75352b2d.txt eq. (14a-d) with weight beta: compensation = beta,
   decay = 1 - beta (r_{t+1} = (1 - beta) r_t + e_t).
-- ECQ-SGD, 003_da514025a9ec0a1c.txt: h_t = beta h_{t-1} + e_{t-1}, g~ = Q(g + alpha h): compensation = alpha,
-  decay = beta.
+- ECQ-SGD, 003_da514025a9ec0a1c.txt (update of h and g~): h_t = beta h_{t-1} + (g_{t-1} - g~_{t-1}),
+  g~_t = Q(g_t + alpha h_t). ECQ accumulates the error against the *raw* gradient: g - g~ = (z - zhat) - alpha h,
+  so h_{t+1} = (beta - alpha) h_t + (z_t - zhat_t): compensation = alpha, decay = beta - alpha (may be negative).
 """
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ class ErrorFeedback:
     def __post_init__(self) -> None:
         if not (0.0 <= self.compensation <= 1.0):
             raise ValueError(f"feedback compensation weight must lie in [0, 1], got {self.compensation}")
-        if not (0.0 <= self.decay <= 1.0):
-            raise ValueError(f"feedback decay must lie in [0, 1], got {self.decay}")
+        if not (-1.0 <= self.decay <= 1.0):
+            raise ValueError(f"feedback decay must lie in [-1, 1], got {self.decay}")
 
     @classmethod
     def none(cls) -> "ErrorFeedback":
@@ -58,8 +59,11 @@ class ErrorFeedback:
 
     @classmethod
     def ecq(cls, alpha: float, beta: float) -> "ErrorFeedback":
-        """ECQ-SGD: compensation coefficient alpha, time decay beta."""
-        return cls(alpha, beta)
+        """ECQ-SGD (003_da514025a9ec0a1c.txt): compensation coefficient alpha in [0, 1], time decay beta in [0, 1];
+        h <- beta h + (g - g~) is h <- (beta - alpha) h + (z - zhat) in this module's terms."""
+        if not (0.0 <= beta <= 1.0):
+            raise ValueError(f"ECQ time decay beta must lie in [0, 1], got {beta}")
+        return cls(alpha, beta - alpha)
 
     def new_state(self) -> FeedbackState:
         return FeedbackState()

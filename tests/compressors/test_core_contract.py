@@ -143,14 +143,24 @@ def test_qcs_feedback_follows_eq_14():
 
 
 def test_ecq_feedback_is_decayed_accumulated_error():
-    """ECQ-SGD: h_t = beta h_{t-1} + e_{t-1}, compressed input g + alpha h."""
+    """ECQ-SGD: h_t = beta h_{t-1} + (g_{t-1} - g~_{t-1}) with g~ = Q(g + alpha h): the error is taken against
+    the raw gradient g, not against the compensated input."""
     alpha, beta = 0.5, 0.9
     g1, g2 = torch.tensor([1.0, 2.0]), torch.tensor([3.0, -1.0])
     sent, h = _run_feedback(ErrorFeedback.ecq(alpha, beta), [g1, g2], _half)
-    h1 = torch.tensor([0.0, 2.0])
-    z2 = g2 + alpha * h1
-    assert torch.allclose(sent[1], _half(z2))
-    assert torch.allclose(h, beta * h1 + (z2 - _half(z2)))
+    h1 = g1 - _half(g1)                        # h_1 = g_0 - g~_0 (h_0 = 0)
+    gt2 = _half(g2 + alpha * h1)
+    assert torch.allclose(sent[1], gt2)
+    assert torch.allclose(h, beta * h1 + (g2 - gt2))
+
+
+def test_ecq_with_full_compensation_and_no_decay_loss_is_plain_feedback():
+    """alpha = beta = 1 makes ECQ-SGD plain error feedback (h = all past error, fully compensated)."""
+    torch.manual_seed(1)
+    grads = [torch.randn(8) for _ in range(5)]
+    sent_ecq, h_ecq = _run_feedback(ErrorFeedback.ecq(1.0, 1.0), grads, _half)
+    sent_ef, h_ef = _run_feedback(ErrorFeedback.plain(), grads, _half)
+    assert all(torch.allclose(a, b) for a, b in zip(sent_ecq, sent_ef)) and torch.allclose(h_ecq, h_ef)
 
 
 def test_no_feedback_compresses_the_raw_gradient():
@@ -160,7 +170,7 @@ def test_no_feedback_compresses_the_raw_gradient():
 
 @pytest.mark.parametrize("spec,expected", [
     ("none", ErrorFeedback(0.0, 0.0)), ("ef", ErrorFeedback(1.0, 0.0)),
-    ("qcs:beta=0.25", ErrorFeedback(0.25, 0.75)), ("ecq:alpha=1,beta=0.9", ErrorFeedback(1.0, 0.9)),
+    ("qcs:beta=0.25", ErrorFeedback(0.25, 0.75)), ("ecq:alpha=1,beta=0.9", ErrorFeedback(1.0, 0.9 - 1.0)),
 ])
 def test_feedback_specs(spec, expected):
     assert parse_feedback(spec) == expected

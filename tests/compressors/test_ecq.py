@@ -53,8 +53,6 @@ def test_error_compensation_tracks_a_constant_gradient_closer_than_no_compensati
     assert float((compensated - g).norm()) < 0.2 * float((plain - g).norm())
 
 
-@pytest.mark.xfail(strict=True, reason="compressors/feedback.py accumulates z - C(z) (= g - g~ + alpha h) where "
-                   "ECQ-SGD accumulates g - g~: ErrorFeedback.ecq(alpha, beta) should be decay = beta - alpha")
 def test_feedback_ecq_follows_the_papers_recursion():
     g = laplace(256, 10)
     q = ECQ(s=2, norm="linf")
