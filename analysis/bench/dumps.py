@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from analysis.dumps import open_dump
 from analysis.parallel import DataParallel

@@ -139,12 +139,5 @@ def validate_manifest(m: Any, file: Path) -> None:
         last = entry["step"]
 
 
-def expected_keys(params: list[dict[str, Any]], workers: int, extras: list[str]) -> list[str]:
-    """Every tensor key a step file of this dump holds, in storage order."""
-    keys = [grad_key(w, p["name"]) for w in range(workers) for p in params]
-    keys += [extra_key(e, w, p["name"]) for e in extras for w in range(workers) for p in params]
-    return keys
-
-
 def numel(shape: list[int] | tuple[int, ...]) -> int:
     return math.prod(shape)

@@ -16,59 +16,79 @@ from analysis.dumps import DumpWriter, open_dump
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL (POSIX)")
 
-WRITER = textwrap.dedent("""
-    import sys, torch
-    from analysis.dumps import DumpWriter
+CRASH_POINTS = textwrap.dedent("""
+    # Crash-point enumeration: for k = 1, 2, ..., a forked child starts write_step and SIGKILLs itself at its k-th
+    # file-system operation (each write, which first writes half its data, each fsync, each rename); the parent
+    # then opens the dump and reports what it holds. Stops once a child finishes without reaching its point k.
+    import json, os, signal, sys, torch
+    import analysis.dumps.atomic as atomic
+    from analysis.dumps import DumpWriter, open_dump
     torch.set_num_threads(1)
-    params = [("big", (1 << 20,)), ("small", (7,))]
-    w = DumpWriter(sys.argv[1], workload="toy", params=params, workers=2)
-    gen = torch.Generator().manual_seed(0)
-    for step in range(10_000):
-        grads = [{"big": torch.randn(1 << 20, generator=gen), "small": torch.randn(7, generator=gen)}
-                 for _ in range(2)]
-        w.write_step(step, grads)
-        print(step, flush=True)
+    path = sys.argv[1]
+    params = [("a", (1000,)), ("b", (3,))]
+    grads = lambda s: [{"a": torch.full((1000,), float(s)), "b": torch.ones(3)}] * 2
+    DumpWriter(path, workload="toy", params=params, workers=2).write_step(0, grads(0))
+    state = {"count": 0, "kill_at": 0}
+
+    def point():
+        state["count"] += 1
+        if state["count"] == state["kill_at"]:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    class File:
+        def __init__(self, f): self.f = f
+        def __enter__(self): return self
+        def __exit__(self, *a): self.f.close()
+        def write(self, data):
+            data = memoryview(data).cast("B")
+            self.f.write(data[: len(data) // 2]); self.f.flush()
+            point()
+            return self.f.write(data[len(data) // 2:])
+        def __getattr__(self, name): return getattr(self.f, name)
+
+    real_open, real_fsync, real_replace = open, os.fsync, os.replace
+    atomic.open = lambda *a, **k: File(real_open(*a, **k))
+    atomic.os.fsync = lambda fd: (point(), real_fsync(fd))[1]
+    atomic.os.replace = lambda a, b: (point(), real_replace(a, b))[1]
+    results, step = [], 1
+    for k in range(1, 100):
+        pid = os.fork()
+        if pid == 0:
+            state["kill_at"] = k
+            DumpWriter.append(path).write_step(step, grads(step))
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+        try:
+            d = open_dump(path)
+            d.verify()
+            results.append({"k": k, "killed": killed, "steps": d.steps, "values": [float(d.flat(s, 1)[0]) for s in d.steps]})
+        except Exception as exc:
+            results.append({"k": k, "killed": killed, "error": str(exc)})
+        if not killed:
+            break
+        if results[-1].get("steps", [None])[-1] == step:
+            step += 1
+    print(json.dumps(results))
 """)
 
 
-def _kill_after(cmd: list[str], committed: int, delay: float) -> list[int]:
-    """Run ``cmd``, wait until it reports ``committed`` finished steps, sleep ``delay``, SIGKILL it; return the
-    steps it reported finished."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
-    done = []
-    try:
-        while len(done) < committed:
-            line = proc.stdout.readline()
-            if not line:
-                raise AssertionError(f"writer ended early: {proc.stderr.read()}")
-            done.append(int(line.split()[0]))
-        time.sleep(delay)
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
-    return done
-
-
-@pytest.mark.parametrize("delay", [0.0, 0.037])
-def test_sigkill_mid_recording_keeps_finished_steps(tmp_path, delay):
-    path = tmp_path / "dump"
-    finished = _kill_after([sys.executable, "-c", WRITER, str(path)], committed=2, delay=delay)
-    d = open_dump(path)
-    # every step reported finished is there; at most the steps written after the last report are extra
-    assert d.steps[:len(finished)] == finished
-    assert d.steps == list(range(len(d.steps)))
-    d.verify()
-    w = DumpWriter.append(path)
-    nxt = d.steps[-1] + 1
-    import torch
-    w.write_step(nxt, [{"big": torch.zeros(1 << 20), "small": torch.ones(7)}] * 2)
-    d = open_dump(path)
-    assert d.steps[-1] == nxt and d.uncommitted == []
-    d.verify()
+def test_sigkill_at_every_point_of_a_write(tmp_path):
+    """SIGKILL at each file-system operation of write_step (mid-write included): the dump always opens and
+    verifies, holds every step committed before, and holds the new step only if the kill came after its commit."""
+    proc = subprocess.run([sys.executable, "-c", CRASH_POINTS, str(tmp_path / "dump")], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)
+    committed = [0]
+    for r in results:
+        assert "error" not in r, r
+        assert r["steps"][:len(committed)] == committed and len(r["steps"]) - len(committed) in (0, 1), r
+        assert r["values"] == [float(s) for s in r["steps"]]
+        committed = r["steps"]
+    kills = [r for r in results if r["killed"]]
+    assert len(kills) >= 8, results   # step file: write (killed halfway), fsync, rename, dir fsync; manifest: same
+    assert not results[-1]["killed"] and committed[-1] >= 1
 
 
 def test_sigkill_of_gradstat_record(tmp_path):
