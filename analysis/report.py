@@ -11,6 +11,7 @@ import datetime as _dt
 import math
 import platform
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -50,6 +51,7 @@ def write_report(dump_path: str | None, out: str | Path, quick: bool = False, st
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device(device)
     t0 = time.perf_counter()
+    echo = _timed(echo, t0)
     dump = open_dump(dump_path) if dump_path else None
     sel = parse_indices(steps, dump.steps, "steps") if dump is not None else []
     source = GradientSource(dump, sel) if dump is not None else GradientSource()
@@ -59,7 +61,7 @@ def write_report(dump_path: str | None, out: str | Path, quick: bool = False, st
              f"CSV of the same name; every table is also a CSV.\n"]
     if dump is not None:
         m = dump.manifest
-        parts.append(f"## Setup\n\nDump `{Path(dump_path).name}`: workload **{dump.workload}**, {dump.numel:,} "
+        parts.append(f"## Setup\n\nDump of workload **{dump.workload}**, {dump.numel:,} "
                      f"parameters in {len(dump.params)} tensors, {dump.workers} worker(s), steps "
                      f"{', '.join(map(str, sel))} analysed (recorded: {len(dump.steps)}, every {m.get('every')}). "
                      f"Optimizer: `{m.get('optimizer')}`.\n")
@@ -79,7 +81,7 @@ def write_report(dump_path: str | None, out: str | Path, quick: bool = False, st
     val_md = val.assign(ratio=val["theory_over_empirical"])
     parts.append(f"## Validation (on {source.label})\n\nEach claim of the papers as a Monte Carlo experiment with "
                  "fixed seeds and a 99 % interval. Verdicts: *holds* (interval entirely on the right side of the bound), "
-                 "*tight* (interval touches the bound), *violated* (interval entirely on the wrong side), *n/a*. "
+                 "*tight* (interval touches the bound), *violated* (interval entirely on the wrong side), *not applicable*. "
                  "Equalities hold when the interval meets the value (within the check's stated tolerance). `ratio` is "
                  "theory / empirical: how loose an upper bound is.\n\n"
                  + _md_table(val_md, ["check", "source", "claim", "theory", "empirical", "ci_low", "ci_high", "trials",
@@ -184,18 +186,29 @@ def _disagreements(val: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def demo(out: str | Path, workload: str = "lenet", steps: int = 4, workers: int = 2, quick: bool = False,
+def demo(out: str | Path, workload: str = "lenet", steps: int = 3, workers: int = 2, quick: bool = False,
          device: torch.device | str = "cpu", seed: int = 0, progress: bool = True,
-         echo: Callable[[str], None] = print) -> tuple[Path, bool]:
-    """Record ``steps`` steps of ``workload`` with ``workers`` workers into ``<out>/dump`` (replacing an earlier
-    demo dump there), then write the report into ``out``."""
+         echo: Callable[[str], None] = print, keep_dump: bool = False) -> tuple[Path, bool]:
+    """Record ``steps`` steps of ``workload`` with ``workers`` workers, then write the report into ``out``.
+
+    The dump goes to a temporary folder removed afterwards, or to ``<out>/dump`` (replacing an earlier one) with
+    ``keep_dump``.
+    """
     from analysis.recorder import record
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    dump_dir = out / "dump"
-    if dump_dir.exists():
-        shutil.rmtree(dump_dir)
-    echo(f"recording {steps} steps of {workload} with {workers} workers ...")
-    record(workload, steps, workers=workers, out=dump_dir, seed=seed, progress=progress, device=device)
-    return write_report(str(dump_dir), out, quick, None, device, seed, progress, echo)
+    with tempfile.TemporaryDirectory(prefix="gradstat-demo-") as tmp:
+        dump_dir = out / "dump" if keep_dump else Path(tmp) / f"{workload}-dump"
+        if dump_dir.exists():
+            shutil.rmtree(dump_dir)
+        echo(f"recording {steps} steps of {workload} with {workers} workers ...")
+        record(workload, steps, workers=workers, out=dump_dir, seed=seed, progress=progress, device=device)
+        return write_report(str(dump_dir), out, quick, None, device, seed, progress, echo)
+
+
+def _timed(echo: Callable[[str], None], t0: float) -> Callable[[str], None]:
+    """``echo`` with the elapsed time in front of section messages (lines ending in '...')."""
+    def out(msg: str) -> None:
+        echo(f"[{time.perf_counter() - t0:5.0f} s] {msg}" if msg.endswith("...") else msg)
+    return out

@@ -218,18 +218,19 @@ def register(cli: click.Group) -> None:
     @cli.command("demo")
     @click.option("--out", default="gradstat-demo", show_default=True, help="output folder")
     @click.option("--workload", default="lenet", show_default=True, help="built-in workload to record")
-    @click.option("--steps", "n_steps", default=4, show_default=True, type=click.IntRange(1), help="training steps")
+    @click.option("--steps", "n_steps", default=3, show_default=True, type=click.IntRange(1), help="training steps")
     @click.option("--workers", "n_workers", default=2, show_default=True, type=click.IntRange(1))
     @click.option("--quick", is_flag=True, help="fewer steps and Monte Carlo trials")
     @click.option("--device", default="auto", show_default=True)
     @click.option("--seed", default=0, show_default=True, type=int)
     @click.option("--quiet", is_flag=True)
-    def demo_cmd(out, workload, n_steps, n_workers, quick, device, seed, quiet):
+    @click.option("--keep-dump", is_flag=True, help="keep the recorded dump in <out>/dump")
+    def demo_cmd(out, workload, n_steps, n_workers, quick, device, seed, quiet, keep_dump):
         """Record a small dump with a built-in workload and write the report on it."""
         from analysis.report import demo
 
         path, failed = demo(out, workload, n_steps, n_workers, quick, resolve_device(device), seed, not quiet,
-                            echo=click.echo)
+                            echo=click.echo, keep_dump=keep_dump)
         click.echo(f"report: {path}")
         return 1 if failed else 0
 

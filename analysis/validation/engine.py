@@ -9,7 +9,7 @@ compares the interval with the theory value (DESIGN.md, "Validation: how a bound
 - lower bound: the mirror image;
 - equality (an exact identity such as DQSG's variance or unbiasedness): **holds** when the interval meets
   ``[theory - tolerance, theory + tolerance]``, **violated** otherwise (an equality is never "tight");
-- **n/a** when there is no theory value (e.g. QCS eq. (16) as printed has a negative base) or a piece the check
+- **not applicable** when there is no theory value (e.g. QCS eq. (16) as printed has a negative base) or a piece the check
   needs is not available.
 
 The same engine backs the pytest regression suite, ``gradstat validate`` and the report.
@@ -26,9 +26,9 @@ import torch
 from analysis.validation.intervals import Estimate
 
 Claim = Literal["upper", "lower", "equal"]
-Verdict = Literal["holds", "tight", "violated", "n/a"]
+Verdict = Literal["holds", "tight", "violated", "not applicable"]
 Size = Literal["quick", "full"]
-VERDICTS: tuple[Verdict, ...] = ("holds", "tight", "violated", "n/a")
+VERDICTS: tuple[Verdict, ...] = ("holds", "tight", "violated", "not applicable")
 
 
 class NotApplicable(Exception):
@@ -90,7 +90,7 @@ class Check:
         try:
             m = self.measure(setting)
         except NotApplicable as exc:
-            return Result(self, None, None, "n/a", str(exc), time.perf_counter() - t0)
+            return Result(self, None, None, "not applicable", str(exc), time.perf_counter() - t0)
         return Result(self, m.theory, m.estimate, verdict(self.claim, m.theory, m.estimate, self.tolerance), m.note,
                       time.perf_counter() - t0)
 
@@ -98,7 +98,7 @@ class Check:
 def verdict(claim: Claim, theory: float | None, est: Estimate, tolerance: float = 0.0) -> Verdict:
     """The verdict of ``est`` against ``theory`` for a claim direction (see the module docstring)."""
     if theory is None or not math.isfinite(theory):
-        return "n/a"
+        return "not applicable"
     if claim == "upper":
         return "holds" if est.high < theory else "violated" if est.low > theory else "tight"
     if claim == "lower":

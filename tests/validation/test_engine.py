@@ -31,8 +31,8 @@ def test_equality_holds_when_interval_meets_value_within_tolerance():
 
 
 def test_no_theory_value_is_not_applicable():
-    assert verdict("upper", None, est(0, 1)) == "n/a"
-    assert verdict("upper", float("inf"), est(0, 1)) == "n/a"
+    assert verdict("upper", None, est(0, 1)) == "not applicable"
+    assert verdict("upper", float("inf"), est(0, 1)) == "not applicable"
 
 
 def test_mean_ci_covers_the_true_mean_at_its_level():
@@ -67,7 +67,7 @@ def test_a_check_that_cannot_run_reports_not_applicable():
         raise NotApplicable("missing piece")
 
     r = Check("x", "src", "upper", "q", measure, {"quick": 2, "full": 2}).run()
-    assert r.verdict == "n/a" and "missing piece" in r.note and not r.failed
+    assert r.verdict == "not applicable" and "missing piece" in r.note and not r.failed
 
 
 def test_a_violated_must_hold_check_fails():

@@ -17,7 +17,7 @@ from analysis.validation.checks.sidco import sidco_check
 def test_check_is_not_violated(name):
     r = registry.get(name).run("quick", seed=0)
     assert r.verdict != "violated" or not r.check.must_hold, r.row()
-    assert r.verdict != "n/a", f"{name} could not run: {r.note}"
+    assert r.verdict != "not applicable", f"{name} could not run: {r.note}"
 
 
 def test_qcs_with_alpha_1_1_violates_gamma_and_unbiasedness(monkeypatch):
