@@ -149,9 +149,5 @@ def register(group: click.Group) -> None:
         d = open_dump(path)
         steps = None if steps_text is None else _int_list(steps_text, "--steps")
         workers = None if workers_text is None else _int_list(workers_text, "--workers")
-        for s in steps or []:
-            d.file(s)  # unknown step: clear error before writing anything
-        for w in workers or []:
-            d._worker(w)
         export_npz(d, out, steps, workers, extras)
         click.echo(f"exported {len(steps if steps is not None else d.steps)} steps to {out}")

@@ -67,7 +67,7 @@ def export_npz(dump: Dump, out: str | Path, steps: Sequence[int] | None = None,
                workers: Sequence[int] | None = None, extras: bool = False) -> Path:
     """Write ``steps`` (default: all) of ``workers`` (default: all) to ``out`` as ``.npz`` with keys
     ``s{step}/w{worker}/{param}`` (and ``x/{extra}/s{step}/w{worker}/{param}`` with ``extras``), float32.
-    An existing ``out`` is never overwritten."""
+    Everything is read (and validated) before ``out`` is written; an existing ``out`` is never overwritten."""
     out = Path(out)
     if out.suffix != ".npz":
         raise ValueError(f"export target {out} must end in .npz")

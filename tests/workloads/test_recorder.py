@@ -89,3 +89,13 @@ def test_record_rejects_bad_arguments_before_touching_disk(tmp_path, kwargs, mes
     with pytest.raises(ValueError, match=message):
         record("linreg", out=tmp_path / "d", progress=False, **kwargs)
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.cuda
+def test_record_on_cuda_matches_cpu(tmp_path):
+    """The same code trains on the GPU; float32 results agree with the CPU run to rounding."""
+    cpu = open_dump(record("fc300:batch_size=8", steps=3, workers=2, out=tmp_path / "c", progress=False))
+    gpu = open_dump(record("fc300:batch_size=8", steps=3, workers=2, out=tmp_path / "g", progress=False,
+                           device="cuda", compressor="topk:ratio=0.01", feedback="ef"))
+    assert gpu.extras == ["residual", "compensated"]
+    assert torch.allclose(gpu.flat(0, 1), cpu.flat(0, 1), rtol=1e-4, atol=1e-6)
