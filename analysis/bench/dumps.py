@@ -46,16 +46,20 @@ def run(workload: str = "lenet", steps: int = 10, workers: int = 4, dtype: str =
                 rec = Recorder.create(Path(tmp) / f"dump{len(runs)}", model, wl.name, every=every, workers=workers,
                                       dtype=dtype)
             runs[name] = (dp, rec, wl.batches(seed=1), [])
+        write_times: list[float] = []
         for t in range(warmup + steps):
             for name, (dp, rec, batches, times) in runs.items():
                 x, y = next(batches)
                 start = time.perf_counter()
                 result = dp.step(t, x, y)
+                mid = time.perf_counter()
                 if rec is not None:
                     rec.record(t + 1 if rec.every > 1 else t, result.grads)  # every>1: t+1 is never a multiple
-                elapsed = time.perf_counter() - start
+                end = time.perf_counter()
                 if t >= warmup:
-                    times.append(elapsed)
+                    times.append(end - start)
+                    if rec is not None and rec.every == 1:
+                        write_times.append(end - mid)
         rows = []
         base = statistics.median(runs["no recorder"][3])
         for name, (_, _, _, times) in runs.items():
@@ -64,7 +68,12 @@ def run(workload: str = "lenet", steps: int = 10, workers: int = 4, dtype: str =
                          "note": f"median of {steps}; {med / base:.3f}x the step without recorder"})
         rec_ms = 1e3 * (statistics.median(runs["recording every step"][3]) - base)
         rows.append({"metric": "recording overhead per recorded step", "value": rec_ms, "unit": "ms",
-                     "note": f"{workers} workers x {wl.num_params:,} parameters as {dtype}"})
+                     "note": f"{workers} workers x {wl.num_params:,} parameters as {dtype}; step-time difference"})
+        step_bytes = open_dump(Path(tmp) / "dump1").manifest["steps"][0]["bytes"]
+        write = statistics.median(write_times)
+        rows.append({"metric": "DumpWriter.write_step inside the loop", "value": 1e3 * write, "unit": "ms",
+                     "note": f"{step_bytes / 1e6:.1f} MB per step file: {step_bytes / write / 1e6:.0f} MB/s "
+                             f"(convert, sha256 per tensor and per file, serialise, write, fsync, manifest)"})
         rows += _read_rows(Path(tmp) / "dump1", reads)
     return pd.DataFrame(rows)
 
