@@ -43,8 +43,9 @@ def _img(name: str, alt: str) -> str:
 
 def write_report(dump_path: str | None, out: str | Path, quick: bool = False, steps: str | None = None,
                  device: torch.device | str = "cpu", seed: int = 0, progress: bool = True,
-                 echo: Callable[[str], None] = print) -> tuple[Path, bool]:
-    """Write ``<out>/report.md`` and its files; return the path and whether a must-hold check was violated."""
+                 echo: Callable[[str], None] = print, command: str | None = None) -> tuple[Path, bool]:
+    """Write ``<out>/report.md`` and its files; return the path and whether a must-hold check was violated.
+    ``command`` (the command line that regenerates the report) is quoted at the top."""
     from analysis.dumps import open_dump
 
     out = Path(out)
@@ -58,7 +59,8 @@ def write_report(dump_path: str | None, out: str | Path, quick: bool = False, st
     parts = [f"# gradstat report\n\nGenerated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC by "
              f"`gradstat` on {platform.machine()} ({device}), torch {torch.__version__}, "
              f"{'quick' if quick else 'full'} Monte Carlo sizes, base seed {seed}. Every figure has its data in the "
-             f"CSV of the same name; every table is also a CSV.\n"]
+             f"CSV of the same name; every table is also a CSV.\n"
+             + (f"\nRegenerate with `{command}`.\n" if command else "")]
     if dump is not None:
         m = dump.manifest
         parts.append(f"## Setup\n\nDump of workload **{dump.workload}**, {dump.numel:,} "
@@ -204,7 +206,9 @@ def demo(out: str | Path, workload: str = "lenet", steps: int = 3, workers: int 
             shutil.rmtree(dump_dir)
         echo(f"recording {steps} steps of {workload} with {workers} workers ...")
         record(workload, steps, workers=workers, out=dump_dir, seed=seed, progress=progress, device=device)
-        return write_report(str(dump_dir), out, quick, None, device, seed, progress, echo)
+        command = (f"gradstat demo --out {out} --workload {workload} --steps {steps} --workers {workers} --seed {seed}"
+                   + (" --quick" if quick else ""))
+        return write_report(str(dump_dir), out, quick, None, device, seed, progress, echo, command)
 
 
 def _timed(echo: Callable[[str], None], t0: float) -> Callable[[str], None]:

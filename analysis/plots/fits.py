@@ -50,7 +50,9 @@ def pdf_cdf(g: torch.Tensor, out_dir: str | os.PathLike, stem: str, method: str 
         data[f"{fam}_pdf"], data[f"{fam}_sf"] = pdf, sf
         ax[0, 0].loglog(centers, pdf, color=COLORS.get(fam), label=fam)
         ax[0, 1].loglog(centers, sf, color=COLORS.get(fam), label=fam)
-    ax[0, 0].set(xlabel="|g|", ylabel="density", title=title or f"PDF of |g| ({method} fits)")
+    pos = density[density > 0]
+    ax[0, 0].set(xlabel="|g|", ylabel="density", title=title or f"PDF of |g| ({method} fits)",
+                 ylim=(pos.min() / 10, pos.max() * 10))
     ax[0, 1].set(xlabel="x", ylabel="P(|g| > x)", title="survival function", ylim=(0.5 / len(x), 1.5))
     ax[0, 0].legend(fontsize=8)
     return save_figure(fig, data, out_dir, stem)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import NullFormatter
 
 from analysis.plots.common import new_figure, save_figure
 
@@ -27,6 +28,7 @@ def k_ratio(summary: pd.DataFrame, out_dir: str | os.PathLike, stem: str) -> dic
                    label="mean, 90 % interval")
         a.set_yticks(y, s["estimator"], fontsize=7)
         a.set(xlabel="k_hat / k", title=f"delta = {r:g}", xscale="log")
+        a.xaxis.set_minor_formatter(NullFormatter())
         if j == 0:
             a.legend(fontsize=7, loc="lower right")
     return save_figure(fig, summary, out_dir, stem)
