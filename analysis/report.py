@@ -43,9 +43,11 @@ def _img(name: str, alt: str) -> str:
 
 def write_report(dump_path: str | None, out: str | Path, quick: bool = False, steps: str | None = None,
                  device: torch.device | str = "cpu", seed: int = 0, progress: bool = True,
-                 echo: Callable[[str], None] = print, command: str | None = None) -> tuple[Path, bool]:
+                 echo: Callable[[str], None] = print, command: str | None = None,
+                 checks: str | None = None) -> tuple[Path, bool]:
     """Write ``<out>/report.md`` and its files; return the path and whether a must-hold check was violated.
-    ``command`` (the command line that regenerates the report) is quoted at the top."""
+    ``command`` (the command line that regenerates the report) is quoted at the top; ``checks`` selects the
+    validation checks (``analysis.validation.registry.select``; default all)."""
     from analysis.dumps import open_dump
 
     out = Path(out)
@@ -77,7 +79,7 @@ def write_report(dump_path: str | None, out: str | Path, quick: bool = False, st
                  "intervals; the measured gain counts codes only, as (11) does (`exact_gain` in the CSV counts every "
                  "scale and seed sent).\n\n" + _img("variance_vs_gain", "variance vs gain"))
     echo("validation ...")
-    val = studies.validation(out, "quick" if quick else "full", source, device, seed,
+    val = studies.validation(out, "quick" if quick else "full", source, device, seed, checks,
                              echo=(lambda s: echo(s)) if progress else None)
     failed = bool(((val["verdict"] == "violated") & val["must_hold"]).any())
     val_md = val.assign(ratio=val["theory_over_empirical"])

@@ -14,7 +14,7 @@ import pandas as pd
 from analysis import studies
 from analysis.selection import parse_floats, parse_indices, parse_layers, resolve_device
 from analysis.tables import to_text
-from analysis.validation.vectors import GradientSource
+from analysis.validation.vectors import SYNTHETIC, GradientSource
 
 DEFAULT_VARIANCE_SPECS = ("qcs:block=256,k=64,Q=4", "qcs:block=256,k=64,Q=4,alpha=mmse", "dqsg:M=4",
                           "qsgd:s=4,bucket=512", "topk:ratio=0.01", "wangni:ratio=0.01")
@@ -116,8 +116,8 @@ def register(cli: click.Group) -> None:
 
     @cli.command("variance")
     @click.argument("dump", required=False)
-    @click.option("--synthetic", type=click.Choice(["laplace"]), default=None,
-                  help="use synthetic Laplace vectors instead of a dump")
+    @click.option("--synthetic", type=click.Choice(list(SYNTHETIC)), default=None,
+                  help="use synthetic vectors of this law instead of a dump")
     @click.option("--compressor", "specs", multiple=True, help="compressor spec (repeatable); default: a standard set")
     @click.option("--n", "n", default=1024, show_default=True, type=click.IntRange(2), help="block length")
     @click.option("--vectors", default=2, show_default=True, type=click.IntRange(1), help="blocks (steps) to test")
@@ -126,9 +126,9 @@ def register(cli: click.Group) -> None:
     def variance_cmd(dump, synthetic, specs, n, vectors, trials, steps, workers, device, out, seed, quiet):
         """Monte Carlo E||e||^2/||g||^2 with a 99 % CI next to each compressor's closed-form bound."""
         if (dump is None) == (synthetic is None):
-            raise ValueError("give either a DUMP or --synthetic laplace (exactly one)")
+            raise ValueError(f"give either a DUMP or --synthetic {'|'.join(SYNTHETIC)} (exactly one)")
         dev = resolve_device(device)
-        source = _source(dump, steps, workers)
+        source = _source(dump, steps, workers) if dump else GradientSource(seed=seed + 1234, family=synthetic)
         out = _out(out, "gradstat-out/variance")
         vecs = [(f"{source.label} #{i}", source.vector(n, dev, index=i)) for i in range(vectors)]
         df = studies.variance(vecs, list(specs) or list(DEFAULT_VARIANCE_SPECS), out, trials, seed, not quiet)
@@ -206,12 +206,13 @@ def register(cli: click.Group) -> None:
     @click.option("--device", default="auto", show_default=True)
     @click.option("--seed", default=0, show_default=True, type=int)
     @click.option("--quiet", is_flag=True)
-    def report_cmd(dump, out, quick, steps, device, seed, quiet):
+    @click.option("--checks", default=None, help="validation checks to run (names or prefixes; default all)")
+    def report_cmd(dump, out, quick, steps, device, seed, quiet, checks):
         """One Markdown report with its PNGs and CSVs: fits, thresholds, variance, feedback, validation."""
         from analysis.report import write_report
 
         path, failed = write_report(dump, out, quick, steps, resolve_device(device), seed, not quiet,
-                                    echo=click.echo)
+                                    echo=click.echo, checks=checks)
         click.echo(f"report: {path}")
         return 1 if failed else 0
 

@@ -4,8 +4,10 @@ Most bounds are conditional on the gradient (``E[. | g] <= bound * ||g||^2``), s
 (or a sequence of them over steps for error-feedback bounds) and averages only over the compressor's randomness.
 :class:`GradientSource` supplies them:
 
-- ``synthetic`` (default): i.i.d. double-exponential (Laplace) entries, SIDCo's sparsity-inducing model, from a
-  generator seeded with ``seed``;
+- ``synthetic`` (default): i.i.d. entries with random signs and magnitudes from a sparsity-inducing law (SIDCo
+  001_ac87256369ec7547.txt Sec. 2.3): ``laplace`` (double exponential, scale 1, the default), ``gamma`` (double
+  gamma, shape 0.5), ``genpareto`` (double generalized Pareto, shape 0.25) or ``normal``, drawn with
+  :mod:`theory.distributions` from a generator seeded with ``seed``;
 - ``dump``: a block of ``n`` consecutive coordinates of the flattened model gradient of a dump, at the position
   of largest l2 norm (so a dead layer never yields an all-zero block); sequences cycle through the dump's steps.
 """
@@ -33,12 +35,17 @@ class GradientSource:
     steps: list[int] | None = None
     worker: int = 0
     seed: int = 1234
+    family: str = "laplace"
     _cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.family not in SYNTHETIC:
+            raise ValueError(f"synthetic family must be one of {', '.join(SYNTHETIC)}, got {self.family!r}")
 
     @property
     def label(self) -> str:
         if self.dump is None:
-            return "synthetic Laplace"
+            return f"synthetic {self.family}"
         name = getattr(self.dump, "workload", None) or "dump"
         return f"dump {name} ({len(self._steps())} steps)"
 
@@ -68,9 +75,7 @@ class GradientSource:
         if n < 1:
             raise ValueError(f"vector length n must be >= 1, got {n}")
         if self.dump is None:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-            u = torch.rand(n, generator=g, dtype=torch.float64) - 0.5
-            x = -torch.sign(u) * torch.log1p(-2 * u.abs())  # Laplace(0, 1) by inversion
+            x = _synthetic(self.family, n, torch.Generator().manual_seed(self.seed * 1_000_003 + index))
         else:
             steps = self._steps()
             off = self._offset(n)
@@ -83,3 +88,19 @@ class GradientSource:
                  dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
         """``length`` gradient blocks of length ``n`` over consecutive steps (cycling through a dump's steps)."""
         return [self.vector(n, device, index=i, dtype=dtype) for i in range(length)]
+
+
+SYNTHETIC = ("laplace", "gamma", "genpareto", "normal")
+
+
+def _synthetic(family: str, n: int, gen: torch.Generator) -> torch.Tensor:
+    """n i.i.d. float64 values with random signs and magnitudes of ``family`` (see the module docstring)."""
+    if family == "normal":
+        return torch.randn(n, generator=gen, dtype=torch.float64)
+    import theory.distributions as td
+
+    dist = {"laplace": lambda: td.Exponential(scale=1.0), "gamma": lambda: td.Gamma(shape=0.5, scale=1.0),
+            "genpareto": lambda: td.GenPareto(shape=0.25, scale=1.0)}[family]()
+    mags = dist.sample(n, gen, device="cpu", dtype=torch.float64)
+    signs = torch.randint(0, 2, (n,), generator=gen, dtype=torch.int8).double() * 2 - 1
+    return mags * signs

@@ -77,8 +77,11 @@ def test_variance_on_dump_and_synthetic(tiny_dump, tmp_path):
     assert len(df) == 4 and set(df["verdict"]) <= {"holds", "tight"}
     dq = df[df["compressor"] == "dqsg:M=2"]
     assert ((dq["ci_low"] <= dq["bound"]) & (dq["bound"] <= dq["ci_high"])).all()
-    assert run("variance", "--synthetic", "laplace", "--out", tmp_path / "syn", "--compressor", "topk:ratio=0.1",
-               "--trials", "5", "--quiet") == 0
+    for law in ("laplace", "gamma", "genpareto", "normal"):
+        assert run("variance", "--synthetic", law, "--out", tmp_path / law, "--compressor", "randk:ratio=0.1",
+                   "--trials", "50", "--vectors", "1", "--n", "500", "--quiet") == 0
+        syn = pd.read_csv(tmp_path / law / "variance.csv")
+        assert syn["vector"].iloc[0] == f"synthetic {law} #0" and syn["bound"].iloc[0] == pytest.approx(0.9)
 
 
 def test_feedback_reports_eta_per_beta(tiny_dump, tmp_path):
@@ -117,6 +120,28 @@ def test_validate_on_a_dump(tiny_dump, tmp_path):
     assert run("validate", "--quick", "--dump", tiny_dump, "--checks", "qcs-gamma,dqsg", "--out", out,
                "--quiet") == 0
     assert set(pd.read_csv(out / "validation.csv")["verdict"]) <= {"holds", "tight"}
+
+
+def test_report_puts_every_section_together(tiny_dump, tmp_path):
+    out = tmp_path / "rep"
+    assert run("report", "--dump", tiny_dump, "--out", out, "--quick", "--checks", "qcs-gamma,gmc", "--quiet") == 0
+    text = (out / "report.md").read_text()
+    for heading in ("## Distribution of gradient magnitudes", "## Threshold quality", "## Compressors replayed",
+                    "## Variance vs closed-form bounds", "## Error feedback", "## Variance vs compression gain",
+                    "## Validation", "## Known disagreements"):
+        assert heading in text
+    for png in ("fit_pdf_cdf", "threshold_k_ratio", "feedback_eta_vs_beta", "variance_vs_gain"):
+        assert f"({png}.png)" in text and (out / f"{png}.png").exists() and (out / f"{png}.csv").exists()
+    val = pd.read_csv(out / "validation.csv")
+    assert list(val["check"]) == ["qcs-gamma", "gmc-memory", "gmc-cr"]
+    assert "| qcs-gamma |" in text
+
+
+@pytest.mark.slow
+def test_demo_records_and_reports(tmp_path):
+    out = tmp_path / "demo"
+    assert run("demo", "--out", out, "--workload", "fc300", "--steps", "2", "--quick", "--quiet") == 0
+    assert "workload **fc300**" in (out / "report.md").read_text() and not (out / "dump").exists()
 
 
 @pytest.mark.parametrize("args, message", [
