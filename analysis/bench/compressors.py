@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
-import time
-from typing import Callable
 
 import pandas as pd
 import torch
+
+from analysis.bench.timing import median_ms
 
 OPTIONS = """
 size : int -- vector length (default 2_600_000, the paper's 2.6M).
@@ -25,21 +24,6 @@ device : str -- 'cpu' or 'cuda' (default 'cpu').
 names : str -- comma-separated registry names to run (default '': all registered).
 seed : int -- seed of the Laplace vector and of the compressors' contexts (default 0).
 """
-
-
-def _timed(fn: Callable[[], object], repeats: int, device: torch.device) -> float:
-    """Median wall time of ``fn`` in milliseconds over ``repeats`` calls after one warm-up (synchronised)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def _build(name: str, ratio: float, abs_g: torch.Tensor):
@@ -83,7 +67,7 @@ def run(size: int = 2_600_000, ratio: float = 0.01, repeats: int = 5, device: st
     if unknown:
         raise ValueError(f"unknown compressor(s) {', '.join(unknown)}; known: {', '.join(compressors.names())}")
 
-    topk_ms = _timed(lambda: torch.topk(abs_g, k, sorted=False), repeats, dev)
+    topk_ms = median_ms(lambda: torch.topk(abs_g, k, sorted=False), repeats, dev)
     dense_bits = 32 * size
     rows = [{"compressor": "torch.topk", "spec": f"torch.topk(|g|, k={k})", "ms": topk_ms, "vs_topk": 1.0,
              "bits": None, "gain": None, "entropy_gain": None, "k_hat/k": 1.0, "rel_error": None}]
@@ -98,7 +82,7 @@ def run(size: int = 2_600_000, ratio: float = 0.01, repeats: int = 5, device: st
             payload = c.encode(g, ctx)
             return payload, c.decode(payload, ctx, side=side)
 
-        ms = _timed(step, repeats, dev)
+        ms = median_ms(step, repeats, dev)
         payload, out = step()
         rows.append({"compressor": name, "spec": c.spec(), "ms": ms, "vs_topk": ms / topk_ms,
                      "bits": payload.bits, "gain": dense_bits / payload.bits,

@@ -8,16 +8,13 @@ data (so a closed form's error is its distance from the MLE, not from the truth)
 """
 from __future__ import annotations
 
-import statistics
-import time
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 import torch
 from scipy import stats
 
-from analysis.bench.compressors import _timed
+from analysis.bench.timing import median_ms
 from theory.estimators import fit
 from theory.estimators.registry import ESTIMATORS
 
@@ -46,15 +43,6 @@ def _scipy_fit(dist: str, x: np.ndarray) -> dict[str, float]:
 def _loglik(dist: str, params: dict[str, float], x: np.ndarray) -> float:
     shape = () if dist == "exponential" else (params["shape"],)
     return float(np.sum(SCIPY_MODELS[dist].logpdf(x, *shape, scale=params["scale"])))
-
-
-def _wall_ms(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def run(sizes: list[int] = (100_000, 1_000_000, 10_000_000), shape: float = 0.6, scale: float = 1e-3,
@@ -98,10 +86,10 @@ def _rows(sizes: list[int], shape: float, scale: float, repeats: int, scipy_repe
         for dist in SCIPY_MODELS:
             reference[dist] = _scipy_fit(dist, x64)
             reference[dist + "_loglik"] = _loglik(dist, reference[dist], x64)
-            reference[dist + "_ms"] = _wall_ms(lambda: _scipy_fit(dist, x64), scipy_repeats)
+            reference[dist + "_ms"] = median_ms(lambda: _scipy_fit(dist, x64), scipy_repeats, warmup=0)
         for dist, method in sorted(ESTIMATORS):
             result = fit(x_dev, dist, method)
-            ms = _timed(lambda: fit(x_dev, dist, method), repeats, dev)
+            ms = median_ms(lambda: fit(x_dev, dist, method), repeats, dev)
             ref = reference[dist]
             row = {"size": size, "dist": dist, "method": method, "ms": ms, "scipy_ms": reference[dist + "_ms"],
                    "speedup": reference[dist + "_ms"] / ms, "converged": result.converged}
