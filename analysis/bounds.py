@@ -115,7 +115,7 @@ def _qsgd(comp: Compressor, g: torch.Tensor) -> Bound:
                  "Alistarh et al. 2017 Lemma 3.1 (000_4b111efa75352b2d.txt Fig. 3)")
 
 
-def _qcs_gamma(comp: Compressor) -> float:
+def qcs_gamma(comp: Compressor) -> float:
     """gamma (10) of a QCS configuration; the 1-bit variant's range 1/2 is outside theory.qcs.gamma's integer Q,
     so it comes from the compressor's own evaluation of (10)."""
     from theory.qcs import gamma
@@ -125,12 +125,12 @@ def _qcs_gamma(comp: Compressor) -> float:
 
 @rule("qcs_gamma")
 def _qcs(comp: Compressor, g: torch.Tensor) -> Bound:
-    return Bound(_qcs_gamma(comp), "gamma(n, k, Q)", "upper", "000_4b111efa75352b2d.txt Thm 2 eq. (10)")
+    return Bound(qcs_gamma(comp), "gamma(n, k, Q)", "upper", "000_4b111efa75352b2d.txt Thm 2 eq. (10)")
 
 
 @rule("qcs_mmse")
 def _qcs_mmse(comp: Compressor, g: torch.Tensor) -> Bound:
     from theory.qcs import mmse_error_factor
 
-    return Bound(mmse_error_factor(_qcs_gamma(comp)), "1 - alpha = gamma/(gamma+1)", "upper",
+    return Bound(mmse_error_factor(qcs_gamma(comp)), "1 - alpha = gamma/(gamma+1)", "upper",
                  "000_4b111efa75352b2d.txt Lemma 3 eq. (13)")

@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 import compressors
-from analysis.bounds import _qcs_gamma, closed_form_bound
+from analysis.bounds import qcs_gamma, closed_form_bound
 from analysis.validation.engine import verdict
 from analysis.validation.intervals import DEFAULT_LEVEL, mean_ci
 from compressors import Compressor, Context, ErrorFeedback
@@ -55,7 +55,7 @@ class FeedbackTheory:
 def feedback_theory(comp: Compressor, g: torch.Tensor) -> FeedbackTheory:
     """The gamma and bound kind of ``comp`` on gradients like ``g`` (see the module docstring)."""
     if comp.properties.bound == "qcs_mmse":
-        return FeedbackTheory(_qcs_gamma(comp), "mmse")
+        return FeedbackTheory(qcs_gamma(comp), "mmse")
     b = closed_form_bound(comp, g)
     if comp.properties.unbiased and b.value is not None and b.claim in ("upper", "equal"):
         return FeedbackTheory(b.value, "unbiased")

@@ -87,9 +87,10 @@ def write_report(dump_path: str | None, out: str | Path, quick: bool = False, st
                  "fixed seeds and a 99 % interval. Verdicts: *holds* (interval entirely on the right side of the bound), "
                  "*tight* (interval touches the bound), *violated* (interval entirely on the wrong side), *not applicable*. "
                  "Equalities hold when the interval meets the value (within the check's stated tolerance). `ratio` is "
-                 "theory / empirical: how loose an upper bound is.\n\n"
+                 "theory / empirical: how loose an upper bound is. `must_hold` = no: a claim reported, not required "
+                 "(see the disagreements below).\n\n"
                  + _md_table(val_md, ["check", "source", "claim", "theory", "empirical", "ci_low", "ci_high", "trials",
-                                      "ratio", "verdict", "note"]) + "\n*Data: [validation.csv](validation.csv)*\n")
+                                      "ratio", "verdict", "must_hold", "note"]) + "\n*Data: [validation.csv](validation.csv)*\n")
     parts.append(_disagreements(val))
     parts.append(f"\n---\nTotal time {time.perf_counter() - t0:.0f} s.\n")
     path = atomic_write_text(out / "report.md", "\n".join(parts))

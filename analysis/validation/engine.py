@@ -126,8 +126,8 @@ class Result:
 
     @property
     def ratio(self) -> float:
-        """theory / empirical mean (how loose an upper bound is); NaN where undefined."""
-        if self.theory is None or self.estimate is None or self.estimate.mean == 0:
+        """theory / empirical mean (how loose an upper bound is); NaN where undefined (no value, or a zero)."""
+        if self.theory is None or self.estimate is None or self.estimate.mean == 0 or self.theory == 0:
             return math.nan
         return self.theory / self.estimate.mean
 

@@ -72,3 +72,11 @@ def test_feedback_check_catches_a_residual_that_never_decays(monkeypatch):
 
     monkeypatch.setattr(ErrorFeedback, "qcs", classmethod(lambda cls, beta: cls(beta, 1.0)))
     assert registry.get("qcs-feedback-unbiased").run("quick").verdict == "violated"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", registry.names())
+def test_check_is_not_violated_at_full_size(name):
+    """Full Monte Carlo sizes (10x the quick ones): narrower 99 % intervals, same verdict rule."""
+    r = registry.get(name).run("full", seed=1)
+    assert r.verdict != "violated" or not r.check.must_hold, r.row()

@@ -5,7 +5,8 @@ P workers and T steps. Worker k's mini-batch gradient at step t is the check's g
 (synthetic Laplace by default), and G^2 is the largest squared norm among them, so ``||grad f|| <= G`` holds by
 construction. The memory bound is checked with momentum beta = 0, where its constant C drops out
 (``4 (d - s)(2d + s) G^2 / s^2``); with beta > 0 it needs C of the paper's Lemma 5, which depends on the whole
-trajectory.
+trajectory. On a dump the blocks cycle through the dump's few steps, so every trial replays the same gradients
+with deterministic top-K masks and the interval has zero width.
 """
 from __future__ import annotations
 
