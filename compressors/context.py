@@ -12,8 +12,7 @@ from typing import Any
 
 import torch
 
-SEED_BITS = 64
-"""Width at which a payload sends the seed material its decoder needs."""
+from compressors.payload import SEED_BITS  # noqa: F401  (re-exported: seeds are a context concept too)
 
 
 def derive_seed(*keys: int) -> int:

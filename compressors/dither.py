@@ -32,24 +32,13 @@ from typing import Literal
 import torch
 
 from compressors.base import Compressor
-from compressors.context import SEED_BITS, Context, generator
+from compressors.context import Context, generator
 from compressors.payload import Payload, code_width
 
 Norm = Literal["l2", "linf"]
 
 DITHER_STREAM = 1
 """Sub-stream of the call seed from which dithers are drawn (other streams: QCS's Rademacher signs)."""
-
-
-# -- seeds ---------------------------------------------------------------------------------------------------------
-def send_seed(payload: Payload, seed: int) -> None:
-    """Add the call seed to the payload as a ``seed`` part of ``SEED_BITS`` bits (a CPU int64 scalar)."""
-    payload.add("seed", torch.tensor([seed], dtype=torch.int64), SEED_BITS, "seed")
-
-
-def received_seed(payload: Payload) -> int:
-    """The seed a payload carries (held on the CPU, so reading it never synchronises a device)."""
-    return int(payload["seed"][0])
 
 
 def draw_dither(numel: int, seed: int, device: torch.device, stream: int = DITHER_STREAM) -> torch.Tensor:
@@ -233,9 +222,9 @@ class ScaledQuantizerCompressor(Compressor):
         q = self.quantizer(g.numel())
         q.encode(self.prepare(g), payload, ctx.call_seed)
         if q.subtract:
-            send_seed(payload, ctx.call_seed)
+            payload.add_seed(ctx.call_seed)
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         q = self.quantizer(payload.numel)
-        seed = received_seed(payload) if q.subtract else 0   # half-dithered decoding draws nothing
+        seed = payload.seed if q.subtract else 0   # half-dithered decoding draws nothing
         return q.decode(payload, payload.numel, seed)

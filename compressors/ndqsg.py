@@ -30,7 +30,7 @@ import torch
 
 from compressors.base import Compressor, Properties, RoundResult
 from compressors.context import Context
-from compressors.dither import check_int, draw_dither, received_seed, send_seed
+from compressors.dither import check_int, draw_dither
 from compressors.dqsg import DQSG
 from compressors.payload import Payload, code_width
 from compressors.registry import register
@@ -113,7 +113,7 @@ class NDQSG(Compressor):
         s = nested_encode(x, u, self.fine_step, k, self.alpha)
         payload.add("nested", s.to(torch.int8 if k <= 255 else torch.int32), code_width(k), "code")
         payload.add("scales", kappa.reshape(1).float(), 32, "scale")
-        send_seed(payload, seed)
+        payload.add_seed(seed)
 
     def decode(self, payload: Payload, ctx: Context | None = None, side: torch.Tensor | None = None) -> torch.Tensor:
         """As :meth:`Compressor.decode`; only P2 (nested) payloads need ``side`` (the average gradient so far)."""
@@ -130,7 +130,7 @@ class NDQSG(Compressor):
         kappa = payload["scales"]
         safe = torch.where(kappa > 0, kappa, torch.ones_like(kappa))
         s = payload["nested"].float()
-        u = draw_dither(payload.numel, received_seed(payload), s.device) * self.fine_step
+        u = draw_dither(payload.numel, payload.seed, s.device) * self.fine_step
         x_hat = nested_decode(s, u, side.to(s.device) / safe, self.fine_step, self.nesting, self.alpha)
         return kappa * x_hat
 

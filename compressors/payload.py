@@ -12,6 +12,9 @@ from typing import Literal
 
 import torch
 
+SEED_BITS = 64
+"""Width at which a payload sends the seed material its decoder needs."""
+
 PartKind = Literal["value", "index", "code", "scale", "threshold", "seed", "mask"]
 
 
@@ -58,6 +61,16 @@ class Payload:
             raise ValueError(f"part {name!r}: width must be >= 0 bits, got {width}")
         self.parts[name] = Part(tensor, float(width), kind)
         return tensor
+
+    def add_seed(self, seed: int) -> None:
+        """Send the call seed the decoder regenerates the encoder's random draws from: a ``seed`` part of
+        ``SEED_BITS`` bits, held as a CPU int64 scalar so reading it back never synchronises a device."""
+        self.add("seed", torch.tensor([seed], dtype=torch.int64), SEED_BITS, "seed")
+
+    @property
+    def seed(self) -> int:
+        """The seed sent with :meth:`add_seed`."""
+        return int(self["seed"][0])
 
     def __getitem__(self, name: str) -> torch.Tensor:
         try:

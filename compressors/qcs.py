@@ -29,7 +29,7 @@ import torch
 
 from compressors.base import Compressor, Properties
 from compressors.context import Context, generator
-from compressors.dither import ScaledQuantizer, check_int, received_seed, send_seed, to_buckets
+from compressors.dither import ScaledQuantizer, check_int, to_buckets
 from compressors.hadamard import factor, first_rows, first_rows_transpose
 from compressors.payload import Payload
 from compressors.registry import register
@@ -124,10 +124,10 @@ class QCS(Compressor):
         blocks = to_buckets(g, self.block)
         v = mix(blocks, rademacher(tuple(blocks.shape), seed, g.device), self.k)
         self._quantizer().encode(v.reshape(-1), payload, seed)
-        send_seed(payload, seed)
+        payload.add_seed(seed)
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
-        seed = received_seed(payload)
+        seed = payload.seed
         rows = math.ceil(payload.numel / self.block)
         v_hat = self._quantizer().decode(payload, rows * self.k, seed).reshape(rows, self.k)
         r = rademacher((rows, self.block), seed, v_hat.device)

@@ -17,7 +17,7 @@ from typing import ClassVar
 import torch
 
 from compressors.base import Compressor, Properties, check_ratio
-from compressors.context import SEED_BITS, Context, generator
+from compressors.context import Context, generator
 from compressors.payload import Payload, float_width
 from compressors.registry import register
 
@@ -50,12 +50,12 @@ class RandK(Compressor):
         if self.scaled:
             values = values * (d / k)
         payload.add("values", values.float(), float_width(torch.float32), "value")
-        payload.add("seed", torch.tensor([seed], dtype=torch.int64), SEED_BITS, "seed")
+        payload.add_seed(seed)
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         values = payload["values"]
         d = payload.numel
-        seed = int(payload["seed"][0])  # host-side seed, sent in the payload; no device sync
+        seed = payload.seed  # host-side seed, sent in the payload; no device sync
         idx = random_subset(d, values.numel(), seed, values.device)
         return torch.zeros(d, dtype=values.dtype, device=values.device).index_put_((idx,), values)
 
