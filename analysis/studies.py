@@ -139,8 +139,10 @@ def variance(vectors: Sequence[tuple[str, torch.Tensor]], specs: Sequence[str], 
 
 
 def feedback(source: GradientSource, workers: Sequence[int], out: Path, spec: str, betas: Sequence[float],
-             n: int, steps: int, seeds: int, device: torch.device, progress: bool = True) -> pd.DataFrame:
-    """eta vs beta (``analysis.feedback_study``) on ``steps`` consecutive gradient blocks of length ``n``."""
+             n: int, steps: int, seeds: int, device: torch.device, progress: bool = True,
+             stem: str = "feedback") -> pd.DataFrame:
+    """eta vs beta (``analysis.feedback_study``) on ``steps`` consecutive gradient blocks of length ``n``; files
+    ``<stem>.csv``, ``<stem>_steps.csv``, ``<stem>_eta_vs_beta.png``."""
     from analysis.feedback_study import feedback_table
     from analysis.plots.feedback import eta_vs_beta
 
@@ -149,9 +151,9 @@ def feedback(source: GradientSource, workers: Sequence[int], out: Path, spec: st
         sequence.append([GradientSource(source.dump, source.steps, w, source.seed).vector(n, device, index=t)
                          for w in workers] if source.dump is not None else [source.vector(n, device, index=t)])
     summary, per_step = feedback_table(spec, betas, sequence, list(range(seeds)), progress=progress)
-    write_table(summary, out, "feedback")
-    write_table(per_step, out, "feedback_steps")
-    eta_vs_beta(summary, out, "feedback_eta_vs_beta")
+    write_table(summary, out, stem)
+    write_table(per_step, out, f"{stem}_steps")
+    eta_vs_beta(summary, out, f"{stem}_eta_vs_beta")
     return summary
 
 
