@@ -63,3 +63,23 @@ def test_write_table_writes_csv_and_markdown(tmp_path):
     assert to_markdown(df).count("\n") == 4
     with pytest.raises(ValueError, match="plain file name"):
         write_table(df, tmp_path, "a/b")
+
+
+def test_csv_log_writes_each_row_as_it_comes(tmp_path):
+    """Nothing lost on interruption: rows are on disk before the log is closed."""
+    from analysis.studies import CsvLog
+
+    log = CsvLog(tmp_path / "rows.csv")
+    log.add({"step": 0, "value": 1.5, "note": "a,b"})
+    log.add([{"step": 1, "value": float("nan"), "note": None}])
+    df = pd.read_csv(tmp_path / "rows.csv")  # still open
+    assert list(df["step"]) == [0, 1] and df["note"].iloc[0] == "a,b" and df["value"].isna().iloc[1]
+    log.close()
+
+
+def test_report_without_a_dump_has_the_synthetic_sections(tmp_path):
+    from analysis.cli.main import main
+
+    assert main(["report", "--out", str(tmp_path), "--quick", "--checks", "topk", "--quiet"]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert "## Validation (on synthetic laplace)" in text and "## Threshold quality" not in text
