@@ -24,7 +24,7 @@ from analysis.selection import parse_indices
 from analysis.tables import atomic_write_text, to_markdown
 from analysis.validation.vectors import GradientSource
 
-REPLAYS = (("topk:ratio=0.01", "ef"), ("qcs:block=256,k=64,Q=4", "none"), ("qcs:block=256,k=64,Q=4", "qcs:beta=0.2"),
+REPLAYS = (("topk:ratio=0.01", "ef"), ("sidco:ratio=0.01,dist=exp,stages=adaptive", "ef"), ("qcs:block=256,k=64,Q=4", "none"), ("qcs:block=256,k=64,Q=4", "qcs:beta=0.2"),
            ("qsgd:s=4,bucket=512", "none"), ("dqsg:M=4", "none"))
 VARIANCE_SPECS = ("qcs:block=256,k=64,Q=4", "qcs:block=256,k=64,Q=4,alpha=mmse", "dqsg:M=4", "dqsg:M=4,half=true",
                   "qsgd:s=4,bucket=512", "topk:ratio=0.01", "randk:ratio=0.01", "wangni:ratio=0.01")
