@@ -30,7 +30,7 @@ ESTIMATORS: dict[str, str] = {
     "sidco-exp-M4": "sidco:ratio={r},dist=exp,stages=4",
     "sidco-exp-adaptive": "sidco:ratio={r},dist=exp,stages=adaptive",
     "sidco-gamma-M1": "sidco:ratio={r},dist=gamma,stages=1",
-    "sidco-gamma-M1-approx": "pot:first=gamma,stages=1,quantile=approx",
+    "sidco-gamma-M1-approx": "sidco:ratio={r},dist=gamma,stages=1,quantile=approx",
     "sidco-gamma-M2": "sidco:ratio={r},dist=gamma,stages=2",
     "sidco-gp-M1": "sidco:ratio={r},dist=gp,stages=1",
     "sidco-gp-M2": "sidco:ratio={r},dist=gp,stages=2",
@@ -38,8 +38,7 @@ ESTIMATORS: dict[str, str] = {
     "redsync": "redsync:ratio={r}",
     "gaussianksgd": "gaussianksgd:ratio={r}",
 }
-"""label -> compressor spec template. ``pot:...`` entries have no compressor (SIDCo's compressor always uses the
-exact quantile): they call :func:`theory.pot.multistage_threshold` with the given keywords and count |g| > eta."""
+"""label -> compressor spec template (``{r}`` is the target ratio)."""
 COVERAGE = 0.9
 
 
@@ -53,11 +52,10 @@ def available(estimators: Sequence[str] | None = None) -> tuple[dict[str, str], 
     for label in labels:
         spec = ESTIMATORS[label].format(r=0.01)
         name = spec.partition(":")[0]
-        if name != "pot" and name not in compressors.names():
+        if name not in compressors.names():
             missing.append(f"{label} (compressor {name!r} not registered)")
             continue
-        if name != "pot":
-            compressors.create(spec)
+        compressors.create(spec)
         ok[label] = ESTIMATORS[label]
     return ok, missing
 
@@ -79,8 +77,7 @@ def threshold_study(dump: Any, steps: Sequence[int], ratios: Sequence[float], wo
     ok, missing = available(estimators)
     if not ok:
         raise ValueError(f"no threshold estimator can run: {'; '.join(missing)}")
-    comps = {(label, r): _Pot(tpl) if tpl.startswith("pot:") else compressors.create(tpl.format(r=r))
-             for label, tpl in ok.items() for r in ratios}
+    comps = {(label, r): compressors.create(tpl.format(r=r)) for label, tpl in ok.items() for r in ratios}
     states = {key: c.new_state() for key, c in comps.items()}
     rows: list[dict] = []
     for step in tqdm(steps, desc="threshold", disable=not progress, leave=False):
@@ -91,11 +88,8 @@ def threshold_study(dump: Any, steps: Sequence[int], ratios: Sequence[float], wo
             if d * r < 1:
                 raise ValueError(f"--ratio {r} keeps fewer than one of the d={d} elements")
             k = math.ceil(r * d)
-            if isinstance(comp, _Pot):
-                k_hat = comp.count(g, r)
-            else:
-                payload = comp.encode(g, Context(seed=seed, step=int(step), state=states[(label, r)]))
-                k_hat = payload.parts["indices"].tensor.numel()
+            payload = comp.encode(g, Context(seed=seed, step=int(step), state=states[(label, r)]))
+            k_hat = payload.parts["indices"].tensor.numel()
             new.append({"estimator": label, "ratio": r, "step": int(step), "d": d, "k": k, "k_hat": k_hat,
                         "k_ratio": k_hat / k})
         rows.extend(new)
@@ -114,22 +108,3 @@ def threshold_study(dump: Any, steps: Sequence[int], ratios: Sequence[float], wo
     summary = pd.DataFrame(out)
     summary.attrs["missing"] = missing
     return per_step, summary
-
-
-class _Pot:
-    """A threshold estimator straight from :func:`theory.pot.multistage_threshold` (no compressor wraps it)."""
-
-    def __init__(self, spec: str) -> None:
-        self.kwargs: dict[str, object] = {}
-        for item in spec.partition(":")[2].split(","):
-            key, _, value = item.partition("=")
-            self.kwargs[key] = int(value) if value.isdigit() else value
-
-    def new_state(self) -> None:
-        return None
-
-    def count(self, g: torch.Tensor, ratio: float) -> int:
-        from theory.pot import multistage_threshold
-
-        a = g.abs()
-        return int((a > multistage_threshold(a, ratio, **self.kwargs).threshold).sum())

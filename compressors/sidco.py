@@ -72,6 +72,8 @@ class SIDCo(ThresholdSparsifier):
     eps: tolerance on k_hat/k (0.2). period: Q, calls between adaptations (5). initial_stages, max_stages: the
     adaptive M starts at and stays within [1, max_stages]. adapt: ``error`` | ``paper`` (see module docstring).
     anchor: ``threshold`` | ``min_survivor``. method: ``closed_form`` (paper) | ``mle`` estimators.
+    quantile: ``exact`` fitted quantile (Lemma 1 (4)-(5)) | ``approx``, the paper's gamma approximation
+    -beta (log delta + log Gamma(alpha)) (Cor. 1.2 (15); differs from exact only for the gamma first stage).
     packed: bit-packed indices, else int32."""
 
     ratio: float = 0.01
@@ -85,6 +87,7 @@ class SIDCo(ThresholdSparsifier):
     adapt: Literal["error", "paper"] = "error"
     anchor: Literal["threshold", "min_survivor"] = "threshold"
     method: Literal["closed_form", "mle"] = "closed_form"
+    quantile: Literal["exact", "approx"] = "exact"
     packed: bool = True
 
     properties = Properties(kind="sparsifier", unbiased=False, randomized=False, contraction=THRESHOLD_CONTRACTION,
@@ -95,7 +98,8 @@ class SIDCo(ThresholdSparsifier):
         check_ratio(self.ratio, who="sidco ratio")
         check_ratio(self.first_ratio, who="sidco first_ratio")
         for key, allowed in (("dist", tuple(FIRST_STAGE)), ("adapt", ("error", "paper")),
-                             ("anchor", ("threshold", "min_survivor")), ("method", ("closed_form", "mle"))):
+                             ("anchor", ("threshold", "min_survivor")), ("method", ("closed_form", "mle")),
+                             ("quantile", ("exact", "approx"))):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"sidco {key} must be one of {', '.join(allowed)}, got {getattr(self, key)!r}")
         if self.stages != "adaptive" and (isinstance(self.stages, bool) or not isinstance(self.stages, int)
@@ -128,7 +132,8 @@ class SIDCo(ThresholdSparsifier):
         m = self.stage_count(state)
         try:
             pot = multistage_threshold(abs_g, self.ratio, m, first=FIRST_STAGE[self.dist],
-                                       first_ratio=self.first_ratio, anchor=self.anchor, method=self.method)
+                                       first_ratio=self.first_ratio, anchor=self.anchor, method=self.method,
+                                       quantile=self.quantile)
         except ValueError as exc:
             raise ValueError(f"sidco ({self.dist}, {m} stages): {exc}") from None
         eta = pot.threshold

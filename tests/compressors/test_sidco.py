@@ -42,6 +42,17 @@ def test_one_exponential_stage_misses_a_heavy_tail_that_three_stages_catch():
     assert abs(quality("sidco:dist=exp,ratio=0.001,stages=3", g, 0.001) - 1) <= 0.2
 
 
+def test_the_approximate_gamma_quantile_under_selects_where_the_exact_one_does_not():
+    """SIDCo Cor. 1.2 (15): -beta (log delta + log Gamma(alpha)) bounds the gamma quantile from above, so a
+    single gamma stage with it selects clearly fewer than k on double gamma(0.5) (about 0.4 k at delta = 0.01
+    with the MLE fit), while the exact quantile of the same fit selects k within 10 %."""
+    g = double_gamma(200_000, 4)
+    exact = quality("sidco:dist=gamma,ratio=0.01,stages=1,method=mle", g, 0.01)
+    approx = quality("sidco:dist=gamma,ratio=0.01,stages=1,method=mle,quantile=approx", g, 0.01)
+    assert abs(exact - 1) <= 0.10
+    assert approx < 0.7
+
+
 def test_anchor_option_changes_the_stage_shift():
     g = laplace(200_000, 4)
     a = create("sidco:dist=gp,ratio=0.001,stages=3,anchor=threshold").encode(g).info["threshold"]
