@@ -43,6 +43,15 @@ class FeedbackTheory:
         b = (residual_bound_mmse if self.kind == "mmse" else residual_bound_unbiased)(self.gamma, beta)
         return b.value, b.reason
 
+    def eta_minkowski(self, beta: float) -> float:
+        """For MMSE-QCS, the bound derived from Lemma 3 by Minkowski's inequality (valid for every beta in
+        (0, 1]; see :func:`theory.qcs.residual_bound_mmse_minkowski`); nan for other compressors."""
+        from theory.qcs import residual_bound_mmse_minkowski
+
+        if self.kind != "mmse" or self.gamma is None:
+            return math.nan
+        return residual_bound_mmse_minkowski(self.gamma, beta).value
+
     def optimum(self) -> tuple[float, float]:
         """(beta*, eta*) of (17) for unbiased or (18) for MMSE."""
         from theory.qcs import optimal_feedback_mmse, optimal_feedback_unbiased
@@ -87,7 +96,7 @@ def feedback_table(spec: str, betas: Sequence[float], sequence: Sequence[Sequenc
     -------
     (summary, per_step) : ``summary`` has one row per beta: ``beta, empirical`` (max over t of the seed-mean of
     ``||r_t||^2 / B``), ``ci_low, ci_high`` (interval of that mean at the maximising step), ``mean_over_steps``,
-    ``eta`` (inf when no bound), ``eta_reason``, ``verdict``, ``gamma``, ``bound_kind``, ``beta_star``,
+    ``eta`` (inf when no bound), ``eta_reason``, ``eta_minkowski`` (MMSE only), ``verdict``, ``gamma``, ``bound_kind``, ``beta_star``,
     ``eta_star``, ``eta_karimireddy``, ``B``; ``per_step`` has ``beta, step, residual_rel_mean`` per step.
     """
     from theory.qcs import karimireddy_residual_bound
@@ -112,6 +121,7 @@ def feedback_table(spec: str, betas: Sequence[float], sequence: Sequence[Sequenc
         eta, reason = th.eta(beta)
         rows.append({"beta": beta, "empirical": est.mean, "ci_low": est.low, "ci_high": est.high, "level": level,
                      "mean_over_steps": float(means.mean()), "eta": eta, "eta_reason": reason,
+                     "eta_minkowski": th.eta_minkowski(beta),
                      "verdict": verdict("upper", eta if math.isfinite(eta) else None, est),
                      "gamma": th.gamma, "bound_kind": th.kind, "beta_star": beta_star, "eta_star": eta_star,
                      "eta_karimireddy": eta_k, "B": B, "seeds": len(seeds), "steps": len(sequence)})

@@ -161,8 +161,9 @@ def _dump_sections(dump, sel, out: Path, quick: bool, device, seed: int, progres
     parts.append("The same for MMSE-QCS (alpha = 1/(gamma+1)) against (16) as printed (inf where its base is <= 0) "
                  f"and (18): beta* = 1, eta* = {fbm['eta_star'].iloc[0]:.4g}; Karimireddy et al.'s eta_k = "
                  f"{fbm['eta_karimireddy'].iloc[0]:.4g}. The paper says every 0 <= beta <= 1 keeps the MMSE residual "
-                 "bounded; the measured residual agrees (see the disagreements section).\n\n"
-                 + _md_table(fbm, ["beta", "empirical", "ci_low", "ci_high", "eta", "verdict"]) + "\n"
+                 "bounded; the measured residual agrees, and stays below `eta_minkowski`, the bound derived from "
+                 "Lemma 3 for every beta (see the disagreements section).\n\n"
+                 + _md_table(fbm, ["beta", "empirical", "ci_low", "ci_high", "eta", "eta_minkowski", "verdict"]) + "\n"
                  + _img("feedback_mmse_eta_vs_beta", "eta vs beta, MMSE-QCS"))
     return parts, summ
 
@@ -207,9 +208,12 @@ def _disagreements(val: pd.DataFrame, thresholds: pd.DataFrame | None = None) ->
                  "base = sqrt(gamma+1) - (1-beta) sqrt(gamma+1) - beta sqrt(gamma) = beta (sqrt(gamma+1) - sqrt(gamma)), "
                  "i.e. eta = gamma / (beta^2 (sqrt(gamma+1) - sqrt(gamma))^2): it is what Minkowski's inequality gives "
                  "for r_{t+1} = (1-beta) r_t + e_t with E||e||^2 <= (1-alpha) E||g + beta r||^2, it equals (18)'s "
-                 "eta_m* at beta = 1 and is minimised there. This reading is not implemented in `theory/`; the "
-                 "project reports (16) as printed. At beta = 1 both equal eta_m*, which the measured residual "
-                 "respects by a wide margin (validation table).")
+                 "eta_m* at beta = 1 and is minimised there. It is implemented as "
+                 "`theory.qcs.residual_bound_mmse_minkowski` (valid for every beta in (0, 1], attained by the "
+                 "compressor C(z) = (1 - sqrt(1-alpha)) z on a constant gradient, so it cannot be tightened without "
+                 "further assumptions), shown as `eta_minkowski` in the MMSE feedback table and checked at beta = 0.2 "
+                 "by `qcs-feedback-mmse-minkowski`; (16) as printed stays the reported `eta`. At beta = 1 both equal "
+                 "eta_m*, which the measured residual respects by a wide margin (validation table).")
     lines.append("- **QCS 1-bit variant (5)** read literally (q = sign(v/s + u), v_hat = s (q - u)) has mean 2v; the "
                  "compressor uses the midrise reading (points +-1/2), under which Theorem 1 holds (compressors/dither.py).")
     r = row("gmc-memory")

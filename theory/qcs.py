@@ -317,6 +317,32 @@ def residual_bound_mmse(gamma: float, beta: float) -> ResidualBound:
     return ResidualBound(gamma / base**2, True)
 
 
+def residual_bound_mmse_minkowski(gamma: float, beta: float) -> ResidualBound:
+    """Residual bound for MMSE-QCS feedback derived from Lemma 3 by Minkowski's inequality (valid for 0 < beta <= 1).
+
+    Source: derived here from 000_4b111efa75352b2d.txt eq. (14a-d) and Lemma 3 (13); it is the reading of Lemma 4
+    (16) that agrees with the paper's text ("all values of 0 <= beta <= 1 are viable" for MMSE-QCS) and with
+    Remark 2 (18) at beta = 1, where (16) as printed has a base that turns negative for small beta.
+
+    Derivation, with ||X|| = sqrt(E||X||^2) (a norm on random vectors) and s = sqrt(1 - alpha) =
+    sqrt(gamma / (gamma + 1)) by (12)-(13): e_t = z_t - zhat_t satisfies ||e_t|| <= s ||z_t|| (13), and
+    z_t = g_t + beta r_t, so by (14d) and Minkowski
+
+        ||r_{t+1}|| <= (1 - beta) ||r_t|| + s (sqrt(B) + beta ||r_t||) = (1 - beta (1 - s)) ||r_t|| + s sqrt(B).
+
+    From r_0 = 0 this never exceeds the fixed point s sqrt(B) / (beta (1 - s)), hence
+    E||r_t||^2 <= eta B with
+
+        eta = s^2 / (beta^2 (1 - s)^2) = gamma / (beta^2 (sqrt(gamma + 1) - sqrt(gamma))^2).
+
+    No independence between g and r is assumed. The bound is attained by the deterministic compressor
+    C(z) = (1 - s) z (which meets (13) with equality) on a constant gradient, so it cannot be improved without
+    further assumptions. At beta = 1 it equals eta_m* of (18).
+    """
+    gamma, beta = _check_feedback(gamma, beta)
+    return ResidualBound(gamma / (beta * (math.sqrt(gamma + 1.0) - math.sqrt(gamma))) ** 2, True)
+
+
 def optimal_feedback_unbiased(gamma: float) -> tuple[float, float]:
     """Feedback weight minimising (15) and the minimum: ``beta_u* = 1/(gamma+1)``, ``eta_u* = gamma (gamma+1)``.
 

@@ -135,6 +135,9 @@ def register(group: click.Group) -> None:
             Row("eta*", best_eta, f"{QCS} Remark 2 {eq_best}"),
             Row("eta_k (Karimireddy et al.)", qcs.karimireddy_residual_bound(gam), f"{QCS} Remark 3"),
         ]
+        if mmse:
+            rows.insert(1, _bound_row("eta (Minkowski reading)", qcs.residual_bound_mmse_minkowski(gam, beta),
+                                      f"derived from {QCS} (13)-(14), equals (18) at beta = 1"))
         _emit(rows, as_json)
 
     @theory_group.command("dqsg")

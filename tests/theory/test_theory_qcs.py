@@ -130,6 +130,38 @@ def test_eta_mmse_as_printed_has_no_bound_where_the_base_is_not_positive():
     assert above.valid and math.isfinite(above.value)
 
 
+def _worst_case_residual(gamma: float, beta: float, steps: int) -> list[float]:
+    """||r_t||^2 / B of weighted feedback (14) with the deterministic compressor C(z) = (1 - s) z, s =
+    sqrt(gamma/(gamma+1)), which meets Lemma 3 (13) with equality, on a constant gradient with ||g||^2 = B = 1."""
+    s = math.sqrt(gamma / (gamma + 1.0))
+    g = np.array([0.6, -0.8])
+    r, out = np.zeros(2), []
+    for _ in range(steps):
+        z = g + beta * r
+        r = (1 - beta) * r + s * z          # e = z - C(z) = s z
+        out.append(float(r @ r))
+    return out
+
+
+@pytest.mark.parametrize("gamma", [0.5, 1.0, 3.264])
+@pytest.mark.parametrize("beta", [0.05, 0.2, 0.6, 1.0])
+def test_minkowski_mmse_bound_holds_and_is_attained_by_the_worst_case_compressor(gamma, beta):
+    """The derived bound is never exceeded by a compressor that meets (13) with equality, and that compressor
+    approaches it (so a smaller formula, e.g. without beta^2, would be violated here)."""
+    eta = qcs.residual_bound_mmse_minkowski(gamma, beta).value
+    path = _worst_case_residual(gamma, beta, 20_000)
+    assert max(path) <= eta * (1 + 1e-9)
+    assert path[-1] == pytest.approx(eta, rel=1e-6)
+
+
+def test_minkowski_mmse_bound_is_18_at_beta_one_and_finite_where_16_as_printed_is_not():
+    for gamma in GAMMAS:
+        assert qcs.residual_bound_mmse_minkowski(gamma, 1.0).value == pytest.approx(
+            qcs.optimal_feedback_mmse(gamma)[1], rel=1e-12)
+    assert not qcs.residual_bound_mmse(1.0, 0.2).valid
+    assert math.isfinite(qcs.residual_bound_mmse_minkowski(1.0, 0.2).value)
+
+
 def test_eta_unbiased_outside_the_lemma_range_has_no_bound():
     assert not qcs.residual_bound_unbiased(3.0, 0.5).valid  # 2/(1+gamma) = 0.5
     assert qcs.residual_bound_unbiased(3.0, 0.5).value == math.inf
