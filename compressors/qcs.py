@@ -33,6 +33,7 @@ from compressors.dither import ScaledQuantizer, check_int, to_buckets
 from compressors.hadamard import factor, first_rows, first_rows_transpose
 from compressors.payload import Payload
 from compressors.registry import register
+from theory.qcs import gamma as theory_gamma
 
 SIGN_STREAM = 2
 """Sub-stream of the call seed for the Rademacher vector r (the dither uses ``dither.DITHER_STREAM``)."""
@@ -41,16 +42,12 @@ SIGN_STREAM = 2
 def variance_factor(n: int, k: int, Q: float) -> float:
     """gamma of 000_4b111efa75352b2d.txt eq. (10) for a real range Q > 0 (Q = 1/2 for the 1-bit variant).
 
-    ``n/k - 1 + (n / (4 Q^2)) log(k) / (k - 1)`` for k >= 2, ``n - 1`` for k = 1. For integer Q it defers to
-    :func:`theory.qcs.gamma` when that module is present.
+    ``n/k - 1 + (n / (4 Q^2)) log(k) / (k - 1)`` for k >= 2, ``n - 1`` for k = 1. Integer Q is
+    :func:`theory.qcs.gamma` itself; the theory function takes integer ranges only, so the 1-bit variant's
+    Q = 1/2 is evaluated here.
     """
     if float(Q).is_integer():
-        try:
-            from theory.qcs import gamma
-        except ImportError:  # pragma: no cover - theory layer not installed
-            pass
-        else:
-            return gamma(n, k, int(Q))
+        return theory_gamma(n, k, int(Q))
     if k == 1:
         return n - 1.0
     return n / k - 1.0 + n / (4.0 * Q * Q) * math.log(k) / (k - 1)
