@@ -27,13 +27,7 @@ def cli() -> None:
 
 
 for _name in COMMAND_MODULES:
-    try:
-        _module = importlib.import_module(_name)
-    except ModuleNotFoundError as exc:  # a command family not written yet
-        if exc.name != _name:
-            raise
-        continue
-    _module.register(cli)
+    importlib.import_module(_name).register(cli)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from analysis.validation.engine import Check, Measurement, NotApplicable, Setting
+from analysis.validation.engine import Check, Measurement, Setting
 from analysis.validation.intervals import mean_ci
+from theory.estimators import fit
+from theory.thresholds import threshold
 
 SIDCO = "001_ac87256369ec7547.txt"
 D = 20_000
@@ -37,11 +39,6 @@ def _dist(name: str, **params: float):
 def k_ratio_samples(family: str, method: str, quantile: str, trials: int, seed: int, device: torch.device,
                     d: int = D, ratio: float = RATIO) -> np.ndarray:
     """k_hat/(d delta) for ``trials`` vectors of d i.i.d. |g| from the family's genie distribution."""
-    try:
-        from theory.estimators import fit
-        from theory.thresholds import threshold
-    except ImportError as exc:
-        raise NotApplicable(f"theory estimators/thresholds not available ({exc})") from None
     dist = FAMILIES[family]()
     k = d * ratio
     out = []
