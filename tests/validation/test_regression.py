@@ -45,10 +45,11 @@ def test_dqsg_without_subtracting_the_dither_violates_the_exact_variance(monkeyp
 def test_sidco_gamma_with_the_approximate_quantile_claimed_exact_is_caught(monkeypatch):
     """SIDCo's gamma threshold computed with Cor. 1.2's approximation -beta (log delta + log Gamma(alpha)) where the
     exact quantile is claimed: k_hat/k falls far below 1 under the genie distribution."""
+    import analysis.validation.checks.sidco as checks
     import theory.thresholds as th
 
     exact = th.threshold
-    monkeypatch.setattr(th, "threshold", lambda fit, ratio, quantile="exact": exact(fit, ratio, "approx"))
+    monkeypatch.setattr(checks, "threshold", lambda fit, ratio, quantile="exact": exact(fit, ratio, "approx"))
     r = sidco_check("gamma", "mle").run("quick")
     assert r.verdict == "violated" and r.estimate.high < 0.8
 
