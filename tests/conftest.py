@@ -17,6 +17,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One intra-op thread per test module: the suite's tensors are small, so a second thread only adds
+    scheduling overhead and timing noise on a 2-core machine (CI's size)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(params=DEVICES)
 def device(request) -> torch.device:
     """Every device present: the same test runs on CPU and, where available, on CUDA."""
