@@ -112,7 +112,7 @@ def validate_manifest(m: Any, file: Path) -> None:
     for key, kind in (("workload", str), ("dtype", str), ("workers", int), ("every", int), ("params", list),
                       ("extras", list), ("steps", list), ("optimizer", dict), ("seeds", dict), ("metadata", dict),
                       ("versions", dict)):
-        _require(isinstance(m.get(key), kind), file, f"field {key!r} must be a {kind.__name__}, got {m.get(key)!r}")
+        _require(isinstance(m.get(key), kind), file, f"field {key!r} must be of type {kind.__name__}, got {m.get(key)!r}")
     _require(m["dtype"] in STORAGE_DTYPES, file, f"dtype {m['dtype']!r} is not one of {', '.join(STORAGE_DTYPES)}")
     _require(m["workers"] >= 1, file, f"workers must be >= 1, got {m['workers']}")
     _require(m["every"] >= 1, file, f"every must be >= 1, got {m['every']}")

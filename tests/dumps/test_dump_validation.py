@@ -48,7 +48,7 @@ def test_newer_format_version_is_refused_clearly(dump_path):
 
 def test_manifest_schema_errors_name_the_field(dump_path):
     _edit_manifest(dump_path, lambda m: m.update(workers="two"))
-    with pytest.raises(DumpError, match=r"manifest\.json: field 'workers' must be a int"):
+    with pytest.raises(DumpError, match=r"manifest\.json: field 'workers' must be of type int"):
         open_dump(dump_path)
 
 
