@@ -1,5 +1,5 @@
 import sys
 
-from analysis.cli.main import main
+from gradstat.analysis.cli.main import main
 
 sys.exit(main())

@@ -1,8 +1,8 @@
 """The compressor contract.
 
 A compressor is ``encode(g, ctx) -> Payload`` and ``decode(payload, ctx, side=None) -> Tensor`` around a wire
-format (:mod:`compressors.payload`), with explicit per-worker state (``new_state``) and seeded randomness
-(:mod:`compressors.context`). Subclasses implement ``_encode``/``_decode`` on a flat 1-D float tensor; this base
+format (:mod:`gradstat.compressors.payload`), with explicit per-worker state (``new_state``) and seeded randomness
+(:mod:`gradstat.compressors.context`). Subclasses implement ``_encode``/``_decode`` on a flat 1-D float tensor; this base
 class checks the input once (1-D or any shape, finite, floating dtype), flattens, and restores shape and dtype.
 
 Rules for implementations (see DESIGN.md):
@@ -21,8 +21,8 @@ from typing import Any, ClassVar, Literal, Mapping, Sequence
 
 import torch
 
-from compressors.context import Context
-from compressors.payload import Payload
+from gradstat.compressors.context import Context
+from gradstat.compressors.payload import Payload
 
 Kind = Literal["sparsifier", "quantizer", "sketch", "identity"]
 
@@ -105,7 +105,7 @@ class Compressor(ABC):
         return RoundResult(mean=mean, decoded=decoded, payloads=payloads)
 
     def spec(self) -> str:
-        """The spec string that rebuilds this compressor (see :mod:`compressors.registry`)."""
+        """The spec string that rebuilds this compressor (see :mod:`gradstat.compressors.registry`)."""
         args = ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)) if hasattr(self, "__dataclass_fields__") else ""
         return f"{self.name}:{args}" if args else self.name
 

@@ -1,7 +1,7 @@
 """Sampled-threshold sparsifiers: DGC's threshold from a random sample, and GMC's approximate top-K.
 
 Both estimate the top-k threshold from a random subset S of the coordinates: eta = the ceil(delta |S|)-th largest
-magnitude of S, then select ``|g| >= eta`` over the whole vector (one home: :mod:`compressors.threshold`).
+magnitude of S, then select ``|g| >= eta`` over the whole vector (one home: :mod:`gradstat.compressors.threshold`).
 
 - ``dgc`` (Lin et al., "Deep Gradient Compression", ICLR 2018, Sec. 3 / reference implementation; as described in
   SIDCo 001_ac87256369ec7547.txt, Sec. 1 and its footnote 2): sample about 1 % of the coordinates (with
@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 import torch
 
-from compressors.base import Properties, check_ratio
-from compressors.context import Context, generator
-from compressors.payload import Payload
-from compressors.randk import random_subset
-from compressors.registry import register
-from compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier
+from gradstat.compressors.base import Properties, check_ratio
+from gradstat.compressors.context import Context, generator
+from gradstat.compressors.payload import Payload
+from gradstat.compressors.randk import random_subset
+from gradstat.compressors.registry import register
+from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier
 
 
 def sampled_threshold(abs_g: torch.Tensor, ratio: float, sample_ratio: float, seed: int,

@@ -31,9 +31,9 @@ from typing import Literal
 
 import torch
 
-from compressors.base import Compressor
-from compressors.context import Context, generator
-from compressors.payload import Payload, code_width
+from gradstat.compressors.base import Compressor
+from gradstat.compressors.context import Context, generator
+from gradstat.compressors.payload import Payload, code_width
 
 Norm = Literal["l2", "linf"]
 

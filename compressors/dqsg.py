@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from compressors.base import Properties
-from compressors.dither import ScaledQuantizer, ScaledQuantizerCompressor, check_int
-from compressors.registry import register
+from gradstat.compressors.base import Properties
+from gradstat.compressors.dither import ScaledQuantizer, ScaledQuantizerCompressor, check_int
+from gradstat.compressors.registry import register
 
 
 @register("dqsg")

@@ -4,16 +4,16 @@
 ``||g||`` the l2 or the l_inf norm: codes in {-s..s} at ``r = ceil(log2(2s + 1))`` bits and one 32-bit scale,
 ``32 + d r`` bits in all. It is QSGD's quantizer over the whole tensor (the half-dithered quantizer of
 002_87c17e3716ede1d0.txt Lemma 2) with a choice of norm. The error compensation itself
-(``h <- beta h + (g - g_tilde)``, ``g_tilde = Q(g + alpha h)``) is :meth:`compressors.feedback.ErrorFeedback.ecq`.
+(``h <- beta h + (g - g_tilde)``, ``g_tilde = Q(g + alpha h)``) is :meth:`gradstat.compressors.feedback.ErrorFeedback.ecq`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from compressors.base import Properties
-from compressors.dither import ScaledQuantizer, ScaledQuantizerCompressor, check_int
-from compressors.registry import register
+from gradstat.compressors.base import Properties
+from gradstat.compressors.dither import ScaledQuantizer, ScaledQuantizerCompressor, check_int
+from gradstat.compressors.registry import register
 
 
 @register("ecq")

@@ -8,7 +8,7 @@ different coarse bins, ``|alpha (x - y) + e| > Delta2/2`` (Theorem 6); the estim
 ``alpha Delta2``.
 
 Algorithm 2 as a :meth:`NDQSG.round`: workers ``0 .. p1-1`` (the group P1) send DQSG with step 1/M
-(:class:`compressors.dqsg.DQSG`); the server averages them into g_tilde; each later worker (P2) sends nested
+(:class:`gradstat.compressors.dqsg.DQSG`); the server averages them into g_tilde; each later worker (P2) sends nested
 indices, decoded with the running average g_tilde as side information, which is then updated with the decoded
 gradient. Failures are counted against the decode with perfect side information (the worker's own gradient,
 known to the simulation only) and reported in ``RoundResult.info``; they are never sent.
@@ -28,12 +28,12 @@ from typing import Any, Sequence
 
 import torch
 
-from compressors.base import Compressor, Properties, RoundResult
-from compressors.context import Context
-from compressors.dither import check_int, draw_dither
-from compressors.dqsg import DQSG
-from compressors.payload import Payload, code_width
-from compressors.registry import register
+from gradstat.compressors.base import Compressor, Properties, RoundResult
+from gradstat.compressors.context import Context
+from gradstat.compressors.dither import check_int, draw_dither
+from gradstat.compressors.dqsg import DQSG
+from gradstat.compressors.payload import Payload, code_width
+from gradstat.compressors.registry import register
 
 
 def _round(x: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,7 @@ The gradient is viewed as a matrix: a tensor of shape (r, ...) as (r, numel / r)
 column (``axis="column"``) or row (``axis="row"``) the two reconstruction values are the means of the elements of
 that group with b = 1 and with b = 0 (the values minimising the squared error for that split), sent as float32.
 Meant to be used with error feedback (Seide et al.; 002_87c17e3716ede1d0.txt Sec. 4 and
-000_4b111efa75352b2d.txt Sec. 6 use it as the "one-bit" baseline): see :class:`compressors.feedback.ErrorFeedback`.
+000_4b111efa75352b2d.txt Sec. 6 use it as the "one-bit" baseline): see :class:`gradstat.compressors.feedback.ErrorFeedback`.
 
 Contraction: replacing each class by its mean gives ``||C(g) - g||^2 = ||g||^2 - ||C(g)||^2`` and, per group of m
 elements, ``||C(g)||^2 >= ||g||_1^2 / m >= ||g||_2^2 / m``, so ``||C(g) - g||^2 <= (1 - 1/m) ||g||^2``.
@@ -18,11 +18,11 @@ from typing import Literal
 
 import torch
 
-from compressors.base import Compressor, Properties
-from compressors.context import Context
-from compressors.payload import Payload
-from compressors.registry import register
-from compressors.sign import sign_bits
+from gradstat.compressors.base import Compressor, Properties
+from gradstat.compressors.context import Context
+from gradstat.compressors.payload import Payload
+from gradstat.compressors.registry import register
+from gradstat.compressors.sign import sign_bits
 
 
 @register("onebit")

@@ -1,7 +1,7 @@
 """The worker's send step with error feedback, and a round of it over P workers.
 
 GRACE's five-line ``send_step``: compensate, encode, decode, update memory. With ``feedback`` an
-:class:`~compressors.feedback.ErrorFeedback` (none, plain EF, QCS's weighted feedback eq. (14), ECQ-SGD), one
+:class:`~gradstat.compressors.feedback.ErrorFeedback` (none, plain EF, QCS's weighted feedback eq. (14), ECQ-SGD), one
 worker's step is
 
     z = g + compensation * h;   payload = C.encode(z);   z_hat = C.decode(payload);   h <- decay * h + (z - z_hat)
@@ -16,10 +16,10 @@ from typing import Any, Sequence
 
 import torch
 
-from compressors.base import Compressor, RoundResult
-from compressors.context import Context
-from compressors.feedback import ErrorFeedback, FeedbackState
-from compressors.payload import Payload
+from gradstat.compressors.base import Compressor, RoundResult
+from gradstat.compressors.context import Context
+from gradstat.compressors.feedback import ErrorFeedback, FeedbackState
+from gradstat.compressors.payload import Payload
 
 
 @dataclass

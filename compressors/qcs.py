@@ -11,11 +11,11 @@ Source: 000_4b111efa75352b2d.txt, eq. (1)-(13) and Algorithm 1. Per block g of n
 alpha = 1 (unbiased, eq. (9); Theorem 2: E||g - g_hat||^2 <= gamma ||g||^2, gamma of eq. (10)) or
 alpha = 1 / (gamma + 1) (MMSE, eq. (12); Lemma 3: E||e||^2 <= (1 - alpha) ||g||^2). The 1-bit variant (5) sends
 ``sign(v/varsigma + u)`` with varsigma = 2 ||v||_inf, read as the midrise quantizer with points +-1/2 (see
-:mod:`compressors.dither`): its error is that of range Q = 1/2, so its gamma is (10) at Q = 1/2.
+:mod:`gradstat.compressors.dither`): its error is that of range Q = 1/2, so its gamma is (10) at Q = 1/2.
 
 Blocks: the flat vector is cut into blocks of ``block`` elements, the last one zero-padded (padding is not sent).
 Sent per block: k codes at ``ceil(log2(2Q + 1))`` bits (1 bit for 1-bit QCS) and one 32-bit scale (``||v||_inf``,
-from which varsigma follows); once per tensor: the seed. The mixing uses :mod:`compressors.hadamard` (fast
+from which varsigma follows); once per tensor: the seed. The mixing uses :mod:`gradstat.compressors.hadamard` (fast
 Walsh-Hadamard transform for powers of two, Paley x Sylvester for the paper's other sizes; when k is a power of
 two dividing the Sylvester factor, only a k-point transform of the folded block is computed).
 """
@@ -27,13 +27,13 @@ from typing import Literal
 
 import torch
 
-from compressors.base import Compressor, Properties
-from compressors.context import Context, generator
-from compressors.dither import ScaledQuantizer, check_int, to_buckets
-from compressors.hadamard import factor, first_rows, first_rows_transpose
-from compressors.payload import Payload
-from compressors.registry import register
-from theory.qcs import gamma as theory_gamma
+from gradstat.compressors.base import Compressor, Properties
+from gradstat.compressors.context import Context, generator
+from gradstat.compressors.dither import ScaledQuantizer, check_int, to_buckets
+from gradstat.compressors.hadamard import factor, first_rows, first_rows_transpose
+from gradstat.compressors.payload import Payload
+from gradstat.compressors.registry import register
+from gradstat.theory.qcs import gamma as theory_gamma
 
 SIGN_STREAM = 2
 """Sub-stream of the call seed for the Rademacher vector r (the dither uses ``dither.DITHER_STREAM``)."""
@@ -43,7 +43,7 @@ def variance_factor(n: int, k: int, Q: float) -> float:
     """gamma of 000_4b111efa75352b2d.txt eq. (10) for a real range Q > 0 (Q = 1/2 for the 1-bit variant).
 
     ``n/k - 1 + (n / (4 Q^2)) log(k) / (k - 1)`` for k >= 2, ``n - 1`` for k = 1. Integer Q is
-    :func:`theory.qcs.gamma` itself; the theory function takes integer ranges only, so the 1-bit variant's
+    :func:`gradstat.theory.qcs.gamma` itself; the theory function takes integer ranges only, so the 1-bit variant's
     Q = 1/2 is evaluated here.
     """
     if float(Q).is_integer():

@@ -2,7 +2,7 @@
 
 Codes in {-s..s} (``ceil(log2(2s + 1))`` bits each, fixed width as in ECQ-SGD's count, 003_da514025a9ec0a1c.txt)
 and one 32-bit l2 norm per bucket. By 002_87c17e3716ede1d0.txt Lemma 2 the stochastic quantizer is the
-(2s + 1)-level half-dithered quantizer with step 1/s, so it is :class:`compressors.dither.ScaledQuantizer` with
+(2s + 1)-level half-dithered quantizer with step 1/s, so it is :class:`gradstat.compressors.dither.ScaledQuantizer` with
 ``subtract=False``: unbiased, and the receiver needs no seed. Variance (Alistarh et al. Lemma 3.1, quoted in
 000_4b111efa75352b2d.txt Fig. 3): ``E||Q(v) - v||^2 <= min(n/s^2, sqrt(n)/s) ||v||^2`` with n the bucket length.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compressors.base import Properties
-from compressors.dither import ScaledQuantizer, ScaledQuantizerCompressor, check_int
-from compressors.registry import register
+from gradstat.compressors.base import Properties
+from gradstat.compressors.dither import ScaledQuantizer, ScaledQuantizerCompressor, check_int
+from gradstat.compressors.registry import register
 
 
 @register("qsgd")

@@ -16,10 +16,10 @@ from typing import ClassVar
 
 import torch
 
-from compressors.base import Compressor, Properties, check_ratio
-from compressors.context import Context, generator
-from compressors.payload import Payload, float_width
-from compressors.registry import register
+from gradstat.compressors.base import Compressor, Properties, check_ratio
+from gradstat.compressors.context import Context, generator
+from gradstat.compressors.payload import Payload, float_width
+from gradstat.compressors.registry import register
 
 
 def random_subset(d: int, k: int, seed: int, device: torch.device) -> torch.Tensor:

@@ -11,7 +11,7 @@ import dataclasses
 import typing
 from typing import Any, Callable, TypeVar
 
-from compressors.base import Compressor
+from gradstat.compressors.base import Compressor
 
 _REGISTRY: dict[str, type[Compressor]] = {}
 C = TypeVar("C", bound=type[Compressor])
@@ -33,12 +33,10 @@ def register(name: str) -> Callable[[C], C]:
 
 
 def names() -> list[str]:
-    _load_all()
     return sorted(_REGISTRY)
 
 
 def get(name: str) -> type[Compressor]:
-    _load_all()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -109,8 +107,3 @@ def _convert(value: str, tp: Any, where: str) -> Any:
     if tp is str:
         return value
     raise ValueError(f"{where}: parameter of type {tp} cannot be set from a spec string")
-
-
-def _load_all() -> None:
-    """Import every compressor module so their ``@register`` decorators run."""
-    import compressors  # noqa: F401  (the package __init__ imports all implementation modules)

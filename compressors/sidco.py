@@ -2,8 +2,8 @@
 
 SIDCo, 001_ac87256369ec7547.txt: Sec. 2.3-2.4 (single- and multi-stage threshold estimators, Lemma 2 and Cor. 2.1),
 Sec. 3 and Algorithm 1 (stage adaptation), Sec. 4 (delta_1 = 0.25, eps = 20 %, Q = 5). The fits and thresholds
-are :func:`theory.pot.multistage_threshold` (no estimator lives here); this module adds the compressor around it:
-select ``|g| >= eta_M`` (Algorithm 1, line 8; :mod:`compressors.threshold`) and the per-worker stage adaptation.
+are :func:`gradstat.theory.pot.multistage_threshold` (no estimator lives here); this module adds the compressor around it:
+select ``|g| >= eta_M`` (Algorithm 1, line 8; :mod:`gradstat.compressors.threshold`) and the per-worker stage adaptation.
 
 Variants (``dist``; named by what they fit, the paper's names being inconsistent between Sec. 4.1 and App. E/F):
 ``exp`` multi-stage exponential; ``gamma`` gamma first stage then generalized Pareto; ``gp`` generalized Pareto at
@@ -32,12 +32,12 @@ from typing import Literal
 
 import torch
 
-from compressors.base import Properties, check_ratio
-from compressors.context import Context
-from compressors.payload import Payload
-from compressors.registry import register
-from compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier, count_at_least
-from theory.pot import multistage_threshold
+from gradstat.compressors.base import Properties, check_ratio
+from gradstat.compressors.context import Context
+from gradstat.compressors.payload import Payload
+from gradstat.compressors.registry import register
+from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier, count_at_least
+from gradstat.theory.pot import multistage_threshold
 
 FIRST_STAGE = {"exp": "exponential", "gamma": "gamma", "gp": "genpareto"}
 HISTORY = 1024

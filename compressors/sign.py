@@ -2,7 +2,7 @@
 
 One bit per element, ``b_i = [g_i >= 0]``, decoded as ``m * sign(g)`` (a bit has two values, so sign(0) = +1):
 - ``scale="l1"`` (default): ``m = ||g||_1 / d``, sent as one float32 -- the scaled sign of Karimireddy et al.;
-  used with error feedback (:meth:`compressors.feedback.ErrorFeedback.plain`) it is EF-signSGD. A contraction:
+  used with error feedback (:meth:`gradstat.compressors.feedback.ErrorFeedback.plain`) it is EF-signSGD. A contraction:
   ``||C(g) - g||^2 = (1 - ||g||_1^2 / (d ||g||_2^2)) ||g||^2 <= (1 - 1/d) ||g||^2``.
 - ``scale="unit"``: ``m = 1`` known to both sides (signSGD's update ``-lr sign(g)``, the step folded into lr);
   only the d bits are sent. Not a contraction, and an all-zero gradient decodes to all ones.
@@ -15,10 +15,10 @@ from typing import Literal
 
 import torch
 
-from compressors.base import Compressor, Properties
-from compressors.context import Context
-from compressors.payload import Payload
-from compressors.registry import register
+from gradstat.compressors.base import Compressor, Properties
+from gradstat.compressors.context import Context
+from gradstat.compressors.payload import Payload
+from gradstat.compressors.registry import register
 
 
 def sign_bits(g: torch.Tensor) -> torch.Tensor:

@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from compressors.base import Properties
-from compressors.dither import ScaledQuantizer, ScaledQuantizerCompressor, check_int
-from compressors.registry import register
+from gradstat.compressors.base import Properties
+from gradstat.compressors.dither import ScaledQuantizer, ScaledQuantizerCompressor, check_int
+from gradstat.compressors.registry import register
 
 
 @register("terngrad")

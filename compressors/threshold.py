@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import torch
 
-from compressors.base import Compressor, Properties
-from compressors.context import Context
-from compressors.payload import Payload, float_width, index_width
-from compressors.registry import register
+from gradstat.compressors.base import Compressor, Properties
+from gradstat.compressors.context import Context
+from gradstat.compressors.payload import Payload, float_width, index_width
+from gradstat.compressors.registry import register
 
 THRESHOLD_CONTRACTION = "1 - k_hat/d"
 """Contraction constant of any sparsifier that keeps the k_hat largest magnitudes (k_hat = nonzeros sent)."""

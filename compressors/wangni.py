@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
-from compressors.base import Compressor, Properties, check_ratio
-from compressors.context import Context, generator
-from compressors.payload import Payload
-from compressors.registry import register
-from compressors.threshold import add_sparse, decode_sparse
+from gradstat.compressors.base import Compressor, Properties, check_ratio
+from gradstat.compressors.context import Context, generator
+from gradstat.compressors.payload import Payload
+from gradstat.compressors.registry import register
+from gradstat.compressors.threshold import add_sparse, decode_sparse
 
 
 def optimal_probabilities(abs_g: torch.Tensor, k: int) -> torch.Tensor:

@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 
-from theory import _checks
-from theory.dqsg import nesting_ratio
+from gradstat.theory import _checks
+from gradstat.theory.dqsg import nesting_ratio
 
 __all__ = [
     "PACKINGS",

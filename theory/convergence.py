@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from theory import _checks
+from gradstat.theory import _checks
 
 __all__ = [
     "qcs_average_gradient_bound",
@@ -70,7 +70,7 @@ def qcs_average_gradient_bound_feedback(
     """Lemma 6: with weighted error feedback,
     ``(1/T) sum_t E||grad f(w_t)||^2 <= (f(w_0) - f*) / (T mu / 2) + L B (mu + 4 L eta mu^2)``.
 
-    Source: 000_4b111efa75352b2d.txt, Lemma 6; ``eta`` from (15) or (16) (:mod:`theory.qcs`). An infinite eta
+    Source: 000_4b111efa75352b2d.txt, Lemma 6; ``eta`` from (15) or (16) (:mod:`gradstat.theory.qcs`). An infinite eta
     (no bound) gives an infinite result.
     """
     f_gap, smoothness, grad_bound = _common(f_gap, smoothness, grad_bound)

@@ -19,7 +19,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from theory import _checks
+from gradstat.theory import _checks
 
 __all__ = [
     "quantize",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from theory import _checks
+from gradstat.theory import _checks
 
 __all__ = ["memory_bound", "communication_ratio", "communication_ratio_bound"]
 

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 import torch
 
-from theory.estimators.estimate import Estimate
-from theory.estimators.exceedances import Exceedances
-from theory.estimators.fit import resolve
-from theory.estimators.magnitudes import check_magnitudes
-from theory.estimators.registry import SHAPED, estimator
-from theory.estimators.result import Fit
-from theory.thresholds import QUANTILES, check_length, check_ratio, conditional_ratio, tail_quantile
+from gradstat.theory.estimators.estimate import Estimate
+from gradstat.theory.estimators.exceedances import Exceedances
+from gradstat.theory.estimators.fit import resolve
+from gradstat.theory.estimators.magnitudes import check_magnitudes
+from gradstat.theory.estimators.registry import SHAPED, estimator
+from gradstat.theory.estimators.result import Fit
+from gradstat.theory.thresholds import QUANTILES, check_length, check_ratio, conditional_ratio, tail_quantile
 
 FIRST = ("exponential", "gamma", "genpareto")
 LATER = ("exponential", "genpareto")
@@ -116,7 +116,7 @@ def multistage_threshold(abs_g: object, ratio: float, stages: int, first: str = 
     ----------
     abs_g : Tensor (any device) or numpy array
         Magnitudes |g| >= 0 (zeros allowed: stage 1 fits the non-zeros at the conditional ratio, see
-        :mod:`theory.thresholds`; when the non-zeros are fewer than delta_1 d, stage 1 keeps them all, threshold
+        :mod:`gradstat.theory.thresholds`; when the non-zeros are fewer than delta_1 d, stage 1 keeps them all, threshold
         0, and the later stages split the remaining ratio delta d / n equally).
     ratio : float in (0, 1)
         Target density delta over all elements.
@@ -137,7 +137,7 @@ def multistage_threshold(abs_g: object, ratio: float, stages: int, first: str = 
         Estimator of stage 1 ('closed_form', 'mle', 'minka_newton' for gamma); later stages use 'mle' when it is
         'mle' and the closed forms otherwise.
     quantile : {'exact', 'approx'}
-        Gamma quantile of stage 1 (see :func:`theory.thresholds.tail_quantile`).
+        Gamma quantile of stage 1 (see :func:`gradstat.theory.thresholds.tail_quantile`).
 
     Returns
     -------

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory import _checks
-from theory.bits import qcs_bits
+from gradstat.theory import _checks
+from gradstat.theory.bits import qcs_bits
 
 __all__ = [
     "gamma",
@@ -109,7 +109,7 @@ def exact_gain(
     """Compression gain of one QCS block counting everything that is sent: codes, scale factor and seed.
 
     Source: 000_4b111efa75352b2d.txt, eq. (11) and Algorithm 1 (the receiver needs ``q``, the scale ``varsigma``
-    and the seed from which it regenerates ``r`` and ``u``); bit count from :func:`theory.bits.qcs_bits`.
+    and the seed from which it regenerates ``r`` and ``u``); bit count from :func:`gradstat.theory.bits.qcs_bits`.
 
     Parameters
     ----------

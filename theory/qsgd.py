@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from theory import _checks
+from gradstat.theory import _checks
 
 __all__ = [
     "NORMS",

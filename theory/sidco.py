@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy import stats
 
-from theory import _checks
+from gradstat.theory import _checks
 
 __all__ = [
     "exceedance_count_mean",

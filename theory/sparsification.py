@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory import _checks
+from gradstat.theory import _checks
 
 __all__ = [
     "topk_contraction",

@@ -6,7 +6,7 @@ eta = beta log(1/delta) (6); gamma eta = beta P^{-1}(alpha, 1 - delta) (14), app
 -beta (log(delta) + log Gamma(alpha)) (15), an upper bound for alpha <= 1 and eta/beta >= 1 (24); generalized Pareto
 eta = (beta/alpha)(exp(-alpha log delta) - 1) (28).
 
-Zeros: a Fit describes the non-zero elements (see :mod:`theory.estimators.magnitudes`); to select delta d of all d
+Zeros: a Fit describes the non-zero elements (see :mod:`gradstat.theory.estimators.magnitudes`); to select delta d of all d
 elements, the threshold is the quantile at the conditional ratio delta d / n = delta / (1 - zero_fraction) among the
 n non-zeros. When that is >= 1 every non-zero must be kept: the threshold is 0 (with a RuntimeWarning).
 """
@@ -17,9 +17,9 @@ import warnings
 
 import torch
 
-from theory.distributions.genpareto import expm1_over
-from theory.distributions.incgamma import gammainccinv
-from theory.estimators.result import Fit
+from gradstat.theory.distributions.genpareto import expm1_over
+from gradstat.theory.distributions.incgamma import gammainccinv
+from gradstat.theory.estimators.result import Fit
 
 QUANTILES = ("exact", "approx")
 
@@ -87,7 +87,7 @@ def threshold(fit: Fit, ratio: float, quantile: str = "exact") -> torch.Tensor:
     Parameters
     ----------
     fit : Fit
-        From :func:`theory.estimators.fit` (describes the fit.n non-zeros of a vector of fit.d elements).
+        From :func:`gradstat.theory.estimators.fit` (describes the fit.n non-zeros of a vector of fit.d elements).
     ratio : float in (0, 1)
         Target density delta = k / d over all d elements.
     quantile : {'exact', 'approx'}

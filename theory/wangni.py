@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from theory import _checks
+from gradstat.theory import _checks
 
 __all__ = ["variance", "optimal_probabilities"]
 

@@ -14,7 +14,7 @@ import math
 import pandas as pd
 import torch
 
-from analysis.bench.timing import median_ms
+from gradstat.analysis.bench.timing import median_ms
 
 OPTIONS = """
 size : int -- vector length (default 2_600_000, the paper's 2.6M).
@@ -27,8 +27,7 @@ seed : int -- seed of the Laplace vector and of the compressors' contexts (defau
 
 
 def _build(name: str, ratio: float, abs_g: torch.Tensor):
-    import compressors
-
+    from gradstat import compressors
     cls = compressors.get(name)
     fields = {f.name for f in dataclasses.fields(cls)}
     if "ratio" in fields:
@@ -47,8 +46,8 @@ def run(size: int = 2_600_000, ratio: float = 0.01, repeats: int = 5, device: st
     ``bits`` (exact payload bits), ``gain`` (32 d / bits), ``entropy_gain`` (32 d / entropy-coded bits),
     ``k_hat/k`` (nonzeros decoded over ceil(ratio d), sparsifiers only), ``rel_error`` (||C(g) - g||^2/||g||^2).
     """
-    import compressors
-    from compressors.context import Context
+    from gradstat import compressors
+    from gradstat.compressors.context import Context
 
     if size < 1 or repeats < 1:
         raise ValueError(f"size and repeats must be >= 1, got size={size}, repeats={repeats}")

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.dumps import open_dump
-from analysis.parallel import DataParallel
-from analysis.recorder import Recorder
-from analysis.workloads import get_workload
+from gradstat.analysis.dumps import open_dump
+from gradstat.analysis.training.parallel import DataParallel
+from gradstat.analysis.training.recorder import Recorder
+from gradstat.analysis.training.workloads import get_workload
 
 OPTIONS = """
 workload : workload spec (default ``lenet``).

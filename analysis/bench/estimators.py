@@ -14,9 +14,9 @@ import pandas as pd
 import torch
 from scipy import stats
 
-from analysis.bench.timing import median_ms
-from theory.estimators import fit
-from theory.estimators.registry import ESTIMATORS
+from gradstat.analysis.bench.timing import median_ms
+from gradstat.theory.estimators import fit
+from gradstat.theory.estimators.registry import ESTIMATORS
 
 OPTIONS = """
 sizes : list[int] -- numbers of |g| values (default 100000,1000000,10000000).

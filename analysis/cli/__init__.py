@@ -1,1 +1,1 @@
-"""The ``gradstat`` command line (click). One module per command family, registered in :mod:`analysis.cli.main`."""
+"""The ``gradstat`` command line (click). One module per command family, registered in :mod:`gradstat.analysis.cli.main`."""

@@ -1,6 +1,6 @@
 """Analysis commands: ``fit``, ``threshold``, ``compress``, ``variance``, ``feedback``, ``plot variance-vs-gain``,
 ``validate``, ``report``, ``demo``. Each writes its tables (CSV + Markdown) and figures (PNG + CSV) into ``--out``
-and prints a summary; the work itself lives in :mod:`analysis.studies`.
+and prints a summary; the work itself lives in :mod:`gradstat.analysis.studies`.
 
 Exit status: 0 ok; 1 a check (``validate``, ``variance``) that must hold is violated; 2 bad input.
 """
@@ -11,17 +11,23 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from analysis import studies
-from analysis.selection import parse_floats, parse_indices, parse_layers, resolve_device
-from analysis.tables import to_text
-from analysis.validation.vectors import SYNTHETIC, GradientSource
+from gradstat.analysis.studies import feedback as feedback_study
+from gradstat.analysis.studies import fits as fit_study
+from gradstat.analysis.studies import replay as replay_study
+from gradstat.analysis.studies import thresholds as threshold_study
+from gradstat.analysis.studies import variance as variance_study
+from gradstat.analysis.studies import variance_gain as variance_gain_study
+from gradstat.analysis.validation import outputs as validation_table
+from gradstat.analysis.measure.selection import parse_floats, parse_indices, parse_layers, resolve_device
+from gradstat.analysis.measure.tables import to_text
+from gradstat.analysis.measure.sources import SYNTHETIC, GradientSource
 
 DEFAULT_VARIANCE_SPECS = ("qcs:block=256,k=64,Q=4", "qcs:block=256,k=64,Q=4,alpha=mmse", "dqsg:M=4",
                           "qsgd:s=4,bucket=512", "topk:ratio=0.01", "wangni:ratio=0.01")
 
 
 def _open(path: str):
-    from analysis.dumps import open_dump
+    from gradstat.analysis.dumps import open_dump
 
     return open_dump(path)
 
@@ -70,7 +76,7 @@ def register(cli: click.Group) -> None:
         out = _out(out, "gradstat-out/fit")
         methods = ["closed_form", "mle"] if method == "both" else [method]
         scopes = ["model", "layer"] if scope == "both" else [scope]
-        df = studies.fits(d, out, parse_indices(steps, d.steps, "steps"),
+        df = fit_study.run(d, out, parse_indices(steps, d.steps, "steps"),
                           parse_indices(workers, range(d.workers), "workers"), parse_layers(layers, d.params),
                           scopes, methods, normalize, compensated, resolve_device(device), not quiet)
         model = df[df["scope"] == df["scope"].iloc[0]]
@@ -90,7 +96,7 @@ def register(cli: click.Group) -> None:
         out = _out(out, "gradstat-out/threshold")
         w = parse_indices(workers, range(d.workers), "workers")[0]
         ests = [e.strip() for e in estimators.split(",")] if estimators else None
-        _, summary = studies.thresholds(d, out, parse_indices(steps, d.steps, "steps"),
+        _, summary = threshold_study.run(d, out, parse_indices(steps, d.steps, "steps"),
                                         parse_floats(ratio, "ratio", 0.0, 1.0), w, ests, resolve_device(device),
                                         seed, not quiet)
         _echo_table(summary, "k_hat / k over steps")
@@ -108,7 +114,7 @@ def register(cli: click.Group) -> None:
         """Replay compressors (with feedback and per-worker state) over the dump's steps."""
         d = _open(dump)
         out = _out(out, "gradstat-out/compress")
-        _, summary = studies.compress(d, out, [(s, feedback) for s in specs], parse_indices(steps, d.steps, "steps"),
+        _, summary = replay_study.run(d, out, [(s, feedback) for s in specs], parse_indices(steps, d.steps, "steps"),
                                       parse_indices(workers, range(d.workers), "workers"),
                                       list(range(seed, seed + seeds)), resolve_device(device), not quiet)
         _echo_table(summary, "replay summary (means over steps and seeds)")
@@ -131,7 +137,7 @@ def register(cli: click.Group) -> None:
         source = _source(dump, steps, workers) if dump else GradientSource(seed=seed + 1234, family=synthetic)
         out = _out(out, "gradstat-out/variance")
         vecs = [(f"{source.label} #{i}", source.vector(n, dev, index=i)) for i in range(vectors)]
-        df = studies.variance(vecs, list(specs) or list(DEFAULT_VARIANCE_SPECS), out, trials, seed, not quiet)
+        df = variance_study.run(vecs, list(specs) or list(DEFAULT_VARIANCE_SPECS), out, trials, seed, not quiet)
         _echo_table(df, "relative error vs bound", ["compressor", "vector", "empirical", "ci_low", "ci_high", "bound",
                                                      "theory_over_empirical", "verdict"])
         _written(out)
@@ -154,7 +160,7 @@ def register(cli: click.Group) -> None:
             n = source.dump.numel
         length = length or (len(source.steps) if dump is not None else 20)
         out = _out(out, "gradstat-out/feedback")
-        df = studies.feedback(source, ws, out, spec, _betas(beta), n, length, seeds, resolve_device(device),
+        df = feedback_study.run(source, ws, out, spec, _betas(beta), n, length, seeds, resolve_device(device),
                               not quiet)
         _echo_table(df, f"eta vs beta ({spec}, gamma = {df['gamma'].iloc[0]})",
                     ["beta", "empirical", "ci_low", "ci_high", "eta", "verdict", "beta_star", "eta_star"])
@@ -172,7 +178,7 @@ def register(cli: click.Group) -> None:
     def variance_gain_cmd(n, dump, trials, steps, workers, device, out, seed, quiet):
         """QCS Fig. 3: min gamma over (k, Q) vs gain, QSGD's bound, Wangni's; measured points; log axes."""
         out = _out(out, "gradstat-out/plot")
-        pts = studies.variance_gain(out, n, _source(dump, steps, workers), trials, resolve_device(device))
+        pts = variance_gain_study.run(out, n, _source(dump, steps, workers), trials, resolve_device(device))
         _echo_table(pts, "measured points", ["spec", "gain", "exact_gain", "empirical", "ci_low", "ci_high"])
         _written(out)
 
@@ -187,7 +193,7 @@ def register(cli: click.Group) -> None:
         source = _source(dump, steps, workers) if dump else None
         click.echo(f"validating on {source.label if source else 'synthetic Laplace'} "
                    f"({'quick' if quick else 'full'} sizes, 99 % intervals)")
-        df = studies.validation(out, "quick" if quick else "full", source, resolve_device(device), seed, checks,
+        df = validation_table.run(out, "quick" if quick else "full", source, resolve_device(device), seed, checks,
                                 echo=None if quiet else click.echo)
         _echo_table(df, "validation", ["check", "source", "theory", "empirical", "ci_low", "ci_high", "trials",
                                        "verdict"])
@@ -209,7 +215,7 @@ def register(cli: click.Group) -> None:
     @click.option("--checks", default=None, help="validation checks to run (names or prefixes; default all)")
     def report_cmd(dump, out, quick, steps, device, seed, quiet, checks):
         """One Markdown report with its PNGs and CSVs: fits, thresholds, variance, feedback, validation."""
-        from analysis.report import write_report
+        from gradstat.analysis.report.document import write_report
 
         path, failed = write_report(dump, out, quick, steps, resolve_device(device), seed, not quiet,
                                     echo=click.echo, checks=checks)
@@ -228,7 +234,7 @@ def register(cli: click.Group) -> None:
     @click.option("--keep-dump", is_flag=True, help="keep the recorded dump in <out>/dump")
     def demo_cmd(out, workload, n_steps, n_workers, quick, device, seed, quiet, keep_dump):
         """Record a small dump with a built-in workload and write the report on it."""
-        from analysis.report import demo
+        from gradstat.analysis.report.document import demo
 
         path, failed = demo(out, workload, n_steps, n_workers, quick, resolve_device(device), seed, not quiet,
                             echo=click.echo, keep_dump=keep_dump)

@@ -14,7 +14,7 @@ import click
 
 
 def _topics() -> list[str]:
-    import analysis.bench as bench
+    import gradstat.analysis.bench as bench
 
     return sorted(m.name for m in pkgutil.iter_modules(bench.__path__) if not m.name.startswith("_"))
 
@@ -47,14 +47,14 @@ def register(group: click.Group) -> None:
         topics = _topics()
         if topic is None:
             for t in topics:
-                mod = importlib.import_module(f"analysis.bench.{t}")
+                mod = importlib.import_module(f"gradstat.analysis.bench.{t}")
                 params = inspect.signature(mod.run).parameters.values()
                 opts = ", ".join(f"{p.name}={p.default!r}" for p in params if p.default is not inspect.Parameter.empty)
                 click.echo(f"{t}: {(mod.__doc__ or '').strip().splitlines()[0] if mod.__doc__ else ''}\n    options: {opts}")
             return
         if topic not in topics:
             raise ValueError(f"unknown benchmark {topic!r}; known: {', '.join(topics)}")
-        mod = importlib.import_module(f"analysis.bench.{topic}")
+        mod = importlib.import_module(f"gradstat.analysis.bench.{topic}")
         params = inspect.signature(mod.run).parameters
         kwargs: dict[str, object] = {}
         for item in settings:

@@ -14,8 +14,7 @@ import click
 
 def registry_table(kind: str | None = None) -> list[dict[str, object]]:
     """The registry as rows of plain values (one dict per compressor, sorted by name)."""
-    import compressors
-
+    from gradstat import compressors
     rows = []
     for name in compressors.names():
         props = compressors.get(name).properties

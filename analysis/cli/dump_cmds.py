@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 import torch
 
-from analysis.dumps import STORAGE_DTYPES, Dump, open_dump
-from analysis.dumps.convert import export_npz, import_dump
+from gradstat.analysis.dumps import STORAGE_DTYPES, Dump, open_dump
+from gradstat.analysis.dumps.convert import export_npz, import_dump
 
 
 def _int_list(text: str, what: str) -> list[int]:
@@ -98,7 +98,7 @@ def register(group: click.Group) -> None:
     def record_cmd(workload: str, steps: int, every: int, workers: int, out: Path, dtype: str, seed: int,
                    compressor: str | None, feedback: str | None, device: str, quiet: bool) -> None:
         """Train a built-in workload and record its gradients into a new dump."""
-        from analysis.recorder import record
+        from gradstat.analysis.training.recorder import record
 
         path = record(workload, steps, every=every, workers=workers, out=out, seed=seed, dtype=dtype,
                       compressor=compressor, feedback=feedback, progress=not quiet, device=device)
@@ -121,7 +121,7 @@ def register(group: click.Group) -> None:
     @group.command("workloads")
     def workloads_cmd() -> None:
         """List the built-in workloads with their parameter counts."""
-        from analysis.workloads import get_workload, workload_names
+        from gradstat.analysis.training.workloads import get_workload, workload_names
 
         for name in workload_names():
             w = get_workload(name)

@@ -12,11 +12,11 @@ import sys
 import click
 
 COMMAND_MODULES = (
-    "analysis.cli.dump_cmds",
-    "analysis.cli.theory_cmds",
-    "analysis.cli.compressor_cmds",
-    "analysis.cli.analysis_cmds",
-    "analysis.cli.bench_cmds",
+    "gradstat.analysis.cli.dump_cmds",
+    "gradstat.analysis.cli.theory_cmds",
+    "gradstat.analysis.cli.compressor_cmds",
+    "gradstat.analysis.cli.analysis_cmds",
+    "gradstat.analysis.cli.bench_cmds",
 )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import click
 
-from theory import bits, dqsg, qcs, qsgd, sidco
+from gradstat.theory import bits, dqsg, qcs, qsgd, sidco
 
 QCS = "000_4b111efa75352b2d.txt"
 NDQ = "002_87c17e3716ede1d0.txt"
@@ -211,8 +211,8 @@ def register(group: click.Group) -> None:
         """Threshold for a target ratio under a sparsity-inducing law of |g| (exact quantile and approximation)."""
         import torch
 
-        from theory.distributions import Exponential, Gamma, GenPareto
-        from theory.thresholds import tail_quantile
+        from gradstat.theory.distributions import Exponential, Gamma, GenPareto
+        from gradstat.theory.thresholds import tail_quantile
 
         if not 0.0 < ratio < 1.0:
             raise ValueError(f"--ratio must lie in (0, 1), got {ratio:g}")

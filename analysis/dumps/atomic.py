@@ -9,7 +9,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from analysis.dumps.format import TMP_SUFFIX
+from gradstat.analysis.dumps.format import TMP_SUFFIX
 
 
 def tmp_name(target: Path) -> Path:

@@ -22,10 +22,10 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from analysis.dumps.atomic import write_atomic
-from analysis.dumps.format import DumpError
-from analysis.dumps.reader import Dump
-from analysis.dumps.writer import DumpWriter
+from gradstat.analysis.dumps.atomic import write_atomic
+from gradstat.analysis.dumps.format import DumpError
+from gradstat.analysis.dumps.reader import Dump
+from gradstat.analysis.dumps.writer import DumpWriter
 
 SUFFIXES = (".pt", ".pth", ".npz", ".npy")
 EXPORT_KEY = re.compile(r"^s(\d+)/w(\d+)/(.+)$")

@@ -4,7 +4,7 @@ A dump is a directory holding ``manifest.json`` and one safetensors file per rec
 (``step-00000005.safetensors``). Tensor keys are ``w{worker}/{param}`` for gradients and
 ``x/{extra}/w{worker}/{param}`` for extra tensors (e.g. the error-feedback residual). Each step file's header
 metadata carries the sha256 of every tensor's bytes (checked when that tensor is read); the manifest carries the
-sha256 and size of every whole file (checked by :meth:`analysis.dumps.reader.Dump.verify`).
+sha256 and size of every whole file (checked by :meth:`gradstat.analysis.dumps.reader.Dump.verify`).
 """
 from __future__ import annotations
 

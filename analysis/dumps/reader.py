@@ -9,7 +9,7 @@ from typing import Any, Iterable
 
 import torch
 
-from analysis.dumps.format import (MANIFEST, SAFETENSORS_DTYPES, STEP_FILE, TMP_SUFFIX, DumpError, checksum_key,
+from gradstat.analysis.dumps.format import (MANIFEST, SAFETENSORS_DTYPES, STEP_FILE, TMP_SUFFIX, DumpError, checksum_key,
                                    extra_key, grad_key, numel, read_manifest, sha256_bytes,
                                    sha256_file, storage_dtype)
 

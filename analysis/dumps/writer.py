@@ -13,8 +13,8 @@ import safetensors
 import torch
 from safetensors.torch import save as safetensors_bytes
 
-from analysis.dumps.atomic import write_atomic
-from analysis.dumps.format import (FORMAT, FORMAT_VERSION, MANIFEST, STEP_FILE, TMP_SUFFIX, DumpError, checksum_key,
+from gradstat.analysis.dumps.atomic import write_atomic
+from gradstat.analysis.dumps.format import (FORMAT, FORMAT_VERSION, MANIFEST, STEP_FILE, TMP_SUFFIX, DumpError, checksum_key,
                                    extra_key, grad_key, read_manifest, sha256_bytes, sha256_tensor, step_file,
                                    storage_dtype)
 

@@ -7,7 +7,7 @@ Most bounds are conditional on the gradient (``E[. | g] <= bound * ||g||^2``), s
 - ``synthetic`` (default): i.i.d. entries with random signs and magnitudes from a sparsity-inducing law (SIDCo
   001_ac87256369ec7547.txt Sec. 2.3): ``laplace`` (double exponential, scale 1, the default), ``gamma`` (double
   gamma, shape 0.5), ``genpareto`` (double generalized Pareto, shape 0.25) or ``normal``, drawn with
-  :mod:`theory.distributions` from a generator seeded with ``seed``;
+  :mod:`gradstat.theory.distributions` from a generator seeded with ``seed``;
 - ``dump``: a block of ``n`` consecutive coordinates of the flattened model gradient of a dump, at the position
   of largest l2 norm (so a dead layer never yields an all-zero block); sequences cycle through the dump's steps.
 """
@@ -97,7 +97,7 @@ def _synthetic(family: str, n: int, gen: torch.Generator) -> torch.Tensor:
     """n i.i.d. float64 values with random signs and magnitudes of ``family`` (see the module docstring)."""
     if family == "normal":
         return torch.randn(n, generator=gen, dtype=torch.float64)
-    import theory.distributions as td
+    import gradstat.theory.distributions as td
 
     dist = {"laplace": lambda: td.Exponential(scale=1.0), "gamma": lambda: td.Gamma(shape=0.5, scale=1.0),
             "genpareto": lambda: td.GenPareto(shape=0.25, scale=1.0)}[family]()

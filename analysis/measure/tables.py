@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -65,3 +66,35 @@ def write_table(df: pd.DataFrame, out_dir: str | os.PathLike, stem: str, digits:
     csv = atomic_write_text(out / f"{stem}.csv", df.to_csv(index=False))
     md = atomic_write_text(out / f"{stem}.md", to_markdown(df, digits))
     return {"csv": csv, "md": md}
+
+
+class CsvLog:
+    """Rows appended to a CSV as they come (nothing lost on interruption); the header is fixed by the first row."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.columns: list[str] | None = None
+        self._fh = None
+
+    def add(self, rows: dict | list[dict]) -> None:
+        rows = [rows] if isinstance(rows, dict) else rows
+        if not rows:
+            return
+        if self._fh is None:
+            self.columns = list(rows[0])
+            self._fh = open(self.path, "w", encoding="utf-8")
+            self._fh.write(",".join(self.columns) + "\n")
+        for r in rows:
+            self._fh.write(",".join(_csv_cell(r.get(c)) for c in self.columns) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def _csv_cell(v: Any) -> str:
+    s = "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+    return f'"{s}"' if ("," in s or '"' in s) else s

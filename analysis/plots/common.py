@@ -10,7 +10,7 @@ matplotlib.use("Agg")  # never a window; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis.tables import atomic_write_text  # noqa: E402
+from gradstat.analysis.measure.tables import atomic_write_text  # noqa: E402
 
 DPI = 90
 """Resolution of written PNGs (kept small: the committed report must stay a few hundred KB)."""

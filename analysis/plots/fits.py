@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analysis.plots.common import new_figure, save_figure
+from gradstat.analysis.plots.common import new_figure, save_figure
 
 COLORS = {"exponential": "tab:blue", "gamma": "tab:orange", "genpareto": "tab:green"}
 
 
 def _fits(a: torch.Tensor, families: Sequence[str], method: str) -> dict:
-    from theory.estimators import fit
+    from gradstat.theory.estimators import fit
 
     return {f: fit(a, f, method).distribution for f in families}
 
@@ -97,12 +97,10 @@ def tail_check(fits: pd.DataFrame, out_dir: str | os.PathLike, stem: str, scope:
     return save_figure(fig, data, out_dir, stem)
 
 
-def drift(fits: pd.DataFrame, out_dir: str | os.PathLike, stem: str, scope: str = "model",
+def drift(data: pd.DataFrame, out_dir: str | os.PathLike, stem: str, scope: str = "model",
           method: str = "mle") -> dict[str, Path]:
-    """Fitted scale and shape per step (one line per family)."""
-    from analysis.fitting import drift as drift_table
-
-    data = drift_table(fits, scope, method)
+    """Fitted scale and shape per step (one line per family); ``data`` has columns ``step, family, scale, shape``
+    (:func:`gradstat.analysis.studies.fits.drift`)."""
     fig, ax = new_figure(2)
     for fam, grp in data.groupby("family"):
         ax[0, 0].plot(grp["step"], grp["scale"], "o-", color=COLORS.get(fam), label=fam)

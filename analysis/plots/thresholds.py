@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import NullFormatter
 
-from analysis.plots.common import new_figure, save_figure
+from gradstat.analysis.plots.common import new_figure, save_figure
 
 
 def k_ratio(summary: pd.DataFrame, out_dir: str | os.PathLike, stem: str) -> dict[str, Path]:
-    """``summary`` from :func:`analysis.thresholding.threshold_study`."""
+    """``summary`` from :func:`gradstat.analysis.studies.thresholds.threshold_study`."""
     if summary.empty:
         raise ValueError("k_ratio: empty summary")
     ratios = sorted(summary["ratio"].unique(), reverse=True)

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.plots.common import new_figure, save_figure
+from gradstat.analysis.plots.common import new_figure, save_figure
 
 STYLE = {"QCS (min over k, Q)": "tab:blue", "QSGD (Lemma 3.1)": "tab:orange", "Wangni (uniform p)": "tab:green"}
 
 
 def variance_vs_gain(curves: pd.DataFrame, points: pd.DataFrame | None, out_dir: str | os.PathLike, stem: str,
                      n: int) -> dict[str, Path]:
-    """``curves`` from :func:`analysis.variance_gain.theory_curves`, ``points`` from ``empirical_points``."""
+    """``curves`` from :func:`gradstat.analysis.studies.variance_gain.theory_curves`, ``points`` from ``empirical_points``."""
     fig, ax = new_figure(width=6.0, height=4.2)
     a = ax[0, 0]
     for method, grp in curves.groupby("method", sort=False):

@@ -19,10 +19,16 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from analysis import studies
-from analysis.selection import parse_indices
-from analysis.tables import atomic_write_text, to_markdown
-from analysis.validation.vectors import GradientSource
+from gradstat.analysis.studies import feedback as feedback_study
+from gradstat.analysis.studies import fits as fit_study
+from gradstat.analysis.studies import replay as replay_study
+from gradstat.analysis.studies import thresholds as threshold_study
+from gradstat.analysis.studies import variance as variance_study
+from gradstat.analysis.studies import variance_gain as variance_gain_study
+from gradstat.analysis.validation import outputs as validation_table
+from gradstat.analysis.measure.selection import parse_indices
+from gradstat.analysis.measure.tables import atomic_write_text, to_markdown
+from gradstat.analysis.measure.sources import GradientSource
 
 REPLAYS = (("topk:ratio=0.01", "ef"), ("sidco:ratio=0.01,dist=exp,stages=adaptive", "ef"), ("qcs:block=256,k=64,Q=4", "none"), ("qcs:block=256,k=64,Q=4", "qcs:beta=0.2"),
            ("qsgd:s=4,bucket=512", "none"), ("dqsg:M=4", "none"))
@@ -48,7 +54,7 @@ def write_report(dump_path: str | None, out: str | Path, quick: bool = False, st
     """Write ``<out>/report.md`` and its files; return the path and whether a must-hold check was violated.
     ``command`` (the command line that regenerates the report) is quoted at the top; ``checks`` selects the
     validation checks (``analysis.validation.registry.select``; default all)."""
-    from analysis.dumps import open_dump
+    from gradstat.analysis.dumps import open_dump
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -73,7 +79,7 @@ def write_report(dump_path: str | None, out: str | Path, quick: bool = False, st
         sections, thresholds = _dump_sections(dump, sel, out, quick, device, seed, progress, echo)
         parts += sections
     echo("variance vs gain ...")
-    studies.variance_gain(out, 256, source, 30 if quick else 100, device)
+    variance_gain_study.run(out, 256, source, 30 if quick else 100, device)
     parts.append("## Variance vs compression gain (QCS Fig. 3)\n\nLines: the closed-form variance factor of each "
                  "scheme at a given gain (QCS: the least gamma (10) over (k, Q) meeting gain (11); QSGD: Lemma 3.1 at "
                  "its gain 32/log2(2s+1); Wangni: uniform keep probability, each value sent with its index). Circles: "
@@ -81,7 +87,7 @@ def write_report(dump_path: str | None, out: str | Path, quick: bool = False, st
                  "intervals; the measured gain counts codes only, as (11) does (`exact_gain` in the CSV counts every "
                  "scale and seed sent).\n\n" + _img("variance_vs_gain", "variance vs gain"))
     echo("validation ...")
-    val = studies.validation(out, "quick" if quick else "full", source, device, seed, checks,
+    val = validation_table.run(out, "quick" if quick else "full", source, device, seed, checks,
                              echo=(lambda s: echo(s)) if progress else None)
     failed = bool(((val["verdict"] == "violated") & val["must_hold"]).any())
     val_md = val.assign(ratio=val["theory_over_empirical"])
@@ -104,7 +110,7 @@ def _dump_sections(dump, sel, out: Path, quick: bool, device, seed: int, progres
     parts = []
     workers = list(range(dump.workers))
     echo("fits ...")
-    fits = studies.fits(dump, out, sel, [0], None, ["model"], ["closed_form", "mle"], normalize=False,
+    fits = fit_study.run(dump, out, sel, [0], None, ["model"], ["closed_form", "mle"], normalize=False,
                         compensated=False, device=device, progress=progress)
     mean = fits.groupby(["family", "method"], sort=False)[["scale", "shape", "ks", "ad", "aic_rank", "tail_0.1",
                                                            "tail_0.01", "tail_0.001", "p"]].mean().reset_index()
@@ -119,7 +125,7 @@ def _dump_sections(dump, sel, out: Path, quick: bool, device, seed: int, progres
                  + _img("fit_qq", "QQ plot") + _img("fit_tail_check", "tail check") + _img("fit_drift", "drift"))
     echo("thresholds ...")
     th_steps = sel[-2:] if quick else sel
-    _, summ = studies.thresholds(dump, out, th_steps, [0.1, 0.01, 0.001], 0, QUICK_ESTIMATORS if quick else None,
+    _, summ = threshold_study.run(dump, out, th_steps, [0.1, 0.01, 0.001], 0, QUICK_ESTIMATORS if quick else None,
                                  device, seed, progress)
     missing = summ.attrs.get("missing", [])
     parts.append(f"## Threshold quality\n\nk_hat/k of each threshold estimator over steps {', '.join(map(str, th_steps))}: "
@@ -129,7 +135,7 @@ def _dump_sections(dump, sel, out: Path, quick: bool, device, seed: int, progres
                  + (f"Not run (compressor not available): {', '.join(missing)}.\n\n" if missing else "")
                  + _img("threshold_k_ratio", "k_hat / k"))
     echo("replays ...")
-    _, comp = studies.compress(dump, out, REPLAYS, sel, workers, [seed] if quick else [seed, seed + 1], device,
+    _, comp = replay_study.run(dump, out, REPLAYS, sel, workers, [seed] if quick else [seed, seed + 1], device,
                                progress)
     parts.append(f"## Compressors replayed on the dump\n\nEach compressor with its feedback and per-worker state over "
                  f"the analysed steps and {dump.workers} worker(s); means over steps and seeds. `rel_error`: "
@@ -139,14 +145,14 @@ def _dump_sections(dump, sel, out: Path, quick: bool, device, seed: int, progres
     echo("variance ...")
     src = GradientSource(dump, sel)
     vecs = [(f"step {sel[i % len(sel)]} block", src.vector(1024, device, index=i)) for i in range(2)]
-    var = studies.variance(vecs, list(VARIANCE_SPECS), out, 50 if quick else 200, seed, progress)
+    var = variance_study.run(vecs, list(VARIANCE_SPECS), out, 50 if quick else 200, seed, progress)
     parts.append("## Variance vs closed-form bounds on the dump's gradients\n\nMonte Carlo E||C(g) - g||^2/||g||^2 "
                  "(99 % interval) on the block of 1024 coordinates of largest norm, next to each compressor's closed "
                  "form; equalities (DQSG's exact variance, Wangni's, the half-dithered one) are compared as "
                  "equalities.\n\n" + _md_table(var, ["compressor", "vector", "empirical", "ci_low", "ci_high", "bound",
                                                       "bound_name", "theory_over_empirical", "verdict"]) + "\n")
     echo("feedback ...")
-    fb = studies.feedback(src, [0], out, "qcs:block=256,k=64,Q=4", list(BETAS), 4096, 20, 4 if quick else 8,
+    fb = feedback_study.run(src, [0], out, "qcs:block=256,k=64,Q=4", list(BETAS), 4096, 20, 4 if quick else 8,
                           device, progress)
     g = fb["gamma"].iloc[0]
     parts.append(f"## Error feedback: residual vs eta(beta)\n\nUnbiased QCS (n = 256, k = 64, Q = 4, gamma = {g:.4g}) "
@@ -156,7 +162,7 @@ def _dump_sections(dump, sel, out: Path, quick: bool, device, seed: int, progres
                  "(17); inf = outside the lemma's range of beta.\n\n"
                  + _md_table(fb, ["beta", "empirical", "ci_low", "ci_high", "eta", "eta_reason", "verdict"]) + "\n"
                  + _img("feedback_eta_vs_beta", "eta vs beta"))
-    fbm = studies.feedback(src, [0], out, "qcs:block=256,k=64,Q=4,alpha=mmse", list(BETAS), 4096, 20,
+    fbm = feedback_study.run(src, [0], out, "qcs:block=256,k=64,Q=4,alpha=mmse", list(BETAS), 4096, 20,
                            4 if quick else 8, device, progress, stem="feedback_mmse")
     parts.append("The same for MMSE-QCS (alpha = 1/(gamma+1)) against (16) as printed (inf where its base is <= 0) "
                  f"and (18): beta* = 1, eta* = {fbm['eta_star'].iloc[0]:.4g}; Karimireddy et al.'s eta_k = "
@@ -190,8 +196,8 @@ def _disagreements(val: pd.DataFrame, thresholds: pd.DataFrame | None = None) ->
     lines = ["## Known disagreements with the papers\n"]
     r = row("sidco-binomial-gamma")
     if r is not None and not math.isnan(r["empirical"]):
-        from analysis.validation.checks.sidco import D, RATIO, k_ratio_samples
-        from analysis.validation.intervals import mean_ci
+        from gradstat.analysis.validation.checks.sidco import D, RATIO, k_ratio_samples
+        from gradstat.analysis.measure.intervals import mean_ci
 
         approx = mean_ci(k_ratio_samples("gamma", "mle", "approx", 30, 0, torch.device("cpu")))
         lines.append(f"- **SIDCo's closed-form gamma fit is biased.** With |g| drawn from a gamma law (shape 0.5) and "
@@ -238,7 +244,7 @@ def demo(out: str | Path, workload: str = "lenet", steps: int = 3, workers: int 
     The dump goes to a temporary folder removed afterwards, or to ``<out>/dump`` (replacing an earlier one) with
     ``keep_dump``.
     """
-    from analysis.recorder import record
+    from gradstat.analysis.training.recorder import record
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -23,8 +23,8 @@ from typing import Callable
 
 import torch
 
-from analysis.validation.engine import Claim
-from compressors import Compressor
+from gradstat.analysis.measure.verdicts import Claim
+from gradstat.compressors import Compressor
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def closed_form_bound(comp: Compressor, g: torch.Tensor) -> Bound:
     if key is None:
         return Bound(None, "none declared")
     if key not in _RULES:
-        return Bound(None, f"{key} (no rule in analysis.bounds)")
+        return Bound(None, f"{key} (no rule in analysis.studies.bounds)")
     return _RULES[key](comp, g)
 
 
@@ -66,8 +66,8 @@ def _topk(comp: Compressor, g: torch.Tensor) -> Bound:
 
 @rule("wangni_variance")
 def _wangni(comp: Compressor, g: torch.Tensor) -> Bound:
-    from compressors.wangni import optimal_probabilities
-    from theory.wangni import variance
+    from gradstat.compressors.wangni import optimal_probabilities
+    from gradstat.theory.wangni import variance
 
     p = optimal_probabilities(g.abs().float(), math.ceil(float(comp.ratio) * g.numel()))
     gg = float(g.double().square().sum())
@@ -85,7 +85,7 @@ def _quantizer_blocks(comp: Compressor, g: torch.Tensor) -> tuple[list, int, str
 
 @rule("dqsg_exact")
 def _dqsg(comp: Compressor, g: torch.Tensor) -> Bound:
-    from theory.dqsg import conditional_error
+    from gradstat.theory.dqsg import conditional_error
 
     blocks, levels, _ = _quantizer_blocks(comp, g)
     total = sum(conditional_error(b, 1.0 / levels) for b in blocks if (b != 0).any())
@@ -95,7 +95,7 @@ def _dqsg(comp: Compressor, g: torch.Tensor) -> Bound:
 
 @rule("half_dither_linf")
 def _half(comp: Compressor, g: torch.Tensor) -> Bound:
-    from theory.qsgd import total_variance
+    from gradstat.theory.qsgd import total_variance
 
     blocks, levels, norm = _quantizer_blocks(comp, g)
     total = sum(total_variance(b, levels, norm) for b in blocks if (b != 0).any())
@@ -105,7 +105,7 @@ def _half(comp: Compressor, g: torch.Tensor) -> Bound:
 
 @rule("qsgd")
 def _qsgd(comp: Compressor, g: torch.Tensor) -> Bound:
-    from theory.qsgd import variance_bound
+    from gradstat.theory.qsgd import variance_bound
 
     d = g.numel()
     q = comp.quantizer(d)
@@ -118,7 +118,7 @@ def _qsgd(comp: Compressor, g: torch.Tensor) -> Bound:
 def qcs_gamma(comp: Compressor) -> float:
     """gamma (10) of a QCS configuration; the 1-bit variant's range 1/2 is outside theory.qcs.gamma's integer Q,
     so it comes from the compressor's own evaluation of (10)."""
-    from theory.qcs import gamma
+    from gradstat.theory.qcs import gamma
 
     return float(comp.gamma) if comp.onebit else gamma(comp.block, comp.k, comp.Q)
 
@@ -130,7 +130,7 @@ def _qcs(comp: Compressor, g: torch.Tensor) -> Bound:
 
 @rule("qcs_mmse")
 def _qcs_mmse(comp: Compressor, g: torch.Tensor) -> Bound:
-    from theory.qcs import mmse_error_factor
+    from gradstat.theory.qcs import mmse_error_factor
 
     return Bound(mmse_error_factor(qcs_gamma(comp)), "1 - alpha = gamma/(gamma+1)", "upper",
                  "000_4b111efa75352b2d.txt Lemma 3 eq. (13)")

@@ -5,7 +5,7 @@ Source: 000_4b111efa75352b2d.txt, eq. (14a-d) (the feedback, ``compressors.Error
 replayed sequence (so ``E||g||^2 <= B`` holds), the expectation is over seeds (independent replays).
 
 Which eta applies: MMSE-QCS (bound key ``qcs_mmse``) gets (16) with its gamma; any other unbiased compressor with
-a closed-form variance factor gamma (``analysis.bounds``; QCS's (10), QSGD's, DQSG's, ...) gets (15), whose proof
+a closed-form variance factor gamma (``analysis.studies.bounds``; QCS's (10), QSGD's, DQSG's, ...) gets (15), whose proof
 uses only unbiasedness and ``E||e||^2 <= gamma ||z||^2``. Anything else has no bound here.
 """
 from __future__ import annotations
@@ -19,12 +19,15 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-import compressors
-from analysis.bounds import qcs_gamma, closed_form_bound
-from analysis.validation.engine import verdict
-from analysis.validation.intervals import DEFAULT_LEVEL, mean_ci
-from compressors import Compressor, Context, ErrorFeedback
-from compressors.pipeline import feedback_round, new_worker_states
+from gradstat import compressors
+from gradstat.analysis.studies.bounds import qcs_gamma, closed_form_bound
+from gradstat.analysis.measure.verdicts import verdict
+from gradstat.analysis.measure.intervals import DEFAULT_LEVEL, mean_ci
+from gradstat.compressors import Compressor, Context, ErrorFeedback
+from gradstat.compressors.pipeline import feedback_round, new_worker_states
+from pathlib import Path
+from gradstat.analysis.measure.sources import GradientSource
+from gradstat.analysis.measure.tables import write_table
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class FeedbackTheory:
 
     def eta(self, beta: float) -> tuple[float, str]:
         """eta(beta) (inf and a reason when the formula gives no bound)."""
-        from theory.qcs import residual_bound_mmse, residual_bound_unbiased
+        from gradstat.theory.qcs import residual_bound_mmse, residual_bound_unbiased
 
         if self.kind is None or self.gamma is None:
             return math.inf, "no residual bound applies to this compressor"
@@ -45,8 +48,8 @@ class FeedbackTheory:
 
     def eta_minkowski(self, beta: float) -> float:
         """For MMSE-QCS, the bound derived from Lemma 3 by Minkowski's inequality (valid for every beta in
-        (0, 1]; see :func:`theory.qcs.residual_bound_mmse_minkowski`); nan for other compressors."""
-        from theory.qcs import residual_bound_mmse_minkowski
+        (0, 1]; see :func:`gradstat.theory.qcs.residual_bound_mmse_minkowski`); nan for other compressors."""
+        from gradstat.theory.qcs import residual_bound_mmse_minkowski
 
         if self.kind != "mmse" or self.gamma is None:
             return math.nan
@@ -54,7 +57,7 @@ class FeedbackTheory:
 
     def optimum(self) -> tuple[float, float]:
         """(beta*, eta*) of (17) for unbiased or (18) for MMSE."""
-        from theory.qcs import optimal_feedback_mmse, optimal_feedback_unbiased
+        from gradstat.theory.qcs import optimal_feedback_mmse, optimal_feedback_unbiased
 
         if self.kind is None or self.gamma is None:
             return math.nan, math.nan
@@ -99,7 +102,7 @@ def feedback_table(spec: str, betas: Sequence[float], sequence: Sequence[Sequenc
     ``eta`` (inf when no bound), ``eta_reason``, ``eta_minkowski`` (MMSE only), ``verdict``, ``gamma``, ``bound_kind``, ``beta_star``,
     ``eta_star``, ``eta_karimireddy``, ``B``; ``per_step`` has ``beta, step, residual_rel_mean`` per step.
     """
-    from theory.qcs import karimireddy_residual_bound
+    from gradstat.theory.qcs import karimireddy_residual_bound
 
     if not sequence or not sequence[0]:
         raise ValueError("feedback study needs at least one step and one worker")
@@ -127,3 +130,30 @@ def feedback_table(spec: str, betas: Sequence[float], sequence: Sequence[Sequenc
                      "eta_karimireddy": eta_k, "B": B, "seeds": len(seeds), "steps": len(sequence)})
         steps.extend({"beta": beta, "step": t, "residual_rel_mean": float(m)} for t, m in enumerate(means))
     return pd.DataFrame(rows), pd.DataFrame(steps)
+
+
+def eta_curve(summary: pd.DataFrame, points: int = 200) -> pd.DataFrame:
+    """The bound eta(beta) of ``summary``'s compressor over ``beta`` in [0.01, 1] (columns ``beta, eta``)."""
+    first = summary.iloc[0]
+    th = FeedbackTheory(None if pd.isna(first["gamma"]) else float(first["gamma"]),
+                        None if pd.isna(first["bound_kind"]) else str(first["bound_kind"]))
+    grid = np.linspace(0.01, 1.0, points)
+    return pd.DataFrame({"beta": grid, "eta": [th.eta(b)[0] for b in grid]})
+
+
+def run(source: GradientSource, workers: Sequence[int], out: Path, spec: str, betas: Sequence[float],
+             n: int, steps: int, seeds: int, device: torch.device, progress: bool = True,
+             stem: str = "feedback") -> pd.DataFrame:
+    """eta vs beta (``analysis.studies.feedback``) on ``steps`` consecutive gradient blocks of length ``n``; files
+    ``<stem>.csv``, ``<stem>_steps.csv``, ``<stem>_eta_vs_beta.png``."""
+    from gradstat.analysis.plots.feedback import eta_vs_beta
+
+    sequence = []
+    for t in range(steps):
+        sequence.append([GradientSource(source.dump, source.steps, w, source.seed).vector(n, device, index=t)
+                         for w in workers] if source.dump is not None else [source.vector(n, device, index=t)])
+    summary, per_step = feedback_table(spec, betas, sequence, list(range(seeds)), progress=progress)
+    write_table(summary, out, stem)
+    write_table(per_step, out, f"{stem}_steps")
+    eta_vs_beta(summary, eta_curve(summary), out, f"{stem}_eta_vs_beta")
+    return summary

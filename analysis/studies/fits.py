@@ -3,7 +3,7 @@
 For each vector (a layer's or the whole model's gradient at a step, optionally l2-normalised as in SIDCo's
 figures, optionally the error-compensated gradient when the dump recorded it) and each family (double
 exponential / Laplace, double gamma, double generalized Pareto; SIDCo 001_ac87256369ec7547.txt Sec. 2.3) and
-estimator (closed form or MLE, :func:`theory.estimators.fit`), one table row holds:
+estimator (closed form or MLE, :func:`gradstat.theory.estimators.fit`), one table row holds:
 
 - ``scale``, ``shape`` (NaN for the exponential), ``n`` (nonzero values fitted), ``zero_fraction``;
 - ``loglik`` on the nonzero |g| and ``aic = 2 n_params - 2 loglik``; ``aic_rank`` (1 = best) among the families
@@ -12,10 +12,10 @@ estimator (closed form or MLE, :func:`theory.estimators.fit`), one table row hol
   most ``SUBSAMPLE`` nonzero |g| values drawn uniformly without replacement with a fixed seed (exact statistics on
   millions of values cost more than they tell; the subsample size is in the table as ``gof_n``);
 - ``tail_<delta>`` for delta in 0.1, 0.01, 0.001: the number of |g| above the fitted threshold eta(delta)
-  (:func:`theory.thresholds.threshold`, exact quantile) divided by ``d * delta`` (1 = perfect; SIDCo's estimation
+  (:func:`gradstat.theory.thresholds.threshold`, exact quantile) divided by ``d * delta`` (1 = perfect; SIDCo's estimation
   quality k_hat/k for a single-stage fit);
 - ``p``: the compressibility exponent of the sorted magnitudes, |g|_(j) <= c j^-p (SIDCo Def. 1), from
-  :mod:`theory.sparsification`.
+  :mod:`gradstat.theory.sparsification`.
 """
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
+from pathlib import Path
+from gradstat.analysis.measure.tables import CsvLog, write_table
 
 FAMILIES = ("exponential", "gamma", "genpareto")
 METHODS = ("closed_form", "mle")
@@ -69,9 +71,9 @@ def fit_vector(g: torch.Tensor, families: Sequence[str] = FAMILIES, methods: Seq
     ------
     ValueError : ``g`` empty, non-finite or all zeros; unknown family or method (from the estimator).
     """
-    from theory.estimators import fit
-    from theory.sparsification import fit_magnitude_decay
-    from theory.thresholds import threshold
+    from gradstat.theory.estimators import fit
+    from gradstat.theory.sparsification import fit_magnitude_decay
+    from gradstat.theory.thresholds import threshold
 
     if g.numel() == 0:
         raise ValueError("cannot fit an empty gradient")
@@ -126,7 +128,7 @@ def fit_dump(dump: Any, steps: Sequence[int], workers: Sequence[int] = (0,), lay
     Parameters
     ----------
     dump : opened dump (``analysis.dumps.open_dump``).
-    steps, workers : selections (see :mod:`analysis.selection`).
+    steps, workers : selections (see :mod:`gradstat.analysis.measure.selection`).
     layers : parameter names for the ``layer`` scope (default all); the ``model`` scope uses all parameters.
     scopes : any of ``model`` and ``layer``.
     normalize : divide each vector by its l2 norm first (SIDCo Fig. 2).
@@ -186,3 +188,31 @@ def drift(df: pd.DataFrame, scope: str = "model", method: str = "mle") -> pd.Dat
     if sel.empty:
         raise ValueError(f"no fits for scope={scope!r}, method={method!r}")
     return sel.groupby(["step", "family"], as_index=False)[["scale", "shape"]].mean()
+
+
+def run(dump: Any, out: Path, steps: Sequence[int], workers: Sequence[int], layers: Sequence[str] | None,
+         scopes: Sequence[str], methods: Sequence[str], normalize: bool, compensated: bool,
+         device: torch.device, progress: bool = True, figures: bool = True) -> pd.DataFrame:
+    """Distribution fits (``analysis.studies.fits``) and their figures (on the last selected step, worker 0 of the
+    selection, whole model)."""
+    from gradstat.analysis.plots import fits as fplots
+
+    log = CsvLog(out / "fits.csv")
+    try:
+        df = fit_dump(dump, steps, workers, layers, scopes, normalize, compensated, methods=methods,
+                              device=device, progress=progress, on_rows=log.add)
+    finally:
+        log.close()
+    write_table(df, out, "fits")
+    if figures:
+        step, w = steps[-1], workers[0]
+        g = dump.flat_extra("compensated", step, worker=w) if compensated else dump.flat(step, worker=w)
+        if normalize:
+            g = g / g.norm()
+        method = "mle" if "mle" in methods else methods[0]
+        fplots.pdf_cdf(g, out, "fit_pdf_cdf", method, title=f"|g| at step {step} ({method} fits)")
+        fplots.qq(g, out, "fit_qq", method)
+        if "model" in scopes:
+            fplots.tail_check(df, out, "fit_tail_check")
+            fplots.drift(drift(df, "model", method), out, "fit_drift", scope="model", method=method)
+    return df

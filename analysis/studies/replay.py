@@ -25,8 +25,10 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-import compressors
-from compressors import Compressor, Context, ErrorFeedback
+from gradstat import compressors
+from gradstat.compressors import Compressor, Context, ErrorFeedback
+from pathlib import Path
+from gradstat.analysis.measure.tables import CsvLog, write_table
 
 
 @dataclass
@@ -137,3 +139,29 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
 def _mean(xs: Sequence[float]) -> float:
     xs = [x for x in xs if not math.isnan(x)]
     return sum(xs) / len(xs) if xs else math.nan
+
+
+def run(dump: Any, out: Path, specs: Sequence[tuple[str, str]], steps: Sequence[int],
+             workers: Sequence[int], seeds: Sequence[int], device: torch.device,
+             progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Replays (``analysis.studies.replay``) of each (compressor, feedback) pair; per-step rows and a one-row-per-pair
+    summary (means over steps and seeds)."""
+    log = CsvLog(out / "compress_steps.csv")
+    frames = []
+    try:
+        for comp, fb in specs:
+            cfg = ReplayConfig(comp, fb, steps, workers, seeds, device)
+            df = replay(dump, cfg, on_step=lambda r, c=comp, f=fb: log.add({"compressor": c, "feedback": f, **r}),
+                        progress=progress)
+            frames.append(df.assign(compressor=comp, feedback=fb))
+    finally:
+        log.close()
+    per_step = pd.concat(frames, ignore_index=True)
+    cols = ["rel_error", "agg_rel_error", "bias", "k_ratio", "bits", "entropy_bits", "gain", "residual_norm",
+            "residual_rel"]
+    summary = per_step.groupby(["compressor", "feedback"], sort=False)[cols].mean().reset_index()
+    sd = per_step.groupby(["compressor", "feedback"], sort=False)["rel_error"].std(ddof=1).to_numpy()
+    summary.insert(3, "rel_error_sd", sd)
+    write_table(per_step, out, "compress_steps")
+    write_table(summary, out, "compress_summary")
+    return per_step, summary

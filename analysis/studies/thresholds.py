@@ -5,7 +5,7 @@ each selected step it encodes the gradient (with its own state across steps, so 
 evolves as in training) and k_hat is the number of indices it sends; k = ceil(delta d). Per estimator and ratio
 the summary gives the mean of k_hat/k, the central 90 % interval over steps (SIDCo's estimation-quality metric,
 001_ac87256369ec7547.txt Sec. 4) and the band a perfect fit would give: the central 90 % interval of
-Binomial(d, delta) / k (:func:`theory.sidco.exceedance_count_interval`, App. C). Estimators whose compressor is not
+Binomial(d, delta) / k (:func:`gradstat.theory.sidco.exceedance_count_interval`, App. C). Estimators whose compressor is not
 registered are skipped and listed in the summary's ``missing`` attribute.
 """
 from __future__ import annotations
@@ -18,9 +18,11 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-import compressors
-from analysis.validation.intervals import quantile_interval
-from compressors import Context
+from gradstat import compressors
+from gradstat.analysis.measure.intervals import quantile_interval
+from gradstat.compressors import Context
+from pathlib import Path
+from gradstat.analysis.measure.tables import CsvLog, write_table
 
 ESTIMATORS: dict[str, str] = {
     "topk": "topk:ratio={r}",
@@ -72,7 +74,7 @@ def threshold_study(dump: Any, steps: Sequence[int], ratios: Sequence[float], wo
     ``estimator, ratio, steps, mean, q05, q95, band_low, band_high, inside_band`` (fraction of steps whose k_hat
     lies in the binomial band) and ``.attrs["missing"]``.
     """
-    from theory.sidco import exceedance_count_interval
+    from gradstat.theory.sidco import exceedance_count_interval
 
     ok, missing = available(estimators)
     if not ok:
@@ -107,4 +109,21 @@ def threshold_study(dump: Any, steps: Sequence[int], ratios: Sequence[float], wo
                     "inside_band": float(np.mean((grp["k_hat"] >= lo) & (grp["k_hat"] <= hi)))})
     summary = pd.DataFrame(out)
     summary.attrs["missing"] = missing
+    return per_step, summary
+
+
+def run(dump: Any, out: Path, steps: Sequence[int], ratios: Sequence[float], worker: int,
+               estimators: Sequence[str] | None, device: torch.device, seed: int = 0,
+               progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Threshold quality (``analysis.studies.thresholds``) and its figure."""
+    from gradstat.analysis.plots.thresholds import k_ratio
+
+    log = CsvLog(out / "threshold_steps.csv")
+    try:
+        per_step, summary = threshold_study(dump, steps, ratios, worker, estimators, seed, device, progress,
+                                            on_rows=log.add)
+    finally:
+        log.close()
+    write_table(summary, out, "threshold_summary")
+    k_ratio(summary, out, "threshold_k_ratio")
     return per_step, summary

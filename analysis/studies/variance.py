@@ -3,7 +3,7 @@ interval, next to the compressor's closed-form bound and a verdict.
 
 The expectation is over the compressor's randomness only (the bounds are conditional on g): trial ``t`` encodes
 ``g`` with ``Context(seed, step=t)``, so trials are independent and reproducible. The closed form that applies is
-named by the compressor's ``properties.bound`` and computed by :mod:`analysis.bounds` (one home for that mapping).
+named by the compressor's ``properties.bound`` and computed by :mod:`gradstat.analysis.studies.bounds` (one home for that mapping).
 """
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-import compressors
-from analysis.bounds import closed_form_bound
-from analysis.validation.engine import verdict
-from analysis.validation.intervals import DEFAULT_LEVEL, mean_ci
-from compressors import Compressor, Context
+from gradstat import compressors
+from gradstat.analysis.studies.bounds import closed_form_bound
+from gradstat.analysis.measure.verdicts import verdict
+from gradstat.analysis.measure.intervals import DEFAULT_LEVEL, mean_ci
+from gradstat.compressors import Compressor, Context
+from pathlib import Path
+from gradstat.analysis.measure.tables import write_table
 
 
 def _decoded(comp: Compressor, g: torch.Tensor, seed: int, trial: int) -> torch.Tensor:
@@ -90,3 +92,11 @@ def variance_table(specs: Sequence[str], vectors: Sequence[tuple[str, torch.Tens
             bar.update(1)
     bar.close()
     return pd.DataFrame(rows)
+
+
+def run(vectors: Sequence[tuple[str, torch.Tensor]], specs: Sequence[str], out: Path, trials: int,
+             seed: int = 0, progress: bool = True) -> pd.DataFrame:
+    """Monte Carlo relative error vs closed-form bound (``analysis.studies.variance``)."""
+    df = variance_table(specs, vectors, trials, seed, progress=progress)
+    write_table(df, out, "variance")
+    return df

@@ -3,11 +3,11 @@ points.
 
 Theory curves (computed by :mod:`theory`):
 
-- QCS: the least gamma (10) over valid (k, Q) with gain (11) >= G (:func:`theory.qcs.min_gamma_curve`);
-- QSGD: Lemma 3.1's ``min(n/s^2, sqrt(n)/s)`` (:func:`theory.qsgd.variance_bound`) at its gain
+- QCS: the least gamma (10) over valid (k, Q) with gain (11) >= G (:func:`gradstat.theory.qcs.min_gamma_curve`);
+- QSGD: Lemma 3.1's ``min(n/s^2, sqrt(n)/s)`` (:func:`gradstat.theory.qsgd.variance_bound`) at its gain
   ``32 / log2(2s + 1)`` (codes only, as (11) counts QCS; at most ~20 for s >= 1);
 - unbiased random sparsification (Wangni et al.): keep probability ``p = k/n`` for all coordinates, variance
-  ``(1/p - 1)`` (:func:`theory.wangni.variance` at uniform p, the worst case of the optimal p), gain
+  ``(1/p - 1)`` (:func:`gradstat.theory.wangni.variance` at uniform p, the worst case of the optimal p), gain
   ``32 n / (k (32 + ceil(log2 n)))`` (each kept value sent with its index: the lower bound of the expected gain).
 
 Measured points: the Monte Carlo relative error of the same compressors at the same settings (QCS at the optimal
@@ -23,11 +23,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-import compressors
-from compressors import Context
-from analysis.validation.intervals import DEFAULT_LEVEL, mean_ci
-from analysis.validation.vectors import GradientSource
-from analysis.variance import error_samples
+from gradstat import compressors
+from gradstat.compressors import Context
+from gradstat.analysis.measure.intervals import DEFAULT_LEVEL, mean_ci
+from gradstat.analysis.measure.sources import GradientSource
+from gradstat.analysis.studies.variance import error_samples
+from pathlib import Path
 
 GAINS = tuple(float(x) for x in np.geomspace(2, 1000, 40))
 POINT_GAINS = (4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
@@ -40,9 +41,9 @@ def _wangni_k(n: int, gain: float) -> int:
 
 def theory_curves(n: int = 256, gains: Sequence[float] = GAINS) -> pd.DataFrame:
     """``method, gain, gamma, setting`` for the three curves (see the module docstring)."""
-    from theory.qcs import min_gamma_curve
-    from theory.qsgd import variance_bound
-    from theory.wangni import variance
+    from gradstat.theory.qcs import min_gamma_curve
+    from gradstat.theory.qsgd import variance_bound
+    from gradstat.theory.wangni import variance
 
     if n < 2:
         raise ValueError(f"block length n must be >= 2, got {n}")
@@ -66,7 +67,7 @@ def empirical_points(n: int = 256, source: GradientSource | None = None, trials:
 
     Returns ``method, spec, gain (nominal), exact_gain (payload bits), empirical, ci_low, ci_high, trials``.
     """
-    from theory.qcs import optimal_pair
+    from gradstat.theory.qcs import optimal_pair
 
     source = source or GradientSource()
     g = source.vector(n, device)
@@ -90,3 +91,13 @@ def empirical_points(n: int = 256, source: GradientSource | None = None, trials:
                      "exact_gain": 32 * n / bits if bits > 0 else math.inf, "empirical": est.mean, "ci_low": est.low,
                      "ci_high": est.high, "trials": trials})
     return pd.DataFrame(rows)
+
+
+def run(out: Path, n: int, source: GradientSource, trials: int, device: torch.device) -> pd.DataFrame:
+    """QCS Fig. 3 with measured points (``analysis.studies.variance_gain``)."""
+    from gradstat.analysis.plots.variance_gain import variance_vs_gain
+
+    curves = theory_curves(n)
+    points = empirical_points(n, source, trials, device=device)
+    variance_vs_gain(curves, points, out, "variance_vs_gain", n)
+    return points

@@ -5,7 +5,7 @@ first dimension); the model is updated with the average of the P gradients, as s
 (SIDCo 001_ac87256369ec7547.txt, App. A, Algorithm 2; ECQ-SGD 003_da514025a9ec0a1c.txt, w <- w - eta/P sum_p g_p).
 
 With a compressor in the loop, every worker compresses its whole flat gradient (model order), with its own
-error-feedback state (``z = g + compensation*h``, see :mod:`compressors.feedback`), and the model is updated
+error-feedback state (``z = g + compensation*h``, see :mod:`gradstat.compressors.feedback`), and the model is updated
 with the average of the decoded messages.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from compressors import Compressor, Context, ErrorFeedback
+from gradstat.compressors import Compressor, Context, ErrorFeedback
 
 Grads = dict[str, torch.Tensor]
 

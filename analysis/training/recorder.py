@@ -4,7 +4,7 @@
 steps, after backward and before the optimizer step (through an optimizer step pre-hook, or by calling
 :meth:`Recorder.record` from a custom loop). A step that is not recorded costs one modulo: nothing is copied.
 
-:func:`record` trains a built-in workload with P simulated workers (:mod:`analysis.parallel`), optionally with a
+:func:`record` trains a built-in workload with P simulated workers (:mod:`gradstat.analysis.training.parallel`), optionally with a
 compressor and error feedback in the loop, and records it.
 """
 from __future__ import annotations
@@ -16,11 +16,11 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from analysis.dumps import DumpWriter
-from analysis.parallel import DataParallel
-from analysis.workloads import get_workload
-from compressors import create, parse_feedback
-from compressors.context import derive_seed
+from gradstat.analysis.dumps import DumpWriter
+from gradstat.analysis.training.parallel import DataParallel
+from gradstat.analysis.training.workloads import get_workload
+from gradstat.compressors import create, parse_feedback
+from gradstat.compressors.context import derive_seed
 
 Grads = Mapping[str, torch.Tensor]
 
@@ -30,7 +30,7 @@ class Recorder:
 
     Parameters
     ----------
-    writer : an open :class:`~analysis.dumps.DumpWriter` (new or appending).
+    writer : an open :class:`~gradstat.analysis.dumps.DumpWriter` (new or appending).
     every : recording interval K >= 1 (training steps).
     """
 
@@ -83,11 +83,11 @@ def record(workload: str, steps: int, every: int = 1, workers: int = 1, out: str
            dtype: str = "float32", compressor: str | None = None, feedback: str | None = None,
            progress: bool = True, metadata: Mapping[str, Any] | None = None,
            device: torch.device | str = "cpu") -> Path:
-    """Train workload ``workload`` (a name or spec, see :func:`analysis.workloads.get_workload`) for ``steps``
+    """Train workload ``workload`` (a name or spec, see :func:`gradstat.analysis.training.workloads.get_workload`) for ``steps``
     steps with ``workers`` simulated workers and record every ``every``-th step into a new dump at ``out``.
 
-    ``compressor`` (spec for :func:`compressors.create`) and ``feedback`` (spec for
-    :func:`compressors.parse_feedback`) put compression in the loop: the model is updated with the average of
+    ``compressor`` (spec for :func:`gradstat.compressors.create`) and ``feedback`` (spec for
+    :func:`gradstat.compressors.parse_feedback`) put compression in the loop: the model is updated with the average of
     the decoded messages; the dump stores the raw gradients and, with feedback, the extras ``residual`` (memory
     before the step) and ``compensated`` (gradient plus weighted residual).
 

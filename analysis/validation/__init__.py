@@ -1,8 +1,9 @@
-"""Validation of the papers' claims by Monte Carlo experiments.
+"""Validation of the papers' claims by Monte Carlo experiments; stands above the studies it reuses.
 
-- :mod:`analysis.validation.intervals`: mean and proportion confidence intervals (99 % by default);
-- :mod:`analysis.validation.engine`: :class:`Check`, verdicts (holds / tight / violated / not applicable);
-- :mod:`analysis.validation.vectors`: the gradients checks run on (synthetic or from a dump);
-- :mod:`analysis.validation.checks`: the checks, one module per paper family;
-- :mod:`analysis.validation.registry`: every check, in table order.
+- :mod:`~gradstat.analysis.validation.engine`: :class:`Check`, :class:`Result`, running checks;
+- :mod:`~gradstat.analysis.validation.checks`: the checks, one module per paper family;
+- :mod:`~gradstat.analysis.validation.registry`: every check, in table order;
+- :mod:`~gradstat.analysis.validation.outputs`: the validation table written as the checks finish.
+
+Intervals, verdicts and gradient sources are in :mod:`gradstat.analysis.measure`.
 """

@@ -1,16 +1,9 @@
 """The validation engine: a :class:`Check` is a claim of a paper turned into a Monte Carlo experiment.
 
 A check has a name, a source (paper file and equation), a claim direction and a ``measure`` function that returns
-the theory value and a Monte Carlo :class:`~analysis.validation.intervals.Estimate` from fixed seeds. The verdict
-compares the interval with the theory value (DESIGN.md, "Validation: how a bound is checked"):
-
-- upper bound (empirical <= theory): **holds** when the whole interval lies below the bound, **violated** when it
-  lies entirely above it, **tight** when it touches or contains it;
-- lower bound: the mirror image;
-- equality (an exact identity such as DQSG's variance or unbiasedness): **holds** when the interval meets
-  ``[theory - tolerance, theory + tolerance]``, **violated** otherwise (an equality is never "tight");
-- **not applicable** when there is no theory value (e.g. QCS eq. (16) as printed has a negative base) or a piece the check
-  needs is not available.
+the theory value and a Monte Carlo :class:`~gradstat.analysis.measure.intervals.Estimate` from fixed seeds. The verdict
+compares the interval with the theory value by the rule of :mod:`gradstat.analysis.measure.verdicts`; a check is also
+**not applicable** when a piece it needs is not available (its ``measure`` raises :class:`NotApplicable`).
 
 The same engine backs the pytest regression suite, ``gradstat validate`` and the report.
 """
@@ -19,16 +12,15 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Literal
+from typing import Callable, Iterable
 
 import torch
 
-from analysis.validation.intervals import Estimate
+from gradstat.analysis.measure.intervals import Estimate
+from gradstat.analysis.measure.verdicts import VERDICTS, Claim, Size, Verdict, verdict
 
-Claim = Literal["upper", "lower", "equal"]
-Verdict = Literal["holds", "tight", "violated", "not applicable"]
-Size = Literal["quick", "full"]
-VERDICTS: tuple[Verdict, ...] = ("holds", "tight", "violated", "not applicable")
+__all__ = ["Check", "Claim", "Measurement", "NotApplicable", "Result", "Setting", "Size", "Verdict", "VERDICTS", "run_checks",
+           "verdict"]
 
 
 class NotApplicable(Exception):
@@ -51,7 +43,7 @@ class Setting:
     trials: int
     seed: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    source: object = None  # analysis.validation.vectors.GradientSource; typed loosely to avoid an import cycle
+    source: object = None  # analysis.measure.sources.GradientSource; typed loosely to avoid an import cycle
 
 
 @dataclass(frozen=True)
@@ -93,19 +85,6 @@ class Check:
             return Result(self, None, None, "not applicable", str(exc), time.perf_counter() - t0)
         return Result(self, m.theory, m.estimate, verdict(self.claim, m.theory, m.estimate, self.tolerance), m.note,
                       time.perf_counter() - t0)
-
-
-def verdict(claim: Claim, theory: float | None, est: Estimate, tolerance: float = 0.0) -> Verdict:
-    """The verdict of ``est`` against ``theory`` for a claim direction (see the module docstring)."""
-    if theory is None or not math.isfinite(theory):
-        return "not applicable"
-    if claim == "upper":
-        return "holds" if est.high < theory else "violated" if est.low > theory else "tight"
-    if claim == "lower":
-        return "holds" if est.low > theory else "violated" if est.high < theory else "tight"
-    if claim == "equal":
-        return "holds" if est.low - tolerance <= theory <= est.high + tolerance else "violated"
-    raise ValueError(f"claim must be upper, lower or equal, got {claim!r}")
 
 
 @dataclass(frozen=True)

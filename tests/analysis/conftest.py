@@ -7,7 +7,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_dump(tmp_path_factory):
-    from analysis.recorder import record
+    from gradstat.analysis.training.recorder import record
 
     path = tmp_path_factory.mktemp("dumps") / "fc300"
     record("fc300", 3, workers=2, out=path, seed=0, compressor="topk:ratio=0.01", feedback="ef", progress=False)

@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.cli.main import main
+from gradstat.analysis.cli.main import main
 
 
 def run(*args: str) -> int:
@@ -20,7 +20,7 @@ def test_fit_writes_fits_for_every_family_step_and_scope(tiny_dump, tmp_path):
     df = pd.read_csv(out / "fits.csv")
     model = df[df["scope"] == "model"]
     assert len(model) == 2 * 3 * 2  # steps x families x methods
-    from analysis.dumps import open_dump
+    from gradstat.analysis.dumps import open_dump
 
     assert set(df["scope"]) - {"model"} == {p for p in open_dump(tiny_dump).params if p.startswith("fc3.")}
     assert model["ks"].between(0, 1).all() and model["zero_fraction"].between(0, 1).all()
@@ -109,7 +109,7 @@ def test_validate_exit_status_follows_the_verdicts(tmp_path, monkeypatch):
     assert run("validate", "--quick", "--checks", "qcs-gamma,topk-contraction", "--out", out, "--quiet") == 0
     df = pd.read_csv(out / "validation.csv")
     assert list(df["check"]) == ["qcs-gamma", "topk-contraction"] and set(df["verdict"]) == {"holds"}
-    from compressors.qcs import QCS
+    from gradstat.compressors.qcs import QCS
 
     monkeypatch.setattr(QCS, "reconstruction_scale", lambda self: 1.1)
     assert run("validate", "--quick", "--checks", "qcs-gamma", "--out", out, "--quiet") == 1

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-import compressors
-from analysis.bench import compressors as bench
-from analysis.cli.main import main
+from gradstat import compressors
+from gradstat.analysis.bench import compressors as bench
+from gradstat.analysis.cli.main import main
 
 
 def test_compressors_lists_every_registered_name_with_its_properties(capsys):

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-import compressors
-from analysis.bounds import closed_form_bound
-from analysis.fitting import fit_vector, goodness_of_fit
-from analysis.variance import bias_samples, error_samples, variance_table
+from gradstat import compressors
+from gradstat.analysis.studies.bounds import closed_form_bound
+from gradstat.analysis.studies.fits import fit_vector, goodness_of_fit
+from gradstat.analysis.studies.variance import bias_samples, error_samples, variance_table
 
 
 def test_ks_statistic_matches_scipy():
@@ -67,7 +67,7 @@ def test_error_samples_reject_zero_vectors():
 
 
 def test_bounds_map_reads_theory():
-    from theory.qcs import gamma
+    from gradstat.theory.qcs import gamma
 
     g = torch.randn(1024, generator=torch.Generator().manual_seed(0))
     b = closed_form_bound(compressors.create("qcs:block=256,k=32,Q=2"), g)

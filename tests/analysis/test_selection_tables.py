@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 import torch
 
-from analysis.selection import parse_floats, parse_indices, parse_layers, resolve_device
-from analysis.tables import to_markdown, write_table
+from gradstat.analysis.measure.selection import parse_floats, parse_indices, parse_layers, resolve_device
+from gradstat.analysis.measure.tables import to_markdown, write_table
 
 
 def test_step_selection_grammar():
@@ -67,7 +67,7 @@ def test_write_table_writes_csv_and_markdown(tmp_path):
 
 def test_csv_log_writes_each_row_as_it_comes(tmp_path):
     """Nothing lost on interruption: rows are on disk before the log is closed."""
-    from analysis.studies import CsvLog
+    from gradstat.analysis.measure.tables import CsvLog
 
     log = CsvLog(tmp_path / "rows.csv")
     log.add({"step": 0, "value": 1.5, "note": "a,b"})
@@ -78,7 +78,7 @@ def test_csv_log_writes_each_row_as_it_comes(tmp_path):
 
 
 def test_report_without_a_dump_has_the_synthetic_sections(tmp_path):
-    from analysis.cli.main import main
+    from gradstat.analysis.cli.main import main
 
     assert main(["report", "--out", str(tmp_path), "--quick", "--checks", "topk", "--quiet"]) == 0
     text = (tmp_path / "report.md").read_text()

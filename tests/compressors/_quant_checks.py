@@ -8,8 +8,8 @@ from typing import Callable
 
 import torch
 
-from compressors.base import Compressor
-from compressors.context import Context
+from gradstat.compressors.base import Compressor
+from gradstat.compressors.context import Context
 
 
 def laplace(d: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -27,12 +27,12 @@ from typing import Callable
 import pytest
 import torch
 
-import compressors
-from compressors import registry
-from compressors.base import Compressor, Properties
-from compressors.context import Context
-from compressors.payload import Payload, float_width
-from compressors.randk import RandK
+from gradstat import compressors
+from gradstat.compressors import registry
+from gradstat.compressors.base import Compressor, Properties
+from gradstat.compressors.context import Context
+from gradstat.compressors.payload import Payload, float_width
+from gradstat.compressors.randk import RandK
 
 NAMES = compressors.names()
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
-import compressors
-from compressors.context import Context, derive_seed, generator
-from compressors.feedback import ErrorFeedback, parse_feedback
-from compressors.payload import Payload, code_width, empirical_entropy, index_width
-from compressors.registry import create, parse_spec
+from gradstat import compressors
+from gradstat.compressors.context import Context, derive_seed, generator
+from gradstat.compressors.feedback import ErrorFeedback, parse_feedback
+from gradstat.compressors.payload import Payload, code_width, empirical_entropy, index_width
+from gradstat.compressors.registry import create, parse_spec
 
 
 # -- payload ------------------------------------------------------------------------------------------------

@@ -7,9 +7,9 @@ from statistics import NormalDist
 import torch
 
 from _sparse_checks import kept_fraction, laplace, sparse_bits
-from compressors import create
-from compressors.context import Context
-from compressors.dgc import sampled_threshold
+from gradstat.compressors import create
+from gradstat.compressors.context import Context
+from gradstat.compressors.dgc import sampled_threshold
 
 
 def _spiky(d: int = 10_000, k: int = 10) -> torch.Tensor:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compressors.dither import ScaledQuantizer, bucket_norm, draw_dither, quantize, reconstruct, to_buckets
-from compressors.payload import Payload
+from gradstat.compressors.dither import ScaledQuantizer, bucket_norm, draw_dither, quantize, reconstruct, to_buckets
+from gradstat.compressors.payload import Payload
 
 from _quant_checks import check_mean_equals
 

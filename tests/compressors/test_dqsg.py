@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import compressors.dither as dither
-from compressors import Context, create
-from compressors.dqsg import DQSG
-from theory.dqsg import conditional_error
+import gradstat.compressors.dither as dither
+from gradstat.compressors import Context, create
+from gradstat.compressors.dqsg import DQSG
+from gradstat.theory.dqsg import conditional_error
 
 from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from compressors import Context, ErrorFeedback, create
-from compressors.ecq import ECQ
-from theory.qsgd import variance_bound
+from gradstat.compressors import Context, ErrorFeedback, create
+from gradstat.compressors.ecq import ECQ
+from gradstat.theory.qsgd import variance_bound
 
 from _quant_checks import check_mean_at_most, check_unbiased, laplace, relative_errors
 

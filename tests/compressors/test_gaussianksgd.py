@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 
 from _sparse_checks import kept_fraction, laplace
-from compressors import create
-from compressors.context import Context
+from gradstat.compressors import create
+from gradstat.compressors.context import Context
 
 
 def test_gaussian_start_is_the_two_sided_normal_quantile():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compressors.hadamard import (factor, first_rows, first_rows_transpose, fwht, hadamard_matrix, hadamard_transform,
+from gradstat.compressors.hadamard import (factor, first_rows, first_rows_transpose, fwht, hadamard_matrix, hadamard_transform,
                                   is_supported)
 
 PAPER_SIZES = [96, 100, 192, 200, 288, 320, 384]      # 000_4b111efa75352b2d.txt Sec. 6

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from compressors import Context, create
-from compressors.dqsg import DQSG
-from compressors.ndqsg import NDQSG, nested_decode, nested_encode
-from theory import dqsg as theory_dqsg
+from gradstat.compressors import Context, create
+from gradstat.compressors.dqsg import DQSG
+from gradstat.compressors.ndqsg import NDQSG, nested_decode, nested_encode
+from gradstat.theory import dqsg as theory_dqsg
 
 from _quant_checks import check_mean_equals, laplace
 

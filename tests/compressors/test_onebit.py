@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compressors import Context, ErrorFeedback, create
-from compressors.onebit import OneBit
+from gradstat.compressors import Context, ErrorFeedback, create
+from gradstat.compressors.onebit import OneBit
 
 from _quant_checks import laplace
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import torch
 
 from _sparse_checks import laplace
-from compressors import create
-from compressors.context import Context
-from compressors.feedback import ErrorFeedback
-from compressors.pipeline import WorkerState, feedback_round, new_worker_states, send_step
+from gradstat.compressors import create
+from gradstat.compressors.context import Context
+from gradstat.compressors.feedback import ErrorFeedback
+from gradstat.compressors.pipeline import WorkerState, feedback_round, new_worker_states, send_step
 
 
 def test_plain_feedback_conserves_the_gradient_sum():

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from compressors import Context, ErrorFeedback, create
-from compressors.qcs import QCS, mix, rademacher, unmix
-from theory import qcs as theory_qcs
+from gradstat.compressors import Context, ErrorFeedback, create
+from gradstat.compressors.qcs import QCS, mix, rademacher, unmix
+from gradstat.theory import qcs as theory_qcs
 
 from _quant_checks import check_mean_at_most, check_unbiased, laplace, relative_errors
 
@@ -62,7 +62,7 @@ def test_bits_hand_count(spec, d, expected):
 
 
 def test_bits_match_the_theory_count():
-    from theory.bits import qcs_bits
+    from gradstat.theory.bits import qcs_bits
     c = QCS(k=64, Q=4, block=256)
     assert c.encode(torch.randn(256)).bits == qcs_bits(256, 64, 4, scale_bits=32, seed_bits=64)
     onebit = QCS(k=128, block=256, onebit=True)

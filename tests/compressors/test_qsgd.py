@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from compressors import Context, create
-from compressors.qsgd import QSGD
-from theory.qsgd import variance_bound
+from gradstat.compressors import Context, create
+from gradstat.compressors.qsgd import QSGD
+from gradstat.theory.qsgd import variance_bound
 
 from _quant_checks import check_mean_at_most, check_mean_equals, check_unbiased, draws, laplace, relative_errors
 
@@ -78,5 +78,5 @@ def test_variance_check_detects_a_wrong_scale():
 
 
 def test_bits_match_the_theory_count():
-    from theory.bits import qsgd_bits
+    from gradstat.theory.bits import qsgd_bits
     assert QSGD(s=4, bucket=512).encode(torch.randn(512)).bits == qsgd_bits(512, 4)

@@ -7,9 +7,9 @@ from statistics import NormalDist
 import torch
 
 from _sparse_checks import laplace
-from compressors import create
-from compressors.context import SEED_BITS, Context
-from compressors.randk import random_subset
+from gradstat.compressors import create
+from gradstat.compressors.context import SEED_BITS, Context
+from gradstat.compressors.randk import random_subset
 
 
 def test_bits_are_k_float32_values_and_one_seed():

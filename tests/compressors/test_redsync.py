@@ -6,8 +6,8 @@ import math
 import torch
 
 from _sparse_checks import kept_fraction, laplace
-from compressors import create
-from compressors.context import Context
+from gradstat.compressors import create
+from gradstat.compressors.context import Context
 
 
 def authors_redsync_threshold(abs_g: torch.Tensor, k: int, eps: float = 0.2) -> float:

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from _sparse_checks import double_gamma, laplace, sparse_bits
-from compressors import create
-from compressors.context import Context
-from compressors.sidco import SIDCoState
+from gradstat.compressors import create
+from gradstat.compressors.context import Context
+from gradstat.compressors.sidco import SIDCoState
 
 D = 1_000_000
 

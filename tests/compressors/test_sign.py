@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compressors import Context, ErrorFeedback, create
-from compressors.sign import SignSGD
+from gradstat.compressors import Context, ErrorFeedback, create
+from gradstat.compressors.sign import SignSGD
 
 from _quant_checks import laplace
 

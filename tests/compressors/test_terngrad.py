@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compressors import create
-from compressors.terngrad import TernGrad
+from gradstat.compressors import create
+from gradstat.compressors.terngrad import TernGrad
 
 from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 
@@ -50,5 +50,5 @@ def test_bad_parameters_are_rejected(spec):
 
 
 def test_bits_match_the_theory_count():
-    from theory.bits import terngrad_bits
+    from gradstat.theory.bits import terngrad_bits
     assert TernGrad().encode(torch.randn(1000)).bits == terngrad_bits(1000)

@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 import torch
 
-import theory.wangni
+import gradstat.theory.wangni
 from _sparse_checks import laplace, sparse_bits
-from compressors import create
-from compressors.context import Context
-from compressors.wangni import optimal_probabilities
+from gradstat.compressors import create
+from gradstat.compressors.context import Context
+from gradstat.compressors.wangni import optimal_probabilities
 
 
 @pytest.mark.parametrize("k", [1, 10, 100, 999])
 def test_probabilities_match_the_closed_form_of_theory(k):
     g = laplace(1000, k)
     p = optimal_probabilities(g.abs().double(), k)
-    reference, _ = theory.wangni.optimal_probabilities(g.double().numpy(), k / 1000)
+    reference, _ = gradstat.theory.wangni.optimal_probabilities(g.double().numpy(), k / 1000)
     np.testing.assert_allclose(p.numpy(), reference, rtol=1e-9, atol=1e-12)
     assert float(p.sum()) == pytest.approx(k, rel=1e-9)
 
@@ -32,12 +32,12 @@ def test_probabilities_saturate_the_dominant_coordinates_and_skip_zeros():
 
 
 def test_variance_equals_the_closed_form():
-    """E||C(g) - g||^2 = sum g_i^2 (1/p_i - 1) (theory.wangni.variance); 99.9 % z-interval over 3000 draws.
+    """E||C(g) - g||^2 = sum g_i^2 (1/p_i - 1) (gradstat.theory.wangni.variance); 99.9 % z-interval over 3000 draws.
     A variant sending g_i instead of g_i/p_i fails it."""
     g = laplace(300, 5)
     c = create("wangni:ratio=0.05")
     p = optimal_probabilities(g.abs().double(), math.ceil(0.05 * 300)).numpy()
-    expected = theory.wangni.variance(g.double().numpy(), p)
+    expected = gradstat.theory.wangni.variance(g.double().numpy(), p)
     outs = [c(g, Context(seed=s)).double() for s in range(3000)]
     crit = NormalDist().inv_cdf(1 - 0.001 / 2)
     for reconstruction, should_pass in ((lambda out: out, True), (lambda out: (out != 0) * g.double(), False)):

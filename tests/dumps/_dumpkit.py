@@ -5,7 +5,7 @@ from pathlib import Path
 
 import torch
 
-from analysis.dumps import DumpWriter
+from gradstat.analysis.dumps import DumpWriter
 
 PARAMS = [("layer.weight", (3, 4)), ("layer.bias", (4,))]
 

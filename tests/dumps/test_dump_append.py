@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.dumps import DumpError, DumpWriter, open_dump
+from gradstat.analysis.dumps import DumpError, DumpWriter, open_dump
 
 from _dumpkit import make_grads, write_dump
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.cli.main import main
-from analysis.dumps import open_dump
+from gradstat.analysis.cli.main import main
+from gradstat.analysis.dumps import open_dump
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

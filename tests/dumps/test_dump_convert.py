@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.dumps import DumpError, open_dump
-from analysis.dumps.convert import export_npz, import_dump
+from gradstat.analysis.dumps import DumpError, open_dump
+from gradstat.analysis.dumps.convert import export_npz, import_dump
 
 
 def _grads(seed: int) -> dict[str, torch.Tensor]:

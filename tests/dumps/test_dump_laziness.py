@@ -10,8 +10,8 @@ import io
 
 import pytest
 
-import analysis.dumps.reader as reader
-from analysis.dumps import DumpError, open_dump
+import gradstat.analysis.dumps.reader as reader
+from gradstat.analysis.dumps import DumpError, open_dump
 
 from _dumpkit import flip_byte, tensor_byte_range
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from analysis.dumps import STORAGE_DTYPES, open_dump
-from analysis.dumps.format import FORMAT_VERSION
+from gradstat.analysis.dumps import STORAGE_DTYPES, open_dump
+from gradstat.analysis.dumps.format import FORMAT_VERSION
 
 from _dumpkit import PARAMS, write_dump
 
@@ -75,7 +75,7 @@ def test_step_files_are_standard_safetensors(dump_path):
 
 def test_tensors_sharing_memory_are_written(tmp_path):
     """The same tensor for two workers, and views of one flat buffer (as the recorder's extras are)."""
-    from analysis.dumps import DumpWriter
+    from gradstat.analysis.dumps import DumpWriter
 
     flat = torch.arange(16, dtype=torch.float32)
     views = {"layer.weight": flat[:12].view(3, 4), "layer.bias": flat[12:]}

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from analysis.dumps import DumpWriter, open_dump
+from gradstat.analysis.dumps import DumpWriter, open_dump
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL (POSIX)")
 
@@ -21,8 +21,8 @@ CRASH_POINTS = textwrap.dedent("""
     # file-system operation (each write, which first writes half its data, each fsync, each rename); the parent
     # then opens the dump and reports what it holds. Stops once a child finishes without reaching its point k.
     import json, os, signal, sys, torch
-    import analysis.dumps.atomic as atomic
-    from analysis.dumps import DumpWriter, open_dump
+    import gradstat.analysis.dumps.atomic as atomic
+    from gradstat.analysis.dumps import DumpWriter, open_dump
     torch.set_num_threads(1)
     path = sys.argv[1]
     params = [("a", (1000,)), ("b", (3,))]
@@ -94,7 +94,7 @@ def test_sigkill_at_every_point_of_a_write(tmp_path):
 def test_sigkill_of_gradstat_record(tmp_path):
     """The real command: kill `gradstat record` once it has committed a step."""
     path = tmp_path / "rec"
-    proc = subprocess.Popen([sys.executable, "-m", "analysis", "record", "--workload", "fc300:batch_size=8",
+    proc = subprocess.Popen([sys.executable, "-m", "gradstat", "record", "--workload", "fc300:batch_size=8",
                              "--steps", "100000", "--workers", "2", "--out", str(path), "--quiet"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})

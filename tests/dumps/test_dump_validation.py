@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from analysis.dumps import DumpError, DumpWriter, open_dump
-from analysis.dumps.format import FORMAT_VERSION
+from gradstat.analysis.dumps import DumpError, DumpWriter, open_dump
+from gradstat.analysis.dumps.format import FORMAT_VERSION
 
 from _dumpkit import PARAMS, flip_byte, make_grads, tensor_byte_range
 
@@ -188,7 +188,7 @@ def test_unknown_storage_dtype(tmp_path):
 def test_full_disk_leaves_the_dump_valid(dump_path, monkeypatch, fail_on):
     """ENOSPC while writing the step file or the manifest: the error surfaces as OSError, the dump still opens
     with its previous steps, no temporary file is left, and appending works once space is back."""
-    import analysis.dumps.atomic as atomic
+    import gradstat.analysis.dumps.atomic as atomic
 
     real_open = open
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-import compressors
-from analysis.dumps import open_dump
+from gradstat import compressors
+from gradstat.analysis.dumps import open_dump
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "logreg-topk-ef"
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from scipy import special, stats
 
-from theory.distributions import Double, Exponential, Gamma, GenPareto
-from theory.distributions import incgamma
+from gradstat.theory.distributions import Double, Exponential, Gamma, GenPareto
+from gradstat.theory.distributions import incgamma
 
 # (ours, scipy's frozen equivalent): scipy's gamma a = shape, genpareto c = shape (the paper's alpha), loc 0.
 CASES = {

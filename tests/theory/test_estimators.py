@@ -10,10 +10,10 @@ import pytest
 import torch
 from scipy import stats
 
-from theory.distributions import Exponential, Gamma, GenPareto
-from theory.estimators import Fit, fit
-from theory.estimators import gamma as gamma_estimators
-from theory.estimators.registry import ESTIMATORS
+from gradstat.theory.distributions import Exponential, Gamma, GenPareto
+from gradstat.theory.estimators import Fit, fit
+from gradstat.theory.estimators import gamma as gamma_estimators
+from gradstat.theory.estimators.registry import ESTIMATORS
 
 PAIRS = sorted(ESTIMATORS)
 TRUE = {"exponential": Exponential(2e-3), "gamma": Gamma(0.6, 1e-3), "genpareto": GenPareto(0.15, 1e-3)}
@@ -182,7 +182,7 @@ def test_genpareto_moment_matching_is_consistent_for_finite_fourth_moment(key):
 def test_recovery_check_detects_a_wrong_moment_matching(monkeypatch):
     """The same check rejects moment matching with the sign convention of SIDCo's (34) as printed
     (mean beta/(1 + alpha) gives alpha = (mu^2/var - 1)/2, the opposite sign): a wrong estimator fails."""
-    from theory.estimators import genpareto as gp_estimators
+    from gradstat.theory.estimators import genpareto as gp_estimators
 
     real = gp_estimators.moment_matching
 

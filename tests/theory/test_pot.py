@@ -10,9 +10,9 @@ import pytest
 import torch
 from scipy import stats
 
-from theory.distributions import Exponential, Gamma
-from theory.estimators.exceedances import Exceedances
-from theory.pot import PotResult, multistage_threshold, stage_ratios
+from gradstat.theory.distributions import Exponential, Gamma
+from gradstat.theory.estimators.exceedances import Exceedances
+from gradstat.theory.pot import PotResult, multistage_threshold, stage_ratios
 
 TOLERANCE = 0.2  # SIDCo's stage-adaptation tolerance eps = 20 % (Sec. 4, (12)): |k_hat/k - 1| <= eps
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from theory import bits
+from gradstat.theory import bits
 
 FC300 = 266_610  # 784*300+300 + 300*100+100 + 100*10+10, 6 tensors
 LENET = 1_663_370  # 8 tensors

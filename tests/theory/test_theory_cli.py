@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from analysis.cli.main import main
-from theory import dqsg, qcs
+from gradstat.analysis.cli.main import main
+from gradstat.theory import dqsg, qcs
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:

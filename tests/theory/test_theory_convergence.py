@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from theory import convergence as cv
+from gradstat.theory import convergence as cv
 
 
 def test_lemma5_variants_coincide_without_compression_error():

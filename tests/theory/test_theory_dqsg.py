@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from theory import dqsg
+from gradstat.theory import dqsg
 
 Z4 = 3.890592  # two-sided 99.99 % normal quantile
 

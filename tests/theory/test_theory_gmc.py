@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from theory import gmc
+from gradstat.theory import gmc
 
 
 def test_theorem9_value_and_zero_when_everything_is_sent():

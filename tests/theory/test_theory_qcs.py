@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.linalg import hadamard
 
-from theory import qcs
+from gradstat.theory import qcs
 
 GAMMAS = np.geomspace(1e-3, 1e3, 61)
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from theory import dqsg, qsgd
+from gradstat.theory import dqsg, qsgd
 
 
 def _stochastic_quantize(x: np.ndarray, M: int, scale: float, rng: np.random.Generator) -> np.ndarray:

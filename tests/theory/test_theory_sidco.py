@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from theory import sidco
+from gradstat.theory import sidco
 
 
 def test_binomial_interval_of_k_hat_covers_simulated_exceedances():
@@ -35,7 +35,7 @@ def test_ratio_error_for_exponentials_has_a_closed_form():
 
 
 def test_ratio_error_accepts_the_project_distributions():
-    from theory.distributions import Exponential, Gamma
+    from gradstat.theory.distributions import Exponential, Gamma
 
     err = sidco.ratio_error(0.01, Gamma(shape=0.5, scale=1.0).cdf, Exponential(scale=1.0).ppf)
     eta_hat = -math.log(0.01)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from theory import sparsification as sp
+from gradstat.theory import sparsification as sp
 
 
 def _power_law_vector(d: int, p: float, seed: int, noise: float = 0.3) -> np.ndarray:

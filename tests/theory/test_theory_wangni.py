@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from theory import wangni
+from gradstat.theory import wangni
 
 
 def _vectors():

@@ -10,9 +10,9 @@ import pytest
 import torch
 from scipy import special, stats
 
-from theory.distributions import Exponential, Gamma, GenPareto
-from theory.estimators import Fit, fit
-from theory.thresholds import tail_quantile, threshold
+from gradstat.theory.distributions import Exponential, Gamma, GenPareto
+from gradstat.theory.estimators import Fit, fit
+from gradstat.theory.thresholds import tail_quantile, threshold
 
 LEVEL = 0.999  # binomial intervals at 99.9 %
 

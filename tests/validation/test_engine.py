@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.validation import registry
-from analysis.validation.engine import Check, Measurement, NotApplicable, verdict
-from analysis.validation.intervals import Estimate, mean_ci, proportion_ci, quantile_interval
+from gradstat.analysis.validation import registry
+from gradstat.analysis.validation.engine import Check, Measurement, NotApplicable, verdict
+from gradstat.analysis.measure.intervals import Estimate, mean_ci, proportion_ci, quantile_interval
 
 
 def est(low: float, high: float) -> Estimate:

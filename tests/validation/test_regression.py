@@ -1,7 +1,7 @@
 """The theory regression suite: every check of the registry run with its quick Monte Carlo size and fixed seeds
 must not be violated; and for several bounds a deliberately wrong implementation must be caught.
 
-All intervals are 99 % (analysis.validation.intervals.DEFAULT_LEVEL); the seeds are fixed, so these tests are
+All intervals are 99 % (analysis.measure.intervals.DEFAULT_LEVEL); the seeds are fixed, so these tests are
 deterministic.
 """
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from analysis.validation import registry
-from analysis.validation.checks.sidco import sidco_check
+from gradstat.analysis.validation import registry
+from gradstat.analysis.validation.checks.sidco import sidco_check
 
 
 @pytest.mark.parametrize("name", registry.names())
@@ -22,7 +22,7 @@ def test_check_is_not_violated(name):
 
 def test_qcs_with_alpha_1_1_violates_gamma_and_unbiasedness(monkeypatch):
     """QCS decoded with alpha = 1.1 instead of 1: E||e||^2 grows past gamma (10), and the projected bias is 0.1."""
-    from compressors.qcs import QCS
+    from gradstat.compressors.qcs import QCS
 
     monkeypatch.setattr(QCS, "reconstruction_scale", lambda self: 1.1)
     assert registry.get("qcs-gamma").run("quick").verdict == "violated"
@@ -32,8 +32,8 @@ def test_qcs_with_alpha_1_1_violates_gamma_and_unbiasedness(monkeypatch):
 
 def test_dqsg_without_subtracting_the_dither_violates_the_exact_variance(monkeypatch):
     """DQSG whose receiver forgets to subtract the dither (half-dithered) while claiming Lemma 3's exact variance."""
-    from compressors.dither import ScaledQuantizer
-    from compressors.dqsg import DQSG
+    from gradstat.compressors.dither import ScaledQuantizer
+    from gradstat.compressors.dqsg import DQSG
 
     def half(self, d):
         return ScaledQuantizer(levels=self.M, bucket=d, norm="linf", subtract=False)
@@ -45,8 +45,8 @@ def test_dqsg_without_subtracting_the_dither_violates_the_exact_variance(monkeyp
 def test_sidco_gamma_with_the_approximate_quantile_claimed_exact_is_caught(monkeypatch):
     """SIDCo's gamma threshold computed with Cor. 1.2's approximation -beta (log delta + log Gamma(alpha)) where the
     exact quantile is claimed: k_hat/k falls far below 1 under the genie distribution."""
-    import analysis.validation.checks.sidco as checks
-    import theory.thresholds as th
+    import gradstat.analysis.validation.checks.sidco as checks
+    import gradstat.theory.thresholds as th
 
     exact = th.threshold
     monkeypatch.setattr(checks, "threshold", lambda fit, ratio, quantile="exact": exact(fit, ratio, "approx"))
@@ -56,10 +56,10 @@ def test_sidco_gamma_with_the_approximate_quantile_claimed_exact_is_caught(monke
 
 def test_topk_that_keeps_the_smallest_values_violates_the_contraction(monkeypatch):
     """A 'Top-k' that keeps the k smallest magnitudes loses more than 1 - k/d of the energy."""
-    from compressors.topk import TopK
+    from gradstat.compressors.topk import TopK
 
     def bottom_k(self, g, payload, ctx):
-        from compressors.threshold import add_sparse
+        from gradstat.compressors.threshold import add_sparse
         k = max(1, round(self.ratio * g.numel()))
         add_sparse(payload, g, torch.topk(g.abs(), k, largest=False).indices)
 
@@ -69,7 +69,7 @@ def test_topk_that_keeps_the_smallest_values_violates_the_contraction(monkeypatc
 
 def test_feedback_check_catches_a_residual_that_never_decays(monkeypatch):
     """Weighted feedback with decay 1 (r_{t+1} = r_t + e_t: the residual is never spent) breaks eta (15)."""
-    from compressors.feedback import ErrorFeedback
+    from gradstat.compressors.feedback import ErrorFeedback
 
     monkeypatch.setattr(ErrorFeedback, "qcs", classmethod(lambda cls, beta: cls(beta, 1.0)))
     assert registry.get("qcs-feedback-unbiased").run("quick").verdict == "violated"

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from analysis.parallel import DataParallel
-from analysis.workloads import get_workload
-from compressors import create, parse_feedback
+from gradstat.analysis.training.parallel import DataParallel
+from gradstat.analysis.training.workloads import get_workload
+from gradstat.compressors import create, parse_feedback
 
 
 def _setup(workers, lr=0.1, compressor=None, feedback=None):

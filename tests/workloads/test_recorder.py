@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from analysis.dumps import DumpWriter, open_dump
-from analysis.recorder import Recorder, record
+from gradstat.analysis.dumps import DumpWriter, open_dump
+from gradstat.analysis.training.recorder import Recorder, record
 
 
 def _loop(recorder_every, steps, tmp_path, monkeypatch=None):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from analysis.parallel import DataParallel
-from analysis.workloads import get_workload, workload_names
-from analysis.workloads import data
+from gradstat.analysis.training.parallel import DataParallel
+from gradstat.analysis.training.workloads import get_workload, workload_names
+from gradstat.analysis.training.workloads import data
 
 
 @pytest.mark.parametrize("spec, count", [

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from theory.distributions.base import ArrayLike, Param, SparsityInducingDistribution, from_tensor, to_tensor
+from gradstat.theory.distributions.base import ArrayLike, Param, SparsityInducingDistribution, from_tensor, to_tensor
 
 _LOG2 = math.log(2.0)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from theory.distributions.base import Param, SparsityInducingDistribution, uniform_open
+from gradstat.theory.distributions.base import Param, SparsityInducingDistribution, uniform_open
 
 
 class Exponential(SparsityInducingDistribution):

@@ -2,7 +2,7 @@
 
 SIDCo 001_ac87256369ec7547.txt, App. B.3.1 (17)-(20): f(x) = x^(alpha-1) e^(-x/beta) / (beta^alpha Gamma(alpha)),
 F(x) = P(alpha, x/beta). scipy.stats.gamma with a = shape = alpha, loc = 0, scale = beta. The quantile (SIDCo (14))
-is solved in torch by :mod:`theory.distributions.incgamma`.
+is solved in torch by :mod:`gradstat.theory.distributions.incgamma`.
 """
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import math
 
 import torch
 
-from theory.distributions.base import Param, SparsityInducingDistribution, check_param, uniform_open
-from theory.distributions.incgamma import gammainccinv, gammaincinv
+from gradstat.theory.distributions.base import Param, SparsityInducingDistribution, check_param, uniform_open
+from gradstat.theory.distributions.incgamma import gammainccinv, gammaincinv
 
 
 class Gamma(SparsityInducingDistribution):

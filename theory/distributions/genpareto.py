@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from theory.distributions.base import Param, SparsityInducingDistribution, check_param, uniform_open
+from gradstat.theory.distributions.base import Param, SparsityInducingDistribution, check_param, uniform_open
 
 _SMALL_SHAPE = 1e-12  # |c| below this uses the exponential limit (c -> 0) of every formula
 

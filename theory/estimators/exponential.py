@@ -5,8 +5,8 @@ peak-over-threshold stages Cor. 2.1 (11): beta_m = mean(|g_bar| - eta_{m-1}).
 """
 from __future__ import annotations
 
-from theory.estimators.estimate import Estimate
-from theory.estimators.exceedances import Exceedances
+from gradstat.theory.estimators.estimate import Estimate
+from gradstat.theory.estimators.exceedances import Exceedances
 
 
 def mean_scale(data: Exceedances) -> Estimate:

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import torch
 
-from theory.estimators.estimate import Estimate
-from theory.estimators.exceedances import Exceedances
-from theory.estimators.magnitudes import check_magnitudes
-from theory.estimators.registry import SHAPED, estimator
-from theory.estimators.result import Fit
+from gradstat.theory.estimators.estimate import Estimate
+from gradstat.theory.estimators.exceedances import Exceedances
+from gradstat.theory.estimators.magnitudes import check_magnitudes
+from gradstat.theory.estimators.registry import SHAPED, estimator
+from gradstat.theory.estimators.result import Fit
 
 
 def resolve(estimate: Estimate, dist: str, method: str, n: int, n_zeros: int) -> Fit:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from theory.estimators.estimate import Estimate
-from theory.estimators.exceedances import Exceedances
+from gradstat.theory.estimators.estimate import Estimate
+from gradstat.theory.estimators.exceedances import Exceedances
 
 MLE_STEPS = 6
 """Newton steps of the exact MLE (4 reach float64 precision from Minka's start for s in [1e-4, 50]; tests check)."""

@@ -19,8 +19,8 @@ import math
 
 import torch
 
-from theory.estimators.estimate import Estimate
-from theory.estimators.exceedances import Exceedances
+from gradstat.theory.estimators.estimate import Estimate
+from gradstat.theory.estimators.exceedances import Exceedances
 
 MM_RELIABLE_SHAPE = 0.25
 MM_WARNING = "moment matching is unreliable for shape >= 1/4 (infinite 4th moment)"

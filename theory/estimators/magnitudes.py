@@ -5,7 +5,7 @@ zeros (ReLU, unused embedding rows). The sparsity-inducing distributions of SIDC
 Property 2) are continuous, and the gamma statistic s = log(mean) - mean(log) of (16) is -inf on a zero, so fits use
 the non-zero elements only and report how many zeros they left out. A threshold for a ratio delta over all d
 elements is then the conditional quantile at delta / (1 - zero_fraction) among the non-zeros
-(:func:`theory.thresholds.threshold`).
+(:func:`gradstat.theory.thresholds.threshold`).
 """
 from __future__ import annotations
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from theory.estimators import exponential, gamma, genpareto
-from theory.estimators.estimate import Estimate
-from theory.estimators.exceedances import Exceedances
+from gradstat.theory.estimators import exponential, gamma, genpareto
+from gradstat.theory.estimators.estimate import Estimate
+from gradstat.theory.estimators.exceedances import Exceedances
 
 Estimator = Callable[[Exceedances], Estimate]
 

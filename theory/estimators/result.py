@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from theory.distributions import Exponential, Gamma, GenPareto, SparsityInducingDistribution
+from gradstat.theory.distributions import Exponential, Gamma, GenPareto, SparsityInducingDistribution
 
 DISTRIBUTIONS: dict[str, type[SparsityInducingDistribution]] = {
     "exponential": Exponential,
@@ -30,7 +30,7 @@ class Fit:
     n : int
         Number of values used (the non-zero elements, or a peak-over-threshold stage's exceedances).
     n_zeros : int
-        Exact zeros left out of the fit (see :mod:`theory.estimators.magnitudes` for the policy).
+        Exact zeros left out of the fit (see :mod:`gradstat.theory.estimators.magnitudes` for the policy).
     converged : bool
         False when an iterative estimator stopped before its tolerance.
     iterations : int

@@ -1,7 +1,7 @@
 """The workload contract: a model, a training set, a loss and an SGD optimizer, all reproducible from a seed.
 
 A workload is a dataclass whose fields are its hyper-parameters (settable from a spec string such as
-``lenet:batch_size=32,lr=0.01``, see :mod:`analysis.workloads.registry`). Subclasses implement
+``lenet:batch_size=32,lr=0.01``, see :mod:`gradstat.analysis.training.workloads.registry`). Subclasses implement
 ``_build`` (the model, initialised from torch's global generator, which :meth:`Workload.model` seeds inside a
 forked RNG state so the caller's state is untouched), ``dataset`` and, where needed, ``loss``.
 """

@@ -19,8 +19,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from analysis.workloads.base import Workload
-from analysis.workloads.registry import register
+from gradstat.analysis.training.workloads.base import Workload
+from gradstat.analysis.training.workloads.registry import register
 
 
 @register

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from analysis.workloads import data
-from analysis.workloads.base import Workload
-from analysis.workloads.registry import register
+from gradstat.analysis.training.workloads import data
+from gradstat.analysis.training.workloads.base import Workload
+from gradstat.analysis.training.workloads.registry import register
 
 
 @register

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from analysis.workloads import data
-from analysis.workloads.base import Workload
-from analysis.workloads.registry import register
+from gradstat.analysis.training.workloads import data
+from gradstat.analysis.training.workloads.base import Workload
+from gradstat.analysis.training.workloads.registry import register
 
 
 class CharLSTM(nn.Module):

@@ -5,7 +5,7 @@ import dataclasses
 import typing
 from typing import Any, Callable, TypeVar
 
-from analysis.workloads.base import Workload
+from gradstat.analysis.training.workloads.base import Workload
 
 _REGISTRY: dict[str, type[Workload]] = {}
 W = TypeVar("W", bound=type[Workload])

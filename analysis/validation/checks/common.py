@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-import compressors
-from analysis.bounds import closed_form_bound
-from analysis.validation.engine import Check, Claim, Measurement, NotApplicable, Setting
-from analysis.validation.intervals import mean_ci
-from analysis.validation.vectors import GradientSource
-from analysis.variance import error_samples
+from gradstat import compressors
+from gradstat.analysis.studies.bounds import closed_form_bound
+from gradstat.analysis.validation.engine import Check, Claim, Measurement, NotApplicable, Setting
+from gradstat.analysis.measure.intervals import mean_ci
+from gradstat.analysis.measure.sources import GradientSource
+from gradstat.analysis.studies.variance import error_samples
 
 
 def create(spec: str) -> compressors.Compressor:
@@ -28,7 +28,7 @@ def block(setting: Setting, n: int, index: int = 0) -> torch.Tensor:
 
 def variance_check(name: str, spec: str, n: int, claim: Claim, source: str, quick: int, full: int,
                    must_hold: bool = True) -> Check:
-    """``E||C(g) - g||^2 / ||g||^2`` of ``spec`` on a block of ``n`` vs :func:`analysis.bounds.closed_form_bound`."""
+    """``E||C(g) - g||^2 / ||g||^2`` of ``spec`` on a block of ``n`` vs :func:`gradstat.analysis.studies.bounds.closed_form_bound`."""
 
     def measure(s: Setting) -> Measurement:
         comp = create(spec)

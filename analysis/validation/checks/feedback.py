@@ -1,7 +1,7 @@
 """QCS weighted error feedback (000_4b111efa75352b2d.txt): the residual bounds of Lemma 4 at the optimal weights of
 Remark 2, eq. (17) for unbiased QCS and (18) for MMSE-QCS, Karimireddy et al.'s eta_k (Remark 3), and for MMSE-QCS at
 a small beta, where (16) as printed gives no bound, the bound derived from Lemma 3 by Minkowski's inequality
-(:func:`theory.qcs.residual_bound_mmse_minkowski`).
+(:func:`gradstat.theory.qcs.residual_bound_mmse_minkowski`).
 
 Each trial replays T steps of a gradient sequence (the check's blocks 0..T-1) from r_0 = 0 with its own seed;
 the sample of a trial is ``max_t ||r_t||^2 / B`` with ``B = max_t ||g_t||^2``. Its mean bounds
@@ -9,11 +9,11 @@ the sample of a trial is ``max_t ||r_t||^2 / B`` with ``B = max_t ||g_t||^2``. I
 """
 from __future__ import annotations
 
-from analysis.feedback_study import feedback_theory, residual_samples
-from analysis.validation.checks.common import block, create
-from analysis.validation.checks.quantizers import N_QCS, QCS, QCS_MMSE, QCS_UNBIASED
-from analysis.validation.engine import Check, Measurement, Setting
-from analysis.validation.intervals import mean_ci
+from gradstat.analysis.studies.feedback import feedback_theory, residual_samples
+from gradstat.analysis.validation.checks.common import block, create
+from gradstat.analysis.validation.checks.quantizers import N_QCS, QCS, QCS_MMSE, QCS_UNBIASED
+from gradstat.analysis.validation.engine import Check, Measurement, Setting
+from gradstat.analysis.measure.intervals import mean_ci
 
 T = 20
 
@@ -23,7 +23,7 @@ SMALL_BETA = 0.2
 
 
 def _measure(s: Setting, spec: str, which: str) -> Measurement:
-    from theory.qcs import karimireddy_residual_bound
+    from gradstat.theory.qcs import karimireddy_residual_bound
 
     comp = create(spec)
     seq = [[block(s, N_QCS, index=t)] for t in range(T)]

@@ -1,6 +1,6 @@
 """GMC's claims (004_8d479783bc85b5d8.txt): the memory bound of Theorem 9 and the communication-ratio bound of Sec. 5.
 
-Both replay :class:`compressors.momentum.GlobalMomentumCompression` with top-K masks (``||m_{t,k}||_0 = s``) over
+Both replay :class:`gradstat.compressors.momentum.GlobalMomentumCompression` with top-K masks (``||m_{t,k}||_0 = s``) over
 P workers and T steps. Worker k's mini-batch gradient at step t is the check's gradient block number ``t P + k``
 (synthetic Laplace by default), and G^2 is the largest squared norm among them, so ``||grad f|| <= G`` holds by
 construction. The memory bound is checked with momentum beta = 0, where its constant C drops out
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.validation.checks.common import block, create
-from analysis.validation.engine import Check, Measurement, Setting
-from analysis.validation.intervals import mean_ci
-from compressors import Context
+from gradstat.analysis.validation.checks.common import block, create
+from gradstat.analysis.validation.engine import Check, Measurement, Setting
+from gradstat.analysis.measure.intervals import mean_ci
+from gradstat.compressors import Context
 
 GMC = "004_8d479783bc85b5d8.txt"
 D, S, P, T = 1000, 10, 4, 30
@@ -23,8 +23,8 @@ D, S, P, T = 1000, 10, 4, 30
 
 def _run(s: Setting, trial: int, momentum: float) -> tuple[float, float, float]:
     """One GMC run: returns (max_t ||u_tilde_t||^2, G^2, CR)."""
-    from compressors.momentum import GlobalMomentumCompression
-    from theory.gmc import communication_ratio
+    from gradstat.compressors.momentum import GlobalMomentumCompression
+    from gradstat.theory.gmc import communication_ratio
 
     gmc = GlobalMomentumCompression(create(f"topk:ratio={S / D}"), lr=0.1, momentum=momentum)
     states, shared = gmc.new_states(P), gmc.new_shared()
@@ -41,7 +41,7 @@ def _run(s: Setting, trial: int, momentum: float) -> tuple[float, float, float]:
 
 
 def _memory(s: Setting) -> Measurement:
-    from theory.gmc import memory_bound
+    from gradstat.theory.gmc import memory_bound
 
     runs = [_run(s, t, 0.0) for t in range(s.trials)]
     g2 = max(r[1] for r in runs)
@@ -51,7 +51,7 @@ def _memory(s: Setting) -> Measurement:
 
 
 def _ratio(s: Setting) -> Measurement:
-    from theory.gmc import communication_ratio_bound
+    from gradstat.theory.gmc import communication_ratio_bound
 
     runs = [_run(s, t, 0.9) for t in range(s.trials)]
     return Measurement(communication_ratio_bound(P, S, D), mean_ci([r[2] for r in runs]),

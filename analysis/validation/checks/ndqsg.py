@@ -5,17 +5,17 @@ information y. An element fails when it lands in the wrong coarse bin, i.e. diff
 side information (x itself) by more than ``alpha Delta2 / 2`` (in the units of the scale kappa = ||x||_inf the
 compressor sends). The theorem's sigma_z^2 = E z_i^2 is taken in those units, averaged over elements and trials;
 each trial draws a fresh Gaussian z and dither. The bound is Chebyshev's, so it is expected to be loose; the note
-gives the exact Gaussian probability (:func:`theory.dqsg.nested_failure_probability`) for comparison.
+gives the exact Gaussian probability (:func:`gradstat.theory.dqsg.nested_failure_probability`) for comparison.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from analysis.validation.checks.common import block, create
-from analysis.validation.engine import Check, Measurement, Setting
-from analysis.validation.intervals import mean_ci
-from compressors import Context
+from gradstat.analysis.validation.checks.common import block, create
+from gradstat.analysis.validation.engine import Check, Measurement, Setting
+from gradstat.analysis.measure.intervals import mean_ci
+from gradstat.compressors import Context
 
 DQSG = "002_87c17e3716ede1d0.txt"
 N = 4096
@@ -25,7 +25,7 @@ NOISE = 0.15
 
 
 def _failure(s: Setting) -> Measurement:
-    from theory.dqsg import nested_failure_bound, nested_failure_probability
+    from gradstat.theory.dqsg import nested_failure_bound, nested_failure_probability
 
     comp = create(f"ndqsg:delta1={DELTA1},delta2={DELTA2},alpha={ALPHA}")
     y = block(s, N).double()

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import torch
 
-from analysis.validation.checks.common import block, create, variance_check
-from analysis.validation.engine import Check, Measurement, Setting
-from analysis.validation.intervals import mean_ci
-from analysis.variance import bias_samples
+from gradstat.analysis.validation.checks.common import block, create, variance_check
+from gradstat.analysis.validation.engine import Check, Measurement, Setting
+from gradstat.analysis.measure.intervals import mean_ci
+from gradstat.analysis.studies.variance import bias_samples
 
 QCS = "000_4b111efa75352b2d.txt"
 DQSG = "002_87c17e3716ede1d0.txt"
@@ -25,7 +25,7 @@ def _qcs_unbiased(s: Setting) -> Measurement:
 def _lemma1(s: Setting) -> Measurement:
     """E[T^T T] = I: the mean of ||T x||^2 / ||x||^2 over the random signs r is 1 (Lemma 1, eq. (3)); the note
     gives max |T T^T - (n/k) I| for one draw (exact identity)."""
-    from compressors.qcs import mix, rademacher, unmix
+    from gradstat.compressors.qcs import mix, rademacher, unmix
 
     k = 64
     x = block(s, N_QCS).double()[None, :]

@@ -2,7 +2,7 @@
 count k_hat of elements above the fitted threshold eta(delta) is Binomial(d, delta), so E[k_hat/k] = 1.
 
 Source: 001_ac87256369ec7547.txt, Lemma 1 (4)-(5) (threshold), Cor. 1.1-1.3 (closed-form fits), Sec. 2.2 / App. C
-(k_hat ~ Binomial(d, delta)). The threshold comes from :func:`theory.thresholds.threshold` with the quantile the
+(k_hat ~ Binomial(d, delta)). The threshold comes from :func:`gradstat.theory.thresholds.threshold` with the quantile the
 check names; with the gamma family and ``quantile="approx"`` (Cor. 1.2's approximation claimed as exact) the check
 fails, which the regression tests use to show it can.
 
@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from analysis.validation.engine import Check, Measurement, Setting
-from analysis.validation.intervals import mean_ci
-from theory.estimators import fit
-from theory.thresholds import threshold
+from gradstat.analysis.validation.engine import Check, Measurement, Setting
+from gradstat.analysis.measure.intervals import mean_ci
+from gradstat.theory.estimators import fit
+from gradstat.theory.thresholds import threshold
 
 SIDCO = "001_ac87256369ec7547.txt"
 D = 20_000
@@ -31,7 +31,7 @@ FAMILIES = {  # family -> genie distribution, with shapes typical of gradients (
 
 
 def _dist(name: str, **params: float):
-    import theory.distributions as td
+    import gradstat.theory.distributions as td
 
     return getattr(td, name)(**params)
 
@@ -54,7 +54,7 @@ def sidco_check(family: str, method: str = "closed_form", quantile: str = "exact
     """The binomial k_hat check for one family, estimator and quantile."""
 
     def measure(s: Setting) -> Measurement:
-        from theory.sidco import exceedance_count_interval
+        from gradstat.theory.sidco import exceedance_count_interval
 
         x = k_ratio_samples(family, method, quantile, s.trials, s.seed, s.device)
         lo, hi = exceedance_count_interval(D, RATIO, 0.99)

@@ -5,9 +5,9 @@ import math
 
 import numpy as np
 
-from analysis.validation.checks.common import block, create, variance_check
-from analysis.validation.engine import Check, Measurement, Setting
-from analysis.validation.intervals import mean_ci
+from gradstat.analysis.validation.checks.common import block, create, variance_check
+from gradstat.analysis.validation.engine import Check, Measurement, Setting
+from gradstat.analysis.measure.intervals import mean_ci
 
 SIDCO = "001_ac87256369ec7547.txt"
 N = 1000

@@ -1,0 +1,1 @@
+"""The Markdown report: a rendering of the tables measured in one run (:mod:`~gradstat.analysis.report.document`)."""
