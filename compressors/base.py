@@ -12,6 +12,7 @@ Rules for implementations (see DESIGN.md):
   sent as a ``seed`` part of ``SEED_BITS`` bits;
 - ``Payload.bits`` must equal a hand count of what is sent.
 """
+
 from __future__ import annotations
 
 import math
@@ -87,8 +88,9 @@ class Compressor(ABC):
         """Fresh per-worker state (None for stateless compressors)."""
         return None
 
-    def round(self, grads: Sequence[torch.Tensor], ctx: Context | None = None,
-              states: Sequence[Any] | None = None) -> "RoundResult":
+    def round(
+        self, grads: Sequence[torch.Tensor], ctx: Context | None = None, states: Sequence[Any] | None = None
+    ) -> "RoundResult":
         """One synchronous round over P workers: each encodes its own gradient, the receiver decodes and
         averages. Schemes with side information or global state override this."""
         ctx = ctx or Context()
@@ -106,7 +108,11 @@ class Compressor(ABC):
 
     def spec(self) -> str:
         """The spec string that rebuilds this compressor (see :mod:`gradstat.compressors.registry`)."""
-        args = ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)) if hasattr(self, "__dataclass_fields__") else ""
+        args = (
+            ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+            if hasattr(self, "__dataclass_fields__")
+            else ""
+        )
         return f"{self.name}:{args}" if args else self.name
 
     def __call__(self, g: torch.Tensor, ctx: Context | None = None) -> torch.Tensor:
@@ -138,20 +144,32 @@ class RoundResult:
         return sum(p.bits for p in self.payloads)
 
 
-def encode_named(compressor: Compressor, grads: Mapping[str, torch.Tensor], ctx: Context | None = None,
-                 states: Mapping[str, Any] | None = None) -> dict[str, Payload]:
+def encode_named(
+    compressor: Compressor,
+    grads: Mapping[str, torch.Tensor],
+    ctx: Context | None = None,
+    states: Mapping[str, Any] | None = None,
+) -> dict[str, Payload]:
     """Per-layer compression of a dict of named tensors: each tensor is its own block (block = its position)."""
     ctx = ctx or Context()
-    return {name: compressor.encode(g, ctx.but(block=i, state=(states or {}).get(name)))
-            for i, (name, g) in enumerate(grads.items())}
+    return {
+        name: compressor.encode(g, ctx.but(block=i, state=(states or {}).get(name)))
+        for i, (name, g) in enumerate(grads.items())
+    }
 
 
-def decode_named(compressor: Compressor, payloads: Mapping[str, Payload], ctx: Context | None = None,
-                 states: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+def decode_named(
+    compressor: Compressor,
+    payloads: Mapping[str, Payload],
+    ctx: Context | None = None,
+    states: Mapping[str, Any] | None = None,
+) -> dict[str, torch.Tensor]:
     """Inverse of :func:`encode_named`."""
     ctx = ctx or Context()
-    return {name: compressor.decode(p, ctx.but(block=i, state=(states or {}).get(name)))
-            for i, (name, p) in enumerate(payloads.items())}
+    return {
+        name: compressor.decode(p, ctx.but(block=i, state=(states or {}).get(name)))
+        for i, (name, p) in enumerate(payloads.items())
+    }
 
 
 def check_gradient(g: torch.Tensor, who: str = "compressor") -> torch.Tensor:
@@ -178,6 +196,8 @@ def check_ratio(ratio: float, d: int | None = None, who: str = "ratio") -> float
     if not (0.0 < ratio < 1.0) or math.isnan(ratio):
         raise ValueError(f"{who} must lie in (0, 1), got {ratio}")
     if d is not None and d * ratio < 1.0:
-        raise ValueError(f"{who}={ratio} keeps d*ratio = {d * ratio:.3g} < 1 element of a vector of length {d}; "
-                         f"need d >= 1/ratio = {math.ceil(1 / ratio)}")
+        raise ValueError(
+            f"{who}={ratio} keeps d*ratio = {d * ratio:.3g} < 1 element of a vector of length {d}; "
+            f"need d >= 1/ratio = {math.ceil(1 / ratio)}"
+        )
     return ratio

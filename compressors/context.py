@@ -4,6 +4,7 @@ Every random draw of a compressor comes from a generator seeded from ``(seed, st
 so the decoder, built separately, regenerates exactly what the encoder drew. Global RNG state is never read or
 changed.
 """
+
 from __future__ import annotations
 
 import hashlib

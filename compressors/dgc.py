@@ -14,6 +14,7 @@ magnitude of S, then select ``|g| >= eta`` over the whole vector (one home: :mod
 Both keep the k_hat largest magnitudes, so ``||C(g) - g||^2 <= (1 - k_hat/d) ||g||^2``.
 The sample is drawn from the call's seed; the receiver needs only indices and values.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,9 @@ from gradstat.compressors.registry import register
 from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier
 
 
-def sampled_threshold(abs_g: torch.Tensor, ratio: float, sample_ratio: float, seed: int,
-                      replacement: bool) -> torch.Tensor:
+def sampled_threshold(
+    abs_g: torch.Tensor, ratio: float, sample_ratio: float, seed: int, replacement: bool
+) -> torch.Tensor:
     """Top-k threshold estimated on a random sample: the ceil(ratio n)-th largest of n = ceil(sample_ratio d)
     sampled magnitudes (n at least 1, at most d without replacement). Returns a 0-d tensor on ``abs_g``'s device."""
     d = abs_g.numel()
@@ -71,8 +73,13 @@ class DGC(_SampledThreshold):
 
     fallback: float = 1.0
 
-    properties = Properties(kind="sparsifier", unbiased=False, randomized=True, contraction=THRESHOLD_CONTRACTION,
-                            source="Lin et al. 2018 (DGC); 001_ac87256369ec7547.txt Sec. 1 and footnote 2")
+    properties = Properties(
+        kind="sparsifier",
+        unbiased=False,
+        randomized=True,
+        contraction=THRESHOLD_CONTRACTION,
+        source="Lin et al. 2018 (DGC); 001_ac87256369ec7547.txt Sec. 1 and footnote 2",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -95,5 +102,10 @@ class GMCTopK(_SampledThreshold):
     replacement. packed: bit-packed indices, else int32."""
 
     replacement = False
-    properties = Properties(kind="sparsifier", unbiased=False, randomized=True, contraction=THRESHOLD_CONTRACTION,
-                            source="004_8d479783bc85b5d8.txt Sec. 5 (approximate top-K strategy)")
+    properties = Properties(
+        kind="sparsifier",
+        unbiased=False,
+        randomized=True,
+        contraction=THRESHOLD_CONTRACTION,
+        source="004_8d479783bc85b5d8.txt Sec. 5 (approximate top-K strategy)",
+    )

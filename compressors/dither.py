@@ -23,6 +23,7 @@ value c + 1/2): with scale 2 ||v||_inf, ``y + u`` lies in (-1, 1), inside the tw
 the same uniform error. This is how ``q = sign(v/s + u)`` with s = 2||v||_inf must be read for (6)-(7) to hold:
 taken literally, ``s (q - u)`` with q = +-1 has mean 2v.
 """
+
 from __future__ import annotations
 
 import math
@@ -90,7 +91,7 @@ def bucket_norm(blocks: torch.Tensor, norm: Norm) -> torch.Tensor:
     top = blocks.abs().amax(dim=1)
     if norm == "linf":
         return top
-    if norm == "l2":   # ||x|| = m ||x / m||, m = max |x|: no overflow of the squares for huge values
+    if norm == "l2":  # ||x|| = m ||x / m||, m = max |x|: no overflow of the squares for huge values
         return top * torch.linalg.vector_norm(blocks / _safe(top)[:, None], 2, dim=1)
     raise ValueError(f"norm must be 'l2' or 'linf', got {norm!r}")
 
@@ -226,5 +227,5 @@ class ScaledQuantizerCompressor(Compressor):
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         q = self.quantizer(payload.numel)
-        seed = payload.seed if q.subtract else 0   # half-dithered decoding draws nothing
+        seed = payload.seed if q.subtract else 0  # half-dithered decoding draws nothing
         return q.decode(payload, payload.numel, seed)

@@ -12,6 +12,7 @@ unbiased, with variance depending on g (Lemma 2: it is QSGD's quantizer with l_i
 Partitions: the flat gradient is cut into chunks of ``ceil(d / K)`` elements (the last one shorter), so there are
 ``ceil(d / ceil(d / K)) <= K`` of them; never more than d.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,15 +33,23 @@ class DQSG(ScaledQuantizerCompressor):
     partitions: int = 1
     half: bool = False
 
-    properties = Properties(kind="quantizer", unbiased=True, randomized=True, bound="dqsg_exact",
-                            source="002_87c17e3716ede1d0.txt eq. (2), Lemma 3, Algorithm 1")
+    properties = Properties(
+        kind="quantizer",
+        unbiased=True,
+        randomized=True,
+        bound="dqsg_exact",
+        source="002_87c17e3716ede1d0.txt eq. (2), Lemma 3, Algorithm 1",
+    )
 
     def __post_init__(self) -> None:
         check_int("dqsg M", self.M, 1)
         check_int("dqsg partitions", self.partitions, 1)
         if self.half:
-            self.properties = replace(type(self).properties, bound="half_dither_linf",
-                                      source="002_87c17e3716ede1d0.txt Sec. 2.1 (half-dithered), Lemma 2")
+            self.properties = replace(
+                type(self).properties,
+                bound="half_dither_linf",
+                source="002_87c17e3716ede1d0.txt Sec. 2.1 (half-dithered), Lemma 2",
+            )
 
     @property
     def delta(self) -> float:
@@ -49,5 +58,6 @@ class DQSG(ScaledQuantizerCompressor):
 
     def quantizer(self, d: int) -> ScaledQuantizer:
         """The quantizer for a gradient of length d: partitions of ``ceil(d / K)`` elements."""
-        return ScaledQuantizer(levels=self.M, bucket=math.ceil(d / self.partitions), norm="linf",
-                               subtract=not self.half)
+        return ScaledQuantizer(
+            levels=self.M, bucket=math.ceil(d / self.partitions), norm="linf", subtract=not self.half
+        )

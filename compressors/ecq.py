@@ -6,6 +6,7 @@
 002_87c17e3716ede1d0.txt Lemma 2) with a choice of norm. The error compensation itself
 (``h <- beta h + (g - g_tilde)``, ``g_tilde = Q(g + alpha h)``) is :meth:`gradstat.compressors.feedback.ErrorFeedback.ecq`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -24,8 +25,13 @@ class ECQ(ScaledQuantizerCompressor):
     s: int = 4
     norm: Literal["l2", "linf"] = "l2"
 
-    properties = Properties(kind="quantizer", unbiased=True, randomized=True, bound="qsgd",
-                            source="003_da514025a9ec0a1c.txt (ECQ-SGD quantizer Q_s, bit count 32 + d r)")
+    properties = Properties(
+        kind="quantizer",
+        unbiased=True,
+        randomized=True,
+        bound="qsgd",
+        source="003_da514025a9ec0a1c.txt (ECQ-SGD quantizer Q_s, bit count 32 + d r)",
+    )
 
     def __post_init__(self) -> None:
         check_int("ecq s", self.s, 1)

@@ -15,6 +15,7 @@ Special cases (each paper's own symbols in brackets):
   g~_t = Q(g_t + alpha h_t). ECQ accumulates the error against the *raw* gradient: g - g~ = (z - zhat) - alpha h,
   so h_{t+1} = (beta - alpha) h_t + (z_t - zhat_t): compensation = alpha, decay = beta - alpha (may be negative).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -11,6 +11,7 @@ only), every adjustment moves towards the band (halving/doubling until bracketed
 the baseline's fixed x0.5 / x1.5 steps that can overshoot back and forth), and the number of rounds is bounded, so
 constant or all-zero input (sigma = 0) cannot loop forever.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,14 +39,21 @@ class GaussianKSGD(ThresholdSparsifier):
     max_iter: int = 5
     packed: bool = True
 
-    properties = Properties(kind="sparsifier", unbiased=False, randomized=False, contraction=THRESHOLD_CONTRACTION,
-                            source="Shi et al. 2019 (GaussianK); 001_ac87256369ec7547.txt Sec. 1 baseline")
+    properties = Properties(
+        kind="sparsifier",
+        unbiased=False,
+        randomized=False,
+        contraction=THRESHOLD_CONTRACTION,
+        source="Shi et al. 2019 (GaussianK); 001_ac87256369ec7547.txt Sec. 1 baseline",
+    )
 
     def __post_init__(self) -> None:
         check_ratio(self.ratio, who="gaussianksgd ratio")
         if not (0.0 < float(self.band_low) <= 1.0 <= float(self.band_high) < math.inf):
-            raise ValueError(f"gaussianksgd band must satisfy 0 < band_low <= 1 <= band_high < inf, "
-                             f"got band_low={self.band_low}, band_high={self.band_high}")
+            raise ValueError(
+                f"gaussianksgd band must satisfy 0 < band_low <= 1 <= band_high < inf, "
+                f"got band_low={self.band_low}, band_high={self.band_high}"
+            )
         if int(self.max_iter) < 1:
             raise ValueError(f"gaussianksgd max_iter must be >= 1, got {self.max_iter}")
 
@@ -54,7 +62,8 @@ class GaussianKSGD(ThresholdSparsifier):
         check_ratio(self.ratio, d, who="gaussianksgd ratio")
         z = NormalDist().inv_cdf(1.0 - self.ratio / 2.0)
         std, mean = torch.std_mean(g, correction=0)
-        eta, steps = search_threshold(abs_g, math.ceil(self.ratio * d), mean.abs() + z * std,
-                                      (self.band_low, self.band_high), self.max_iter)
+        eta, steps = search_threshold(
+            abs_g, math.ceil(self.ratio * d), mean.abs() + z * std, (self.band_low, self.band_high), self.max_iter
+        )
         payload.info["search_steps"] = steps
         return eta

@@ -13,6 +13,7 @@ matrix H_n (entries +-1, ``H H^T = n I``). The paper uses block sizes that are p
 
 All transforms act on the last dimension of a batch ``(..., n)`` of any floating dtype and device.
 """
+
 from __future__ import annotations
 
 import functools
@@ -94,18 +95,18 @@ def _quadratic_character(q: int) -> list[list[int]]:
 
 def _paley(m: int) -> torch.Tensor | None:
     """A Paley Hadamard matrix of order m (int8), or None when neither Paley I nor II gives order m."""
-    if _prime_power(m - 1) and (m - 1) % 4 == 3 and _prime_power(m - 1)[1] <= 2:   # Paley I
+    if _prime_power(m - 1) and (m - 1) % 4 == 3 and _prime_power(m - 1)[1] <= 2:  # Paley I
         q = m - 1
         jac = torch.tensor(_quadratic_character(q), dtype=torch.int64)
-        s = torch.zeros(m, m, dtype=torch.int64)                  # skew conference matrix [[0, j^T], [-j, Q]]
+        s = torch.zeros(m, m, dtype=torch.int64)  # skew conference matrix [[0, j^T], [-j, Q]]
         s[0, 1:], s[1:, 0], s[1:, 1:] = 1, -1, jac
         return (torch.eye(m, dtype=torch.int64) + s).to(torch.int8)
-    if m % 2 == 0:                                                  # Paley II
+    if m % 2 == 0:  # Paley II
         q = m // 2 - 1
         pe = _prime_power(q)
         if pe and q % 4 == 1 and pe[1] <= 2:
             jac = torch.tensor(_quadratic_character(q), dtype=torch.int64)
-            c = torch.zeros(q + 1, q + 1, dtype=torch.int64)       # symmetric conference matrix [[0, j^T], [j, Q]]
+            c = torch.zeros(q + 1, q + 1, dtype=torch.int64)  # symmetric conference matrix [[0, j^T], [j, Q]]
             c[0, 1:], c[1:, 0], c[1:, 1:] = 1, 1, jac
             zero_block = torch.tensor([[1, -1], [-1, -1]])
             one_block = torch.tensor([[1, 1], [1, -1]])
@@ -126,16 +127,18 @@ def factor(n: int) -> tuple[int, int]:
         raise ValueError(f"Hadamard order must be a positive integer, got {n!r}")
     if is_power_of_two(n):
         return 1, n
-    p2 = n & -n                                                    # largest power of two dividing n
+    p2 = n & -n  # largest power of two dividing n
     # the smallest base first: m = n / 2^a for the largest 2^a that leaves a Paley order
     while p2 >= 1:
         m = n // p2
         if m > 2 and _base(m) is not None:
             return m, p2
         p2 //= 2
-    raise ValueError(f"no Hadamard matrix of order {n} is constructed here: supported orders are powers of two and "
-                     f"m * 2^a with m a Paley order (q + 1, q = 3 mod 4, or 2(q + 1), q = 1 mod 4, q = p or p^2), "
-                     f"which covers the QCS paper's 96, 100, 192, 200, 288, 320, 384")
+    raise ValueError(
+        f"no Hadamard matrix of order {n} is constructed here: supported orders are powers of two and "
+        f"m * 2^a with m a Paley order (q + 1, q = 3 mod 4, or 2(q + 1), q = 1 mod 4, q = p or p^2), "
+        f"which covers the QCS paper's 96, 100, 192, 200, 288, 320, 384"
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -186,7 +189,7 @@ def hadamard_transform(x: torch.Tensor, transpose: bool = False) -> torch.Tensor
     batch = x.shape[:-1]
     y = fwht(x.reshape(*batch, m, p2))
     base = _base_on(m, x.dtype, x.device, transpose)
-    z = y.movedim(-2, 0)                                            # (m, ..., p2): one 2-D matmul on all rows
+    z = y.movedim(-2, 0)  # (m, ..., p2): one 2-D matmul on all rows
     z = (base @ z.reshape(m, -1)).reshape(z.shape)
     return z.movedim(0, -2).reshape(*batch, n)
 
@@ -234,5 +237,5 @@ def first_rows_transpose(v: torch.Tensor, n: int) -> torch.Tensor:
         return hadamard_transform(padded, transpose=True)
     m, p2 = factor(n)
     sign = _first_row_on(m, v.dtype, v.device)
-    w = fwht(v)[..., None, None, :] * sign[:, None, None]                    # (..., m, 1, k)
+    w = fwht(v)[..., None, None, :] * sign[:, None, None]  # (..., m, 1, k)
     return w.expand(*v.shape[:-1], m, p2 // k, k).reshape(*v.shape[:-1], n)

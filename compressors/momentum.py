@@ -15,6 +15,7 @@ GMC, global momentum (004_8d479783bc85b5d8.txt, Sec. 3 and Algorithm 1):
     send m_{t,k} * (g_{t,k} + u_{t,k});  u_{t+1,k} = (1 - m_{t,k}) * (g_{t,k} + u_{t,k})
     server: w_{t+1} = w_t - eta sum_k m_{t,k} * (g_{t,k} + u_{t,k}); everybody learns w_{t+1} - w_t.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,8 +64,9 @@ class LocalMomentumCorrection:
             raise ValueError(f"workers must be >= 1, got {workers}")
         return [LocalMomentumState(compressor=self.compressor.new_state()) for _ in range(workers)]
 
-    def round(self, grads: Sequence[torch.Tensor], states: Sequence[LocalMomentumState],
-              ctx: Context | None = None) -> RoundResult:
+    def round(
+        self, grads: Sequence[torch.Tensor], states: Sequence[LocalMomentumState], ctx: Context | None = None
+    ) -> RoundResult:
         """One step over the workers; ``result.mean`` is the averaged sparse update direction (apply
         ``w <- w - lr * result.mean``). States are updated in place."""
         for g, s in zip(grads, states):
@@ -113,15 +115,19 @@ class GlobalMomentumCompression:
     def new_shared(self) -> GlobalMomentumState:
         return GlobalMomentumState()
 
-    def round(self, grads: Sequence[torch.Tensor], states: Sequence[WorkerState], shared: GlobalMomentumState,
-              ctx: Context | None = None) -> RoundResult:
+    def round(
+        self,
+        grads: Sequence[torch.Tensor],
+        states: Sequence[WorkerState],
+        shared: GlobalMomentumState,
+        ctx: Context | None = None,
+    ) -> RoundResult:
         """One step. ``grads[k]`` is worker k's mini-batch mean gradient at w_t; ``states`` one per worker;
         ``shared`` the state every node holds. Returns the round with ``info["update"] = w_{t+1} - w_t`` (add it
         to the model); ``shared`` and the worker memories are updated in place."""
         p = len(grads)
         last = shared.last_update
-        g = [x.float() / p if last is None else x.float() / p - (self.momentum / (p * self.lr)) * last
-             for x in grads]
+        g = [x.float() / p if last is None else x.float() / p - (self.momentum / (p * self.lr)) * last for x in grads]
         feedback = ErrorFeedback.plain() if self.memory else ErrorFeedback.none()
         result = feedback_round(self.compressor, feedback, g, states, ctx)
         update = -self.lr * torch.stack([d.float() for d in result.decoded]).sum(0)

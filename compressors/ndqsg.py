@@ -20,6 +20,7 @@ kappa. Sent by a P2 worker: d codes of ``ceil(log2 k)`` bits (s / Delta1 taken m
 depends on s modulo Delta2, and for even k, ``Q1(t) - Q2(t)`` takes k + 1 values whose two extremes coincide
 modulo Delta2), the scale, the seed.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,10 +54,11 @@ def nested_encode(x: torch.Tensor, u: torch.Tensor, delta1: float, k: int, alpha
     return torch.remainder(s + h, k) - h
 
 
-def nested_decode(s: torch.Tensor, u: torch.Tensor, y: torch.Tensor, delta1: float, k: int,
-                  alpha: float = 1.0) -> torch.Tensor:
+def nested_decode(
+    s: torch.Tensor, u: torch.Tensor, y: torch.Tensor, delta1: float, k: int, alpha: float = 1.0
+) -> torch.Tensor:
     """Eq. (7): ``r = s Delta1 - u - alpha y``, ``x_hat = y + alpha (r - Q2(r))``, Q2 of step ``k Delta1``."""
-    r = (s * delta1 - u - alpha * y) / delta1                    # in units of Delta1
+    r = (s * delta1 - u - alpha * y) / delta1  # in units of Delta1
     return y + alpha * delta1 * (r - k * _round(r / k))
 
 
@@ -73,8 +75,14 @@ class NDQSG(Compressor):
     delta2: float = 1.0
     alpha: float = 1.0
 
-    properties = Properties(kind="quantizer", unbiased=False, randomized=True, bound="ndqsg_no_failure",
-                            needs_side=True, source="002_87c17e3716ede1d0.txt eq. (6)-(9), Algorithm 2, Theorem 6")
+    properties = Properties(
+        kind="quantizer",
+        unbiased=False,
+        randomized=True,
+        bound="ndqsg_no_failure",
+        needs_side=True,
+        source="002_87c17e3716ede1d0.txt eq. (6)-(9), Algorithm 2, Theorem 6",
+    )
 
     def __post_init__(self) -> None:
         check_int("ndqsg p1", self.p1, 1)
@@ -83,8 +91,10 @@ class NDQSG(Compressor):
             raise ValueError(f"ndqsg delta1 and delta2 must be finite and > 0, got {self.delta1}, {self.delta2}")
         ratio = self.delta2 / self.delta1
         if round(ratio) < 2 or abs(ratio - round(ratio)) > 1e-5 * ratio:
-            raise ValueError(f"ndqsg delta2/delta1 must be an integer k > 1 (nested quantizers), got "
-                             f"{self.delta2}/{self.delta1} = {ratio:.6g}")
+            raise ValueError(
+                f"ndqsg delta2/delta1 must be an integer k > 1 (nested quantizers), got "
+                f"{self.delta2}/{self.delta1} = {ratio:.6g}"
+            )
         if not (0.0 < self.alpha <= 1.0):
             raise ValueError(f"ndqsg alpha must lie in (0, 1], got {self.alpha}")
 
@@ -118,15 +128,17 @@ class NDQSG(Compressor):
     def decode(self, payload: Payload, ctx: Context | None = None, side: torch.Tensor | None = None) -> torch.Tensor:
         """As :meth:`Compressor.decode`; only P2 (nested) payloads need ``side`` (the average gradient so far)."""
         if side is None and "nested" not in payload.parts:
-            side = torch.zeros(0)   # a P1 (DQSG) payload: side information is not used
+            side = torch.zeros(0)  # a P1 (DQSG) payload: side information is not used
         return super().decode(payload, ctx, side)
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         if "nested" not in payload.parts:
             return self._dqsg()._decode(payload, ctx, None)
         if side is None or side.numel() != payload.numel:
-            raise ValueError(f"ndqsg: side information must have {payload.numel} elements, got "
-                             f"{None if side is None else side.numel()}")
+            raise ValueError(
+                f"ndqsg: side information must have {payload.numel} elements, got "
+                f"{None if side is None else side.numel()}"
+            )
         kappa = payload["scales"]
         safe = torch.where(kappa > 0, kappa, torch.ones_like(kappa))
         s = payload["nested"].float()
@@ -135,8 +147,9 @@ class NDQSG(Compressor):
         return kappa * x_hat
 
     # -- Algorithm 2 ------------------------------------------------------------------------------------------
-    def round(self, grads: Sequence[torch.Tensor], ctx: Context | None = None,
-              states: Sequence[Any] | None = None) -> RoundResult:
+    def round(
+        self, grads: Sequence[torch.Tensor], ctx: Context | None = None, states: Sequence[Any] | None = None
+    ) -> RoundResult:
         """P1 workers send DQSG, the server averages them; each P2 worker is decoded with the running average as
         side information, which is then updated. ``info``: ``decoding_failures`` (0-d int64 tensor, all P2
         elements decoded in the wrong coarse bin), ``failures_per_worker`` ({worker: 0-d tensor}), ``p1``,
@@ -159,7 +172,7 @@ class NDQSG(Compressor):
             wrong_bin = (out.float() - oracle.float()).abs() > 0.5 * self.alpha * self.delta2 * payloads[w]["scales"]
             failures[w] = wrong_bin.sum()
             decoded.append(out)
-            side = side + (out.float() - side) / len(decoded)           # running average of all decoded so far
+            side = side + (out.float() - side) / len(decoded)  # running average of all decoded so far
         total = torch.stack(list(failures.values())).sum() if failures else torch.zeros((), dtype=torch.int64)
         info = {"decoding_failures": total, "failures_per_worker": failures, "p1": p1, "p2": len(grads) - p1}
         return RoundResult(mean=side.to(grads[0].dtype), decoded=decoded, payloads=payloads, info=info)

@@ -11,6 +11,7 @@ Contraction: replacing each class by its mean gives ``||C(g) - g||^2 = ||g||^2 -
 elements, ``||C(g)||^2 >= ||g||_1^2 / m >= ||g||_2^2 / m``, so ``||C(g) - g||^2 <= (1 - 1/m) ||g||^2``.
 Bits: numel x 1 + 2 x groups x 32.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,8 +35,13 @@ class OneBit(Compressor):
     axis: Literal["column", "row"] = "column"
     columns: int = 0
 
-    properties = Properties(kind="quantizer", unbiased=False, randomized=False, contraction="1 - 1/m",
-                            source="Seide et al. 2014 (1-bit SGD), baseline of 002_87c17e3716ede1d0.txt Sec. 4")
+    properties = Properties(
+        kind="quantizer",
+        unbiased=False,
+        randomized=False,
+        contraction="1 - 1/m",
+        source="Seide et al. 2014 (1-bit SGD), baseline of 002_87c17e3716ede1d0.txt Sec. 4",
+    )
 
     def __post_init__(self) -> None:
         if self.axis not in ("column", "row"):
@@ -67,7 +73,7 @@ class OneBit(Compressor):
         return m.T if self.axis == "column" else m
 
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
-        groups = self._groups(g, payload.shape)                       # (groups, m)
+        groups = self._groups(g, payload.shape)  # (groups, m)
         bits = sign_bits(groups)
         pos = bits.float()
         n_pos = pos.sum(1)
@@ -78,7 +84,7 @@ class OneBit(Compressor):
         payload.add("values", torch.stack((mean_neg, mean_pos), 1), 32, "value")
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
-        values = payload["values"]                                    # (groups, 2): [mean of b=0, mean of b=1]
+        values = payload["values"]  # (groups, 2): [mean of b=0, mean of b=1]
         bits = payload["bits"].reshape(values.shape[0], -1)
         groups = torch.where(bits, values[:, 1:2], values[:, 0:1])
         return (groups.T if self.axis == "column" else groups).reshape(-1)

@@ -4,6 +4,7 @@
 the declared width of each part, never on values. ``Payload.entropy_bits()`` gives the empirical entropy of the
 integer codes beside it (it does read values, so it syncs; call it in analysis, not in hot paths).
 """
+
 from __future__ import annotations
 
 import math

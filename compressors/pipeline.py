@@ -9,6 +9,7 @@ worker's step is
 and the receiver applies the average of the z_hat. A round goes through the compressor's own ``round`` so schemes
 with side information (NDQSG) or per-worker compressor state (SIDCo's stage count) work unchanged.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -37,8 +38,9 @@ def new_worker_states(compressor: Compressor, workers: int) -> list[WorkerState]
     return [WorkerState(compressor=compressor.new_state()) for _ in range(workers)]
 
 
-def send_step(compressor: Compressor, feedback: ErrorFeedback, g: torch.Tensor, state: WorkerState,
-              ctx: Context | None = None) -> tuple[Payload, torch.Tensor]:
+def send_step(
+    compressor: Compressor, feedback: ErrorFeedback, g: torch.Tensor, state: WorkerState, ctx: Context | None = None
+) -> tuple[Payload, torch.Tensor]:
     """One worker's step: returns the payload it sends and the reconstruction ``z_hat`` the receiver gets;
     ``state.feedback`` is updated in place."""
     ctx = (ctx or Context()).but(state=state.compressor)
@@ -49,8 +51,13 @@ def send_step(compressor: Compressor, feedback: ErrorFeedback, g: torch.Tensor, 
     return payload, z_hat
 
 
-def feedback_round(compressor: Compressor, feedback: ErrorFeedback, grads: Sequence[torch.Tensor],
-                   states: Sequence[WorkerState], ctx: Context | None = None) -> RoundResult:
+def feedback_round(
+    compressor: Compressor,
+    feedback: ErrorFeedback,
+    grads: Sequence[torch.Tensor],
+    states: Sequence[WorkerState],
+    ctx: Context | None = None,
+) -> RoundResult:
     """One synchronous round over P workers with error feedback: each worker compensates its gradient, the
     compressor's ``round`` encodes, decodes and averages, and each worker's residual is updated from its own
     reconstruction. ``states`` (one per worker) are updated in place."""

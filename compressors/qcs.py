@@ -19,6 +19,7 @@ from which varsigma follows); once per tensor: the seed. The mixing uses :mod:`g
 Walsh-Hadamard transform for powers of two, Paley x Sylvester for the paper's other sizes; when k is a power of
 two dividing the Sylvester factor, only a k-point transform of the folded block is computed).
 """
+
 from __future__ import annotations
 
 import math
@@ -82,12 +83,17 @@ class QCS(Compressor):
     alpha: Literal["unbiased", "mmse"] = "unbiased"
     onebit: bool = False
 
-    properties = Properties(kind="sketch", unbiased=True, randomized=True, bound="qcs_gamma",
-                            source="000_4b111efa75352b2d.txt eq. (1)-(10), Theorem 2, Algorithm 1")
+    properties = Properties(
+        kind="sketch",
+        unbiased=True,
+        randomized=True,
+        bound="qcs_gamma",
+        source="000_4b111efa75352b2d.txt eq. (1)-(10), Theorem 2, Algorithm 1",
+    )
 
     def __post_init__(self) -> None:
         check_int("qcs block", self.block, 1)
-        factor(self.block)                                   # raises for an unsupported Hadamard order
+        factor(self.block)  # raises for an unsupported Hadamard order
         check_int("qcs k", self.k, 1)
         if self.k > self.block:
             raise ValueError(f"qcs k must lie in [1, block={self.block}], got {self.k}")
@@ -95,9 +101,13 @@ class QCS(Compressor):
         if self.alpha not in ("unbiased", "mmse"):
             raise ValueError(f"qcs alpha must be 'unbiased' or 'mmse', got {self.alpha!r}")
         if self.alpha == "mmse":
-            self.properties = replace(type(self).properties, unbiased=False, bound="qcs_mmse",
-                                      contraction="1 - alpha",
-                                      source="000_4b111efa75352b2d.txt eq. (12), Lemma 3, Algorithm 1")
+            self.properties = replace(
+                type(self).properties,
+                unbiased=False,
+                bound="qcs_mmse",
+                contraction="1 - alpha",
+                source="000_4b111efa75352b2d.txt eq. (12), Lemma 3, Algorithm 1",
+            )
 
     @property
     def gamma(self) -> float:
@@ -113,8 +123,9 @@ class QCS(Compressor):
         return 1.0 if self.alpha == "unbiased" else 1.0 / (self.gamma + 1.0)
 
     def _quantizer(self) -> ScaledQuantizer:
-        return ScaledQuantizer(levels=1 if self.onebit else self.Q, bucket=self.k, norm="linf", subtract=True,
-                               onebit=self.onebit)
+        return ScaledQuantizer(
+            levels=1 if self.onebit else self.Q, bucket=self.k, norm="linf", subtract=True, onebit=self.onebit
+        )
 
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         seed = ctx.call_seed
@@ -128,4 +139,4 @@ class QCS(Compressor):
         rows = math.ceil(payload.numel / self.block)
         v_hat = self._quantizer().decode(payload, rows * self.k, seed).reshape(rows, self.k)
         r = rademacher((rows, self.block), seed, v_hat.device)
-        return (self.reconstruction_scale() * unmix(v_hat, r)).reshape(-1)[:payload.numel]
+        return (self.reconstruction_scale() * unmix(v_hat, r)).reshape(-1)[: payload.numel]

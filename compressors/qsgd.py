@@ -6,6 +6,7 @@ and one 32-bit l2 norm per bucket. By 002_87c17e3716ede1d0.txt Lemma 2 the stoch
 ``subtract=False``: unbiased, and the receiver needs no seed. Variance (Alistarh et al. Lemma 3.1, quoted in
 000_4b111efa75352b2d.txt Fig. 3): ``E||Q(v) - v||^2 <= min(n/s^2, sqrt(n)/s) ||v||^2`` with n the bucket length.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,8 +24,13 @@ class QSGD(ScaledQuantizerCompressor):
     s: int = 4
     bucket: int = 512
 
-    properties = Properties(kind="quantizer", unbiased=True, randomized=True, bound="qsgd",
-                            source="002_87c17e3716ede1d0.txt eq. (1) and Lemma 2 (Alistarh et al. 2017, Lemma 3.1)")
+    properties = Properties(
+        kind="quantizer",
+        unbiased=True,
+        randomized=True,
+        bound="qsgd",
+        source="002_87c17e3716ede1d0.txt eq. (1) and Lemma 2 (Alistarh et al. 2017, Lemma 3.1)",
+    )
 
     def __post_init__(self) -> None:
         check_int("qsgd s", self.s, 1)

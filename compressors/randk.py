@@ -8,6 +8,7 @@ the network: ``bits = 32 k + 64``. Two registered forms:
 - ``randk_unbiased``: values scaled by d/k, so ``E[C(g)] = g`` with variance ``(d/k - 1) ||g||^2`` (Wangni et al.
   2018 with uniform p_i = k/d; QCS 000_4b111efa75352b2d.txt, Fig. 3 comparison).
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,14 @@ class RandK(Compressor):
     ratio: float = 0.01
 
     scaled: ClassVar[bool] = False
-    properties = Properties(kind="sparsifier", unbiased=False, randomized=True, contraction="1 - delta",
-                            bound="topk_contraction", source="001_ac87256369ec7547.txt Sec. 1 (Random-k baseline)")
+    properties = Properties(
+        kind="sparsifier",
+        unbiased=False,
+        randomized=True,
+        contraction="1 - delta",
+        bound="topk_contraction",
+        source="001_ac87256369ec7547.txt Sec. 1 (Random-k baseline)",
+    )
 
     def __post_init__(self) -> None:
         check_ratio(self.ratio, who=f"{self.name} ratio")
@@ -66,6 +73,11 @@ class RandKUnbiased(RandK):
     """Random-k with values scaled by d/k (unbiased). ratio: target density delta = k/d in (0, 1)."""
 
     scaled: ClassVar[bool] = True
-    properties = Properties(kind="sparsifier", unbiased=True, randomized=True, contraction=None,
-                            bound="randk_variance",
-                            source="Wangni et al. 2018 (uniform p_i = k/d); 000_4b111efa75352b2d.txt Fig. 3")
+    properties = Properties(
+        kind="sparsifier",
+        unbiased=True,
+        randomized=True,
+        contraction=None,
+        bound="randk_variance",
+        source="Wangni et al. 2018 (uniform p_i = k/d); 000_4b111efa75352b2d.txt Fig. 3",
+    )

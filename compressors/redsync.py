@@ -10,6 +10,7 @@ search raises the threshold when k/2 <= k_hat <= k (too few selected already), m
 here too many always raises it and too few always lowers it (:func:`gradstat.compressors.threshold.search_threshold`).
 When even eta = mean|g| selects fewer than k (a dense gradient, or a large delta) the search ends at the mean.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,13 @@ class RedSync(ThresholdSparsifier):
     max_iter: int = 20
     packed: bool = True
 
-    properties = Properties(kind="sparsifier", unbiased=False, randomized=False, contraction=THRESHOLD_CONTRACTION,
-                            source="Fang et al. 2019 (RedSync); 001_ac87256369ec7547.txt Sec. 1 baseline")
+    properties = Properties(
+        kind="sparsifier",
+        unbiased=False,
+        randomized=False,
+        contraction=THRESHOLD_CONTRACTION,
+        source="Fang et al. 2019 (RedSync); 001_ac87256369ec7547.txt Sec. 1 baseline",
+    )
 
     def __post_init__(self) -> None:
         check_ratio(self.ratio, who="redsync ratio")
@@ -49,7 +55,8 @@ class RedSync(ThresholdSparsifier):
         d = abs_g.numel()
         check_ratio(self.ratio, d, who="redsync ratio")
         mean, top = abs_g.mean(), abs_g.max()
-        eta, steps = search_threshold(abs_g, math.ceil(self.ratio * d), (mean + top) / 2, (1.0, self.band),
-                                      self.max_iter, low=mean, high=top)
+        eta, steps = search_threshold(
+            abs_g, math.ceil(self.ratio * d), (mean + top) / 2, (1.0, self.band), self.max_iter, low=mean, high=top
+        )
         payload.info["search_steps"] = steps
         return eta

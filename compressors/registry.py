@@ -5,6 +5,7 @@ A spec is ``name`` or ``name:key=value,key=value`` (e.g. ``qcs:k=64,Q=4,block=25
 field's annotated type (int, float, bool, str, or a Literal of strings). Unknown names and keys, and values of
 the wrong type, raise ``ValueError`` naming what was wrong and what is accepted.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -23,6 +23,7 @@ moves by one, and then by the rule ``adapt``:
 
 Without a state (``ctx.state is None``) an adaptive SIDCo runs with ``initial_stages`` and learns nothing.
 """
+
 from __future__ import annotations
 
 import math
@@ -90,28 +91,39 @@ class SIDCo(ThresholdSparsifier):
     quantile: Literal["exact", "approx"] = "exact"
     packed: bool = True
 
-    properties = Properties(kind="sparsifier", unbiased=False, randomized=False, contraction=THRESHOLD_CONTRACTION,
-                            bound="topk_contraction",
-                            source="001_ac87256369ec7547.txt Sec. 2.3-2.4, 3, Algorithm 1")
+    properties = Properties(
+        kind="sparsifier",
+        unbiased=False,
+        randomized=False,
+        contraction=THRESHOLD_CONTRACTION,
+        bound="topk_contraction",
+        source="001_ac87256369ec7547.txt Sec. 2.3-2.4, 3, Algorithm 1",
+    )
 
     def __post_init__(self) -> None:
         check_ratio(self.ratio, who="sidco ratio")
         check_ratio(self.first_ratio, who="sidco first_ratio")
-        for key, allowed in (("dist", tuple(FIRST_STAGE)), ("adapt", ("error", "paper")),
-                             ("anchor", ("threshold", "min_survivor")), ("method", ("closed_form", "mle")),
-                             ("quantile", ("exact", "approx"))):
+        for key, allowed in (
+            ("dist", tuple(FIRST_STAGE)),
+            ("adapt", ("error", "paper")),
+            ("anchor", ("threshold", "min_survivor")),
+            ("method", ("closed_form", "mle")),
+            ("quantile", ("exact", "approx")),
+        ):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"sidco {key} must be one of {', '.join(allowed)}, got {getattr(self, key)!r}")
-        if self.stages != "adaptive" and (isinstance(self.stages, bool) or not isinstance(self.stages, int)
-                                          or self.stages < 1):
+        if self.stages != "adaptive" and (
+            isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages < 1
+        ):
             raise ValueError(f"sidco stages must be an integer >= 1 or 'adaptive', got {self.stages!r}")
         if not (0.0 <= float(self.eps) < 1.0):
             raise ValueError(f"sidco eps must lie in [0, 1), got {self.eps}")
         if int(self.period) < 1:
             raise ValueError(f"sidco period (Q) must be >= 1, got {self.period}")
         if not (1 <= int(self.initial_stages) <= int(self.max_stages)):
-            raise ValueError(f"sidco needs 1 <= initial_stages <= max_stages, got {self.initial_stages} and "
-                             f"{self.max_stages}")
+            raise ValueError(
+                f"sidco needs 1 <= initial_stages <= max_stages, got {self.initial_stages} and {self.max_stages}"
+            )
 
     def new_state(self, like: torch.Tensor | None = None) -> SIDCoState | None:
         """A fresh per-worker (per-tensor) state for adaptive stages; None for a fixed M."""
@@ -131,9 +143,16 @@ class SIDCo(ThresholdSparsifier):
         state = ctx.state if isinstance(ctx.state, SIDCoState) else None
         m = self.stage_count(state)
         try:
-            pot = multistage_threshold(abs_g, self.ratio, m, first=FIRST_STAGE[self.dist],
-                                       first_ratio=self.first_ratio, anchor=self.anchor, method=self.method,
-                                       quantile=self.quantile)
+            pot = multistage_threshold(
+                abs_g,
+                self.ratio,
+                m,
+                first=FIRST_STAGE[self.dist],
+                first_ratio=self.first_ratio,
+                anchor=self.anchor,
+                method=self.method,
+                quantile=self.quantile,
+            )
         except ValueError as exc:
             raise ValueError(f"sidco ({self.dist}, {m} stages): {exc}") from None
         eta = pot.threshold

@@ -8,6 +8,7 @@ One bit per element, ``b_i = [g_i >= 0]``, decoded as ``m * sign(g)`` (a bit has
   only the d bits are sent. Not a contraction, and an all-zero gradient decodes to all ones.
 Both are biased. Cited by 000_4b111efa75352b2d.txt Sec. 1-2 as the biased baselines that need error feedback.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -38,9 +39,14 @@ class SignSGD(Compressor):
 
     scale: Literal["l1", "unit"] = "l1"
 
-    properties = Properties(kind="quantizer", unbiased=False, randomized=False, contraction="1 - 1/d",
-                            source="Karimireddy et al. 2019 (EF-signSGD scaled sign); Bernstein et al. 2018 "
-                                   "(signSGD); cited in 000_4b111efa75352b2d.txt Sec. 1 and Remark 3")
+    properties = Properties(
+        kind="quantizer",
+        unbiased=False,
+        randomized=False,
+        contraction="1 - 1/d",
+        source="Karimireddy et al. 2019 (EF-signSGD scaled sign); Bernstein et al. 2018 "
+        "(signSGD); cited in 000_4b111efa75352b2d.txt Sec. 1 and Remark 3",
+    )
 
     def __post_init__(self) -> None:
         if self.scale not in ("l1", "unit"):

@@ -6,6 +6,7 @@ unbiased for the vector it quantizes. Gradient clipping (Wen et al. Sec. 3.3): b
 ``|g_i| > c sigma`` is set to ``sign(g_i) c sigma``, sigma the standard deviation of g (the paper uses c = 2.5);
 the result is then unbiased for the *clipped* gradient only, so a clipping TernGrad declares itself biased.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -26,8 +27,13 @@ class TernGrad(ScaledQuantizerCompressor):
     clip: float = 0.0
     bucket: int = 0
 
-    properties = Properties(kind="quantizer", unbiased=True, randomized=True, bound="half_dither_linf",
-                            source="002_87c17e3716ede1d0.txt Sec. 2.1.1, Lemma 2 (M = 1); Wen et al. 2017")
+    properties = Properties(
+        kind="quantizer",
+        unbiased=True,
+        randomized=True,
+        bound="half_dither_linf",
+        source="002_87c17e3716ede1d0.txt Sec. 2.1.1, Lemma 2 (M = 1); Wen et al. 2017",
+    )
 
     def __post_init__(self) -> None:
         if not (self.clip >= 0.0) or self.clip == float("inf"):

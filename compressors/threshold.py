@@ -12,6 +12,7 @@ SIDCo, 001_ac87256369ec7547.txt, Algorithm 1 line 8: ``C(g) = g[abs(g) >= eta_M]
 A threshold selection keeps the k_hat largest magnitudes, so ``||C(g) - g||^2 <= (1 - k_hat/d) ||g||^2`` holds for
 every g (the top m of d squared values carry at least m/d of the sum); that is the contraction these declare.
 """
+
 from __future__ import annotations
 
 from abc import abstractmethod
@@ -42,9 +43,16 @@ def count_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> int:
     return int(((abs_g >= threshold) & (abs_g > 0)).sum())
 
 
-def search_threshold(abs_g: torch.Tensor, k: int, eta: torch.Tensor, band: tuple[float, float], max_iter: int,
-                     low: torch.Tensor | None = None, high: torch.Tensor | None = None,
-                     expand: float = 2.0) -> tuple[torch.Tensor, int]:
+def search_threshold(
+    abs_g: torch.Tensor,
+    k: int,
+    eta: torch.Tensor,
+    band: tuple[float, float],
+    max_iter: int,
+    low: torch.Tensor | None = None,
+    high: torch.Tensor | None = None,
+    expand: float = 2.0,
+) -> tuple[torch.Tensor, int]:
     """Move a threshold until the count it selects lies in ``[band[0] k, band[1] k]``, within ``max_iter`` counts.
 
     Too many selected -> the threshold rises (``low = eta``); too few -> it falls (``high = eta``). The next
@@ -137,8 +145,14 @@ class FixedThreshold(ThresholdSparsifier):
     eta: float = 1e-3
     packed: bool = True
 
-    properties = Properties(kind="sparsifier", unbiased=False, randomized=False, contraction=THRESHOLD_CONTRACTION,
-                            bound=None, source="001_ac87256369ec7547.txt Sec. 1 (threshold-based sparsification)")
+    properties = Properties(
+        kind="sparsifier",
+        unbiased=False,
+        randomized=False,
+        contraction=THRESHOLD_CONTRACTION,
+        bound=None,
+        source="001_ac87256369ec7547.txt Sec. 1 (threshold-based sparsification)",
+    )
 
     def __post_init__(self) -> None:
         if not (float(self.eta) > 0.0) or self.eta == float("inf"):

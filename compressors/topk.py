@@ -3,6 +3,7 @@
 Reference implementation of the contract (a template for the other compressors). Contraction
 E||C(g) - g||^2 <= (1 - delta) ||g||^2 (SIDCo 001_ac87256369ec7547.txt, Lemma 3 / App. C; Stich et al. 2018).
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,14 @@ class TopK(Compressor):
     ratio: float = 0.01
     packed: bool = True
 
-    properties = Properties(kind="sparsifier", unbiased=False, randomized=False, contraction="1 - delta",
-                            bound="topk_contraction", source="001_ac87256369ec7547.txt Sec. 1, baseline Top-k")
+    properties = Properties(
+        kind="sparsifier",
+        unbiased=False,
+        randomized=False,
+        contraction="1 - delta",
+        bound="topk_contraction",
+        source="001_ac87256369ec7547.txt Sec. 1, baseline Top-k",
+    )
 
     def __post_init__(self) -> None:
         check_ratio(self.ratio, who="topk ratio")

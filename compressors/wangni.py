@@ -13,6 +13,7 @@ Variance as in QCS 000_4b111efa75352b2d.txt, Fig. 3 ("unbiased random sparsifica
 The draw is a Bernoulli mask from the call's seed; indices and scaled values are sent (the receiver cannot
 regenerate the mask, which depends on g), so ``bits = k_hat (ceil(log2 d) + 32)`` with ``E[k_hat] = k``.
 """
+
 from __future__ import annotations
 
 import math
@@ -63,9 +64,14 @@ class Wangni(Compressor):
     ratio: float = 0.01
     packed: bool = True
 
-    properties = Properties(kind="sparsifier", unbiased=True, randomized=True, contraction=None,
-                            bound="wangni_variance",
-                            source="Wangni et al. 2018 Sec. 3 (optimal p_i); 000_4b111efa75352b2d.txt Fig. 3")
+    properties = Properties(
+        kind="sparsifier",
+        unbiased=True,
+        randomized=True,
+        contraction=None,
+        bound="wangni_variance",
+        source="Wangni et al. 2018 Sec. 3 (optimal p_i); 000_4b111efa75352b2d.txt Fig. 3",
+    )
 
     def __post_init__(self) -> None:
         check_ratio(self.ratio, who="wangni ratio")

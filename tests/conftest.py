@@ -1,4 +1,5 @@
 """Shared fixtures: devices (CPU always, CUDA when present) and the `cuda` marker's skip."""
+
 from __future__ import annotations
 
 import pytest

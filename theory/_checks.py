@@ -3,6 +3,7 @@
 Every public closed form validates its inputs with these helpers, so that a wrong input always raises a
 ``ValueError`` (or ``TypeError``) whose message names the argument, the value received and what is accepted.
 """
+
 from __future__ import annotations
 
 import math

@@ -11,6 +11,7 @@ Two packings of integer codes are offered everywhere:
 Entropy coding of the codes (which the papers report separately) is an empirical quantity of the data and is
 not a closed form; it is not computed here.
 """
+
 from __future__ import annotations
 
 import math
@@ -178,9 +179,7 @@ def one_bit_bits(n: int, columns: int = 1, scale_bits: int = 32) -> float:
     return n + 2.0 * columns * _count("scale_bits", scale_bits)
 
 
-def qcs_bits(
-    n: int, k: int, Q: int | None, scale_bits: int = 32, seed_bits: int = 64, packing: str = "fixed"
-) -> float:
+def qcs_bits(n: int, k: int, Q: int | None, scale_bits: int = 32, seed_bits: int = 64, packing: str = "fixed") -> float:
     """Bits of one QCS block: ``k`` codes, the scale factor and the seed of ``r`` and ``u``.
 
     Source: 000_4b111efa75352b2d.txt, (4)-(5) and Algorithm 1: codes in ``{-Q..Q}`` (``2Q+1`` symbols) or, for

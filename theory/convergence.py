@@ -3,6 +3,7 @@
 Sources: 000_4b111efa75352b2d.txt, Lemma 5, eq. (22), Lemma 6, eq. (23) (assumptions (19) L-smooth f and (20)
 ``E||g||^2 <= B``); 002_87c17e3716ede1d0.txt, Theorem 5 and eq. (5), App. D.
 """
+
 from __future__ import annotations
 
 import math

@@ -12,6 +12,7 @@ are pure numpy maths on floats or arrays, so a compressor can cross-check its te
 Notation (Theorem 6): the worker's gradient is ``g = g_tilde + z`` where ``g_tilde`` is the side information at
 the receiver and ``z`` has ``E z_i^2 = sigma_z^2``; ``0 < alpha <= 1`` is the shrinkage factor.
 """
+
 from __future__ import annotations
 
 import math
@@ -97,9 +98,7 @@ def variance_bound(n: int, delta: float, second_moment: float, sg_variance: floa
     return n * delta**2 / 12.0 * second_moment + sg_variance
 
 
-def excess_variance_bound(
-    n: int, delta: float, sg_variance: float, grad_linf: float, partitions: int = 1
-) -> float:
+def excess_variance_bound(n: int, delta: float, sg_variance: float, grad_linf: float, partitions: int = 1) -> float:
     """Excess variance of DQSG under the Gaussian SG-noise model, with ``K`` equal partitions::
 
         (Delta^2 / 6) [2 ln(sqrt(2) n / K) E||g - grad L||^2 + n ||grad L||_inf^2]

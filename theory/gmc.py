@@ -3,6 +3,7 @@
 Source: Zhao et al., *Global Momentum Compression* (``004_8d479783bc85b5d8.txt``), Theorem 9 and the
 definition of CR in Sec. 5 (with its bound ``(1 + p) s / d``).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -13,6 +13,7 @@ Every stage is a masked reduction over the full vector on its device; the stages
 survivor counts and diagnostics. A degenerate stage (fewer than two survivors, zero variance, non-finite fit) keeps
 the previous threshold, ends the recursion and is reported in ``stopped_reason``.
 """
+
 from __future__ import annotations
 
 import math
@@ -67,8 +68,10 @@ def stage_ratios(ratio: float, stages: int, first_ratio: float = 0.25) -> list[f
     if stages == 1:
         return [ratio]
     if ratio >= first_ratio:
-        raise ValueError(f"with stages={stages} the target ratio ({ratio}) must be below first_ratio "
-                         f"({first_ratio}); use stages=1 or a larger first_ratio")
+        raise ValueError(
+            f"with stages={stages} the target ratio ({ratio}) must be below first_ratio "
+            f"({first_ratio}); use stages=1 or a larger first_ratio"
+        )
     rest = (ratio / first_ratio) ** (1.0 / (stages - 1))
     return [first_ratio] + [rest] * (stages - 1)
 
@@ -98,18 +101,26 @@ class _Stage:
     ratio: float
     threshold: torch.Tensor
     estimate: Estimate
-    count: torch.Tensor      # used values (float64 0-d)
-    ok: torch.Tensor         # 0-d bool: this stage and all before it are valid
+    count: torch.Tensor  # used values (float64 0-d)
+    ok: torch.Tensor  # 0-d bool: this stage and all before it are valid
     n_zeros: int
     method: str
     dist: str
     note: str | None = None
 
 
-def multistage_threshold(abs_g: object, ratio: float, stages: int, first: str = "exponential",
-                         later: str | None = None, first_ratio: float = 0.25, ratios: list[float] | None = None,
-                         anchor: str = "threshold", method: str = "closed_form",
-                         quantile: str = "exact") -> PotResult:
+def multistage_threshold(
+    abs_g: object,
+    ratio: float,
+    stages: int,
+    first: str = "exponential",
+    later: str | None = None,
+    first_ratio: float = 0.25,
+    ratios: list[float] | None = None,
+    anchor: str = "threshold",
+    method: str = "closed_form",
+    quantile: str = "exact",
+) -> PotResult:
     """Threshold for a target ratio by M-stage peak over threshold (SIDCo Sec. 2.4, Lemma 2, Cor. 2.1).
 
     Parameters
@@ -166,8 +177,10 @@ def multistage_threshold(abs_g: object, ratio: float, stages: int, first: str = 
         # stage 1 keeps every non-zero, i.e. the ratio n/d instead of delta_1: the later stages share what is left
         eta = torch.zeros((), dtype=torch.float64, device=x.device)
         achieved = mags.n_nonzero / mags.d
-        note = (f"stage 1 ratio {deltas[0]} needs more elements than the {mags.n_nonzero} non-zeros: threshold 0 "
-                f"(ratio {achieved:.4g})")
+        note = (
+            f"stage 1 ratio {deltas[0]} needs more elements than the {mags.n_nonzero} non-zeros: threshold 0 "
+            f"(ratio {achieved:.4g})"
+        )
         if len(deltas) > 1 and ratio < achieved:
             rest = (ratio / achieved) ** (1.0 / (len(deltas) - 1))
             deltas = [achieved] + [rest] * (len(deltas) - 1)
@@ -191,9 +204,18 @@ def multistage_threshold(abs_g: object, ratio: float, stages: int, first: str = 
         data = Exceedances(x, above=prev, shift=shift, workspace=workspace)
         count = data.count()
         if later_method == "mle" and int(count) < 2:  # the MLE compacts: stop before it sees < 2 values
-            done.append(_Stage(delta, prev, Estimate(params={}), count,
-                               torch.zeros((), dtype=torch.bool, device=x.device), 0,
-                               later_method, later))
+            done.append(
+                _Stage(
+                    delta,
+                    prev,
+                    Estimate(params={}),
+                    count,
+                    torch.zeros((), dtype=torch.bool, device=x.device),
+                    0,
+                    later_method,
+                    later,
+                )
+            )
             break
         est = run_later(data)
         candidate = shift + tail_quantile(later, est.params, delta)
@@ -212,16 +234,21 @@ def _finish(x: torch.Tensor, done: list[_Stage]) -> PotResult:
         scalars += [s.count, s.ok.double()]
     scalars += survivors
     values = torch.stack([v.reshape(()).to(torch.float64) for v in scalars]).tolist()
-    counts, oks = values[0:2 * len(done):2], values[1:2 * len(done):2]
-    surv = values[2 * len(done):]
+    counts, oks = values[0 : 2 * len(done) : 2], values[1 : 2 * len(done) : 2]
+    surv = values[2 * len(done) :]
 
     stages: list[StageResult] = []
     reason = None
     for m, (s, n, ok, n_surv) in enumerate(zip(done, counts, oks, surv), start=1):
         if not ok:
             n = int(n)
-            why = ("no survivor" if n == 0 else "one survivor" if n == 1 else
-                   "degenerate fit (zero variance or non-finite parameters)")
+            why = (
+                "no survivor"
+                if n == 0
+                else "one survivor"
+                if n == 1
+                else "degenerate fit (zero variance or non-finite parameters)"
+            )
             reason = f"stage {m}: {why} above the stage-{m - 1} threshold; kept the previous threshold"
             if m == 1:
                 reason = "stage 1: degenerate fit (non-finite parameters); threshold 0"
@@ -229,7 +256,10 @@ def _finish(x: torch.Tensor, done: list[_Stage]) -> PotResult:
         fit = resolve(s.estimate, s.dist, s.method, int(n), s.n_zeros)
         if s.note:
             fit.warnings.append(s.note)
-        stages.append(StageResult(ratio=s.ratio, threshold=s.threshold, fit=fit,
-                                  survivors=survivors[m - 1].round().to(torch.int64)))
+        stages.append(
+            StageResult(
+                ratio=s.ratio, threshold=s.threshold, fit=fit, survivors=survivors[m - 1].round().to(torch.int64)
+            )
+        )
     final = stages[-1].threshold if stages else torch.zeros((), dtype=torch.float64, device=x.device)
     return PotResult(threshold=final, stages=stages, stopped_reason=reason)

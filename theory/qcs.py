@@ -9,6 +9,7 @@ equations (10)-(18) and Remark 3. Notation: ``n`` block length, ``k`` rows of th
 ``math.inf`` and ``valid`` is False, with ``reason`` saying why, whenever the paper's formula gives no finite bound
 for the arguments (outside the lemma's range of the feedback weight, or a printed base <= 0).
 """
+
 from __future__ import annotations
 
 import math
@@ -200,9 +201,7 @@ def min_gamma_curve(
         k_opt[sl] = np.where(found, j + 1, 0)
         q_opt[sl] = np.where(found, q[np.arange(q.shape[0]), j], 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        achieved = np.where(
-            k_opt > 0, n * value_bits / (np.maximum(k_opt, 1) * np.log2(2.0 * q_opt + 1.0)), np.inf
-        )
+        achieved = np.where(k_opt > 0, n * value_bits / (np.maximum(k_opt, 1) * np.log2(2.0 * q_opt + 1.0)), np.inf)
     return gamma_min, k_opt, q_opt, achieved
 
 
@@ -220,9 +219,7 @@ def optimal_pair(n: int, target_gain: float, value_bits: int = 32) -> OptimalPai
     gam, k, q, achieved = min_gamma_curve(n, np.array([target_gain]), value_bits)
     if k[0] == 0:
         top = n * value_bits / math.log2(3)
-        raise ValueError(
-            f"target_gain must be <= n*value_bits/log2(3) = {top:.6g} for n={n}; got {target_gain:g}"
-        )
+        raise ValueError(f"target_gain must be <= n*value_bits/log2(3) = {top:.6g} for n={n}; got {target_gain:g}")
     return OptimalPair(k=int(k[0]), Q=int(q[0]), gamma=float(gam[0]), gain=float(achieved[0]))
 
 

@@ -7,6 +7,7 @@ The quantizer with ``M`` levels per sign maps ``x_i`` (scaled by ``scale``, so t
 ``sign(x_i) l/M`` or ``sign(x_i) (l+1)/M`` (times ``scale``) with the probabilities of (1). QSGD scales by the l2
 norm; TernGrad and 002's Lemma 2 by the l_inf norm.
 """
+
 from __future__ import annotations
 
 import math

@@ -4,6 +4,7 @@
 Source: ``001_ac87256369ec7547.txt``: Sec. 2.2 (the number of exceedances of the threshold is binomial),
 Lemma 3 eq. (13), App. C eqs. (42)-(45).
 """
+
 from __future__ import annotations
 
 import math
@@ -65,9 +66,7 @@ def iterations_to_sgd_rate(ratio: float, tolerance: float = 0.0) -> float:
     return 1.0 / (ratio**2 * (1.0 - tolerance) ** 2)
 
 
-def convergence_bound(
-    f_gap: float, smoothness: float, second_moment: float, ratio: float, iterations: int
-) -> float:
+def convergence_bound(f_gap: float, smoothness: float, second_moment: float, ratio: float, iterations: int) -> float:
     """Bound on ``min_i E||grad f(x_i)||^2`` of threshold sparsification with error compensation::
 
         (4 (f(x_0) - f*) + L sigma^2) / (2 sqrt(I + 1)) + 4 L^2 sigma^2 (1 - delta) / (delta^2 (I + 1))

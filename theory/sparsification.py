@@ -4,6 +4,7 @@ Sources: SIDCo, ``001_ac87256369ec7547.txt``: Definition 1 eq. (1) (sorted magni
 ``p > 1/2``), eq. (2) (best-k error ``sigma_k(g) = ||g - T_k{g}||_2 <= c2 k^(1/2 - p)``) and App. C eq. (42)
 (``E||T_k{g} - g||^2 <= (1 - delta) E||g||^2``, ``delta = k/d``).
 """
+
 from __future__ import annotations
 
 import math
@@ -109,9 +110,7 @@ def _rank_range(name: str, rank_range: tuple[int, int] | None, top: int) -> tupl
     return lo, hi
 
 
-def fit_magnitude_decay(
-    g: np.ndarray, rank_range: tuple[int, int] | None = None, points: int = 256
-) -> PowerLawFit:
+def fit_magnitude_decay(g: np.ndarray, rank_range: tuple[int, int] | None = None, points: int = 256) -> PowerLawFit:
     """Fit the power law ``g~_j = c1 j^-p`` of Definition 1 to the sorted magnitudes of ``g``.
 
     Source: 001_ac87256369ec7547.txt, Definition 1, eq. (1); App. B.1 / Fig. 7(a) for its use on gradients.
@@ -136,9 +135,7 @@ def fit_magnitude_decay(
     return PowerLawFit(p=-slope, c=math.exp(intercept), r2=r2, n_points=int(ranks.size))
 
 
-def fit_best_k_decay(
-    g: np.ndarray, rank_range: tuple[int, int] | None = None, points: int = 256
-) -> PowerLawFit:
+def fit_best_k_decay(g: np.ndarray, rank_range: tuple[int, int] | None = None, points: int = 256) -> PowerLawFit:
     """Fit ``sigma_k(g) = c2 k^(1/2 - p)`` of eq. (2) to the exact best-k errors; returns p and c2.
 
     Source: 001_ac87256369ec7547.txt, eq. (2); App. B.1 / Fig. 7(b). Log-log least squares on log-spaced k

@@ -10,6 +10,7 @@ Zeros: a Fit describes the non-zero elements (see :mod:`gradstat.theory.estimato
 elements, the threshold is the quantile at the conditional ratio delta d / n = delta / (1 - zero_fraction) among the
 n non-zeros. When that is >= 1 every non-zero must be kept: the threshold is 0 (with a RuntimeWarning).
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,11 @@ QUANTILES = ("exact", "approx")
 
 def check_ratio(ratio: object, name: str = "ratio") -> float:
     """ratio as a float strictly inside (0, 1); TypeError/ValueError naming ``name`` otherwise."""
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) and not (
-            isinstance(ratio, torch.Tensor) and ratio.numel() == 1):
+    if (
+        isinstance(ratio, bool)
+        or not isinstance(ratio, (int, float))
+        and not (isinstance(ratio, torch.Tensor) and ratio.numel() == 1)
+    ):
         raise TypeError(f"{name} must be a number in (0, 1), got {type(ratio).__name__}")
     value = float(ratio)
     if not (0.0 < value < 1.0):
@@ -38,12 +42,15 @@ def check_ratio(ratio: object, name: str = "ratio") -> float:
 def check_length(d: int, ratio: float, name: str = "ratio") -> None:
     """A target of ratio * d elements needs d >= 1/ratio (at least one element kept)."""
     if ratio * d < 1.0:
-        raise ValueError(f"{name}={ratio!r} asks for {ratio * d:.3g} of {d} elements; the vector must have at least "
-                         f"1/{name} = {math.ceil(1.0 / ratio)} elements")
+        raise ValueError(
+            f"{name}={ratio!r} asks for {ratio * d:.3g} of {d} elements; the vector must have at least "
+            f"1/{name} = {math.ceil(1.0 / ratio)} elements"
+        )
 
 
-def tail_quantile(dist: str, params: dict[str, torch.Tensor], tail: float | torch.Tensor,
-                  quantile: str = "exact") -> torch.Tensor:
+def tail_quantile(
+    dist: str, params: dict[str, torch.Tensor], tail: float | torch.Tensor, quantile: str = "exact"
+) -> torch.Tensor:
     """eta with P(|G| > eta) = tail under ``dist`` with ``params`` (location 0), on the parameters' device.
 
     Parameters
@@ -109,7 +116,11 @@ def threshold(fit: Fit, ratio: float, quantile: str = "exact") -> torch.Tensor:
         raise ValueError(f"quantile must be one of {list(QUANTILES)}, got {quantile!r}")
     tail = conditional_ratio(ratio, fit.d, fit.n)
     if tail >= 1.0:
-        warnings.warn(f"ratio {ratio} over {fit.d} elements needs {ratio * fit.d:.0f} elements but only {fit.n} are "
-                      "non-zero: threshold 0 keeps all of them", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"ratio {ratio} over {fit.d} elements needs {ratio * fit.d:.0f} elements but only {fit.n} are "
+            "non-zero: threshold 0 keeps all of them",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return torch.zeros((), dtype=fit.params["scale"].dtype, device=fit.params["scale"].device)
     return tail_quantile(fit.dist, fit.params, tail, quantile)

@@ -7,6 +7,7 @@ Optimization*, as used in 000_4b111efa75352b2d.txt (Fig. 3 and Sec. 2): coordina
 Minimising that variance at an expected density ``sum_i p_i = rho d`` gives the thresholded form
 ``p_i = min(1, |g_i| / lambda)`` (the closed form of Wangni et al., Sec. 3), ``lambda`` set by the density.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -6,6 +6,7 @@ with its defaults and, where it has a ``ratio``, ``ratio``; a fixed threshold ge
 of |g| (an offline-tuned threshold). Compressors that decode with side information (NDQSG) are timed as a
 second-group worker decoding with the gradient itself as side information.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,6 +29,7 @@ seed : int -- seed of the Laplace vector and of the compressors' contexts (defau
 
 def _build(name: str, ratio: float, abs_g: torch.Tensor):
     from gradstat import compressors
+
     cls = compressors.get(name)
     fields = {f.name for f in dataclasses.fields(cls)}
     if "ratio" in fields:
@@ -38,8 +40,9 @@ def _build(name: str, ratio: float, abs_g: torch.Tensor):
     return compressors.create(name)
 
 
-def run(size: int = 2_600_000, ratio: float = 0.01, repeats: int = 5, device: str = "cpu", names: str = "",
-        seed: int = 0) -> pd.DataFrame:
+def run(
+    size: int = 2_600_000, ratio: float = 0.01, repeats: int = 5, device: str = "cpu", names: str = "", seed: int = 0
+) -> pd.DataFrame:
     """Benchmark table, one row per compressor plus the ``torch.topk`` baseline.
 
     Columns: ``compressor``, ``spec``, ``ms`` (median encode+decode), ``vs_topk`` (ms / torch.topk ms, same run),
@@ -68,8 +71,19 @@ def run(size: int = 2_600_000, ratio: float = 0.01, repeats: int = 5, device: st
 
     topk_ms = median_ms(lambda: torch.topk(abs_g, k, sorted=False), repeats, dev)
     dense_bits = 32 * size
-    rows = [{"compressor": "torch.topk", "spec": f"torch.topk(|g|, k={k})", "ms": topk_ms, "vs_topk": 1.0,
-             "bits": None, "gain": None, "entropy_gain": None, "k_hat/k": 1.0, "rel_error": None}]
+    rows = [
+        {
+            "compressor": "torch.topk",
+            "spec": f"torch.topk(|g|, k={k})",
+            "ms": topk_ms,
+            "vs_topk": 1.0,
+            "bits": None,
+            "gain": None,
+            "entropy_gain": None,
+            "k_hat/k": 1.0,
+            "rel_error": None,
+        }
+    ]
     energy = float((g.double() ** 2).sum())
     for name in selected:
         c = _build(name, ratio, abs_g)
@@ -83,10 +97,18 @@ def run(size: int = 2_600_000, ratio: float = 0.01, repeats: int = 5, device: st
 
         ms = median_ms(step, repeats, dev)
         payload, out = step()
-        rows.append({"compressor": name, "spec": c.spec(), "ms": ms, "vs_topk": ms / topk_ms,
-                     "bits": payload.bits, "gain": dense_bits / payload.bits,
-                     "entropy_gain": dense_bits / payload.entropy_bits(),
-                     "k_hat/k": int((out != 0).sum()) / k if c.properties.kind == "sparsifier" else None,
-                     "rel_error": float(((out.double() - g.double()) ** 2).sum()) / energy})
+        rows.append(
+            {
+                "compressor": name,
+                "spec": c.spec(),
+                "ms": ms,
+                "vs_topk": ms / topk_ms,
+                "bits": payload.bits,
+                "gain": dense_bits / payload.bits,
+                "entropy_gain": dense_bits / payload.entropy_bits(),
+                "k_hat/k": int((out != 0).sum()) / k if c.properties.kind == "sparsifier" else None,
+                "rel_error": float(((out.double() - g.double()) ** 2).sum()) / energy,
+            }
+        )
     columns = ["compressor", "ms", "vs_topk", "bits", "gain", "entropy_gain", "k_hat/k", "rel_error", "spec"]
     return pd.DataFrame(rows)[columns]

@@ -6,6 +6,7 @@ the dump written meanwhile is then read back whole (``Dump.flat`` of every step 
 the per-tensor sha256 check) and, as the baseline, its files are read raw (``open(...).read()``). The files are
 in the page cache for both, so the ratio compares software overhead, not the disk.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -29,8 +30,9 @@ reads : passes over the whole dump for each read mode; the median is reported (d
 """
 
 
-def run(workload: str = "lenet", steps: int = 10, workers: int = 4, dtype: str = "float32", warmup: int = 2,
-        reads: int = 3) -> pd.DataFrame:
+def run(
+    workload: str = "lenet", steps: int = 10, workers: int = 4, dtype: str = "float32", warmup: int = 2, reads: int = 3
+) -> pd.DataFrame:
     """Returns a table with columns ``metric``, ``value``, ``unit``, ``note``."""
     if steps < 1 or warmup < 0 or reads < 1:
         raise ValueError(f"need steps >= 1, warmup >= 0, reads >= 1; got {steps}, {warmup}, {reads}")
@@ -43,8 +45,9 @@ def run(workload: str = "lenet", steps: int = 10, workers: int = 4, dtype: str =
             dp = DataParallel(model, wl.optimizer(model), wl.loss, workers)
             rec = None
             if every is not None:
-                rec = Recorder.create(Path(tmp) / f"dump{len(runs)}", model, wl.name, every=every, workers=workers,
-                                      dtype=dtype)
+                rec = Recorder.create(
+                    Path(tmp) / f"dump{len(runs)}", model, wl.name, every=every, workers=workers, dtype=dtype
+                )
             runs[name] = (dp, rec, wl.batches(seed=1), [])
         write_times: list[float] = []
         for t in range(warmup + steps):
@@ -64,16 +67,34 @@ def run(workload: str = "lenet", steps: int = 10, workers: int = 4, dtype: str =
         base = statistics.median(runs["no recorder"][3])
         for name, (_, _, _, times) in runs.items():
             med = statistics.median(times)
-            rows.append({"metric": f"train step, {name}", "value": 1e3 * med, "unit": "ms/step",
-                         "note": f"median of {steps}; {med / base:.3f}x the step without recorder"})
+            rows.append(
+                {
+                    "metric": f"train step, {name}",
+                    "value": 1e3 * med,
+                    "unit": "ms/step",
+                    "note": f"median of {steps}; {med / base:.3f}x the step without recorder",
+                }
+            )
         rec_ms = 1e3 * (statistics.median(runs["recording every step"][3]) - base)
-        rows.append({"metric": "recording overhead per recorded step", "value": rec_ms, "unit": "ms",
-                     "note": f"{workers} workers x {wl.num_params:,} parameters as {dtype}; step-time difference"})
+        rows.append(
+            {
+                "metric": "recording overhead per recorded step",
+                "value": rec_ms,
+                "unit": "ms",
+                "note": f"{workers} workers x {wl.num_params:,} parameters as {dtype}; step-time difference",
+            }
+        )
         step_bytes = open_dump(Path(tmp) / "dump1").manifest["steps"][0]["bytes"]
         write = statistics.median(write_times)
-        rows.append({"metric": "DumpWriter.write_step inside the loop", "value": 1e3 * write, "unit": "ms",
-                     "note": f"{step_bytes / 1e6:.1f} MB per step file: {step_bytes / write / 1e6:.0f} MB/s "
-                             f"(convert, sha256 per tensor and per file, serialise, write, fsync, manifest)"})
+        rows.append(
+            {
+                "metric": "DumpWriter.write_step inside the loop",
+                "value": 1e3 * write,
+                "unit": "ms",
+                "note": f"{step_bytes / 1e6:.1f} MB per step file: {step_bytes / write / 1e6:.0f} MB/s "
+                f"(convert, sha256 per tensor and per file, serialise, write, fsync, manifest)",
+            }
+        )
         rows += _read_rows(Path(tmp) / "dump1", reads)
     return pd.DataFrame(rows)
 
@@ -100,9 +121,12 @@ def _read_rows(path: Path, reads: int) -> list[dict]:
 
     timings: dict[str, list[float]] = {"raw file read": [], "Dump.flat, sha256 checked": [], "Dump.flat, unchecked": []}
     amount: dict[str, int] = {}
-    for _ in range(reads):   # interleaved so that every mode sees the same cache state
-        for name, fn in (("raw file read", raw), ("Dump.flat, sha256 checked", lambda: dump_read(True)),
-                         ("Dump.flat, unchecked", lambda: dump_read(False))):
+    for _ in range(reads):  # interleaved so that every mode sees the same cache state
+        for name, fn in (
+            ("raw file read", raw),
+            ("Dump.flat, sha256 checked", lambda: dump_read(True)),
+            ("Dump.flat, unchecked", lambda: dump_read(False)),
+        ):
             start = time.perf_counter()
             amount[name] = fn()
             timings[name].append(time.perf_counter() - start)
@@ -110,7 +134,13 @@ def _read_rows(path: Path, reads: int) -> list[dict]:
     rows = []
     for name, ts in timings.items():
         speed = amount[name] / statistics.median(ts) / 1e6
-        rows.append({"metric": f"read whole dump, {name}", "value": speed, "unit": "MB/s",
-                     "note": f"{amount[name] / 1e6:.1f} MB ({file_bytes / 1e6:.1f} MB of files); "
-                             f"{speed / raw_speed:.2f}x raw read"})
+        rows.append(
+            {
+                "metric": f"read whole dump, {name}",
+                "value": speed,
+                "unit": "MB/s",
+                "note": f"{amount[name] / 1e6:.1f} MB ({file_bytes / 1e6:.1f} MB of files); "
+                f"{speed / raw_speed:.2f}x raw read",
+            }
+        )
     return rows

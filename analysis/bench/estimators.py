@@ -6,8 +6,8 @@ same values. Baselines measured in the same run: ``scipy.stats.gamma.fit(floc=0)
 ``expon.fit(floc=0)``. The relative errors compare each estimator with scipy's MLE of the same model on the same
 data (so a closed form's error is its distance from the MLE, not from the truth).
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 import pandas as pd
@@ -45,9 +45,17 @@ def _loglik(dist: str, params: dict[str, float], x: np.ndarray) -> float:
     return float(np.sum(SCIPY_MODELS[dist].logpdf(x, *shape, scale=params["scale"])))
 
 
-def run(sizes: list[int] = (100_000, 1_000_000, 10_000_000), shape: float = 0.6, scale: float = 1e-3,
-        repeats: int = 3, scipy_repeats: int = 1, device: str = "cpu", dtype: str = "float32",
-        seed: int = 0, threads: int = 0) -> pd.DataFrame:
+def run(
+    sizes: list[int] = (100_000, 1_000_000, 10_000_000),
+    shape: float = 0.6,
+    scale: float = 1e-3,
+    repeats: int = 3,
+    scipy_repeats: int = 1,
+    device: str = "cpu",
+    dtype: str = "float32",
+    seed: int = 0,
+    threads: int = 0,
+) -> pd.DataFrame:
     """Benchmark table: one row per (size, dist, method).
 
     Columns: ``size``, ``dist``, ``method``, ``ms`` (median wall time of ``fit``, validation included),
@@ -58,8 +66,9 @@ def run(sizes: list[int] = (100_000, 1_000_000, 10_000_000), shape: float = 0.6,
     """
     sizes = [int(s) for s in sizes]
     if not sizes or min(sizes) < 2 or repeats < 1 or scipy_repeats < 1:
-        raise ValueError(f"sizes must be >= 2 and repeats >= 1, got sizes={sizes}, repeats={repeats}, "
-                         f"scipy_repeats={scipy_repeats}")
+        raise ValueError(
+            f"sizes must be >= 2 and repeats >= 1, got sizes={sizes}, repeats={repeats}, scipy_repeats={scipy_repeats}"
+        )
     if dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
     dev = torch.device(device)
@@ -74,8 +83,16 @@ def run(sizes: list[int] = (100_000, 1_000_000, 10_000_000), shape: float = 0.6,
         torch.set_num_threads(previous_threads)
 
 
-def _rows(sizes: list[int], shape: float, scale: float, repeats: int, scipy_repeats: int, dev: torch.device,
-          dtype: str, seed: int) -> list[dict]:
+def _rows(
+    sizes: list[int],
+    shape: float,
+    scale: float,
+    repeats: int,
+    scipy_repeats: int,
+    dev: torch.device,
+    dtype: str,
+    seed: int,
+) -> list[dict]:
     rows = []
     for size in sizes:
         rng = np.random.default_rng(seed)
@@ -91,8 +108,15 @@ def _rows(sizes: list[int], shape: float, scale: float, repeats: int, scipy_repe
             result = fit(x_dev, dist, method)
             ms = median_ms(lambda: fit(x_dev, dist, method), repeats, dev)
             ref = reference[dist]
-            row = {"size": size, "dist": dist, "method": method, "ms": ms, "scipy_ms": reference[dist + "_ms"],
-                   "speedup": reference[dist + "_ms"] / ms, "converged": result.converged}
+            row = {
+                "size": size,
+                "dist": dist,
+                "method": method,
+                "ms": ms,
+                "scipy_ms": reference[dist + "_ms"],
+                "speedup": reference[dist + "_ms"] / ms,
+                "converged": result.converged,
+            }
             for key in ("shape", "scale"):
                 ours = float(result.params[key]) if key in result.params else float("nan")
                 row[key] = ours

@@ -1,4 +1,5 @@
 """Timing shared by the benchmark modules: median wall time, synchronised on CUDA."""
+
 from __future__ import annotations
 
 import statistics

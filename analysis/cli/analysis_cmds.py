@@ -4,6 +4,7 @@ and prints a summary; the work itself lives in :mod:`gradstat.analysis.studies`.
 
 Exit status: 0 ok; 1 a check (``validate``, ``variance``) that must hold is violated; 2 bad input.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,6 +12,9 @@ from pathlib import Path
 import click
 import pandas as pd
 
+from gradstat.analysis.measure.selection import parse_floats, parse_indices, parse_layers, resolve_device
+from gradstat.analysis.measure.sources import SYNTHETIC, GradientSource
+from gradstat.analysis.measure.tables import to_text
 from gradstat.analysis.studies import feedback as feedback_study
 from gradstat.analysis.studies import fits as fit_study
 from gradstat.analysis.studies import replay as replay_study
@@ -18,12 +22,15 @@ from gradstat.analysis.studies import thresholds as threshold_study
 from gradstat.analysis.studies import variance as variance_study
 from gradstat.analysis.studies import variance_gain as variance_gain_study
 from gradstat.analysis.validation import outputs as validation_table
-from gradstat.analysis.measure.selection import parse_floats, parse_indices, parse_layers, resolve_device
-from gradstat.analysis.measure.tables import to_text
-from gradstat.analysis.measure.sources import SYNTHETIC, GradientSource
 
-DEFAULT_VARIANCE_SPECS = ("qcs:block=256,k=64,Q=4", "qcs:block=256,k=64,Q=4,alpha=mmse", "dqsg:M=4",
-                          "qsgd:s=4,bucket=512", "topk:ratio=0.01", "wangni:ratio=0.01")
+DEFAULT_VARIANCE_SPECS = (
+    "qcs:block=256,k=64,Q=4",
+    "qcs:block=256,k=64,Q=4,alpha=mmse",
+    "dqsg:M=4",
+    "qsgd:s=4,bucket=512",
+    "topk:ratio=0.01",
+    "wangni:ratio=0.01",
+)
 
 
 def _open(path: str):
@@ -40,14 +47,16 @@ def _out(out: str | None, default: str) -> Path:
 
 def selection_options(fn):
     """--steps, --workers, --device, --out, --seed, --quiet (every dump command)."""
-    for opt in reversed([
-        click.option("--steps", default=None, help="steps: all | 3 | 0-10 | 0-100:10 | first:N | last:N | a,b,c"),
-        click.option("--workers", default=None, help="dump workers, same grammar as --steps (default: all)"),
-        click.option("--device", default="auto", show_default=True, help="cpu | cuda | auto"),
-        click.option("--out", default=None, help="output folder (default: gradstat-out/<command>)"),
-        click.option("--seed", default=0, show_default=True, type=int, help="base seed of every random draw"),
-        click.option("--quiet", is_flag=True, help="no progress bars"),
-    ]):
+    for opt in reversed(
+        [
+            click.option("--steps", default=None, help="steps: all | 3 | 0-10 | 0-100:10 | first:N | last:N | a,b,c"),
+            click.option("--workers", default=None, help="dump workers, same grammar as --steps (default: all)"),
+            click.option("--device", default="auto", show_default=True, help="cpu | cuda | auto"),
+            click.option("--out", default=None, help="output folder (default: gradstat-out/<command>)"),
+            click.option("--seed", default=0, show_default=True, type=int, help="base seed of every random draw"),
+            click.option("--quiet", is_flag=True, help="no progress bars"),
+        ]
+    ):
         fn = opt(fn)
     return fn
 
@@ -76,12 +85,27 @@ def register(cli: click.Group) -> None:
         out = _out(out, "gradstat-out/fit")
         methods = ["closed_form", "mle"] if method == "both" else [method]
         scopes = ["model", "layer"] if scope == "both" else [scope]
-        df = fit_study.run(d, out, parse_indices(steps, d.steps, "steps"),
-                          parse_indices(workers, range(d.workers), "workers"), parse_layers(layers, d.params),
-                          scopes, methods, normalize, compensated, resolve_device(device), not quiet)
+        df = fit_study.run(
+            d,
+            out,
+            parse_indices(steps, d.steps, "steps"),
+            parse_indices(workers, range(d.workers), "workers"),
+            parse_layers(layers, d.params),
+            scopes,
+            methods,
+            normalize,
+            compensated,
+            resolve_device(device),
+            not quiet,
+        )
         model = df[df["scope"] == df["scope"].iloc[0]]
-        best = model.groupby(["family", "method"])[["scale", "shape", "ks", "ad", "aic_rank", "tail_0.01",
-                                                    "tail_0.001", "p"]].mean().reset_index()
+        best = (
+            model.groupby(["family", "method"])[
+                ["scale", "shape", "ks", "ad", "aic_rank", "tail_0.01", "tail_0.001", "p"]
+            ]
+            .mean()
+            .reset_index()
+        )
         _echo_table(best, f"fits of |g| ({model['scope'].iloc[0]}, mean over {model['step'].nunique()} steps)")
         _written(out)
 
@@ -96,9 +120,17 @@ def register(cli: click.Group) -> None:
         out = _out(out, "gradstat-out/threshold")
         w = parse_indices(workers, range(d.workers), "workers")[0]
         ests = [e.strip() for e in estimators.split(",")] if estimators else None
-        _, summary = threshold_study.run(d, out, parse_indices(steps, d.steps, "steps"),
-                                        parse_floats(ratio, "ratio", 0.0, 1.0), w, ests, resolve_device(device),
-                                        seed, not quiet)
+        _, summary = threshold_study.run(
+            d,
+            out,
+            parse_indices(steps, d.steps, "steps"),
+            parse_floats(ratio, "ratio", 0.0, 1.0),
+            w,
+            ests,
+            resolve_device(device),
+            seed,
+            not quiet,
+        )
         _echo_table(summary, "k_hat / k over steps")
         for m in summary.attrs.get("missing", []):
             click.echo(f"skipped: {m}")
@@ -114,16 +146,27 @@ def register(cli: click.Group) -> None:
         """Replay compressors (with feedback and per-worker state) over the dump's steps."""
         d = _open(dump)
         out = _out(out, "gradstat-out/compress")
-        _, summary = replay_study.run(d, out, [(s, feedback) for s in specs], parse_indices(steps, d.steps, "steps"),
-                                      parse_indices(workers, range(d.workers), "workers"),
-                                      list(range(seed, seed + seeds)), resolve_device(device), not quiet)
+        _, summary = replay_study.run(
+            d,
+            out,
+            [(s, feedback) for s in specs],
+            parse_indices(steps, d.steps, "steps"),
+            parse_indices(workers, range(d.workers), "workers"),
+            list(range(seed, seed + seeds)),
+            resolve_device(device),
+            not quiet,
+        )
         _echo_table(summary, "replay summary (means over steps and seeds)")
         _written(out)
 
     @cli.command("variance")
     @click.argument("dump", required=False)
-    @click.option("--synthetic", type=click.Choice(list(SYNTHETIC)), default=None,
-                  help="use synthetic vectors of this law instead of a dump")
+    @click.option(
+        "--synthetic",
+        type=click.Choice(list(SYNTHETIC)),
+        default=None,
+        help="use synthetic vectors of this law instead of a dump",
+    )
     @click.option("--compressor", "specs", multiple=True, help="compressor spec (repeatable); default: a standard set")
     @click.option("--n", "n", default=1024, show_default=True, type=click.IntRange(2), help="block length")
     @click.option("--vectors", default=2, show_default=True, type=click.IntRange(1), help="blocks (steps) to test")
@@ -138,8 +181,11 @@ def register(cli: click.Group) -> None:
         out = _out(out, "gradstat-out/variance")
         vecs = [(f"{source.label} #{i}", source.vector(n, dev, index=i)) for i in range(vectors)]
         df = variance_study.run(vecs, list(specs) or list(DEFAULT_VARIANCE_SPECS), out, trials, seed, not quiet)
-        _echo_table(df, "relative error vs bound", ["compressor", "vector", "empirical", "ci_low", "ci_high", "bound",
-                                                     "theory_over_empirical", "verdict"])
+        _echo_table(
+            df,
+            "relative error vs bound",
+            ["compressor", "vector", "empirical", "ci_low", "ci_high", "bound", "theory_over_empirical", "verdict"],
+        )
         _written(out)
         return 1 if (df["verdict"] == "violated").any() else 0
 
@@ -147,8 +193,14 @@ def register(cli: click.Group) -> None:
     @click.argument("dump", required=False)
     @click.option("--compressor", "spec", default="qcs:block=256,k=64,Q=4", show_default=True)
     @click.option("--beta", default="0.1,0.2,0.3,0.5,0.7,0.9,1", show_default=True, help="feedback weights")
-    @click.option("--n", "n", default=4096, show_default=True, type=click.IntRange(2),
-                  help="block length (coordinates of largest norm), 0 = whole model")
+    @click.option(
+        "--n",
+        "n",
+        default=4096,
+        show_default=True,
+        type=click.IntRange(2),
+        help="block length (coordinates of largest norm), 0 = whole model",
+    )
     @click.option("--length", default=None, type=click.IntRange(1), help="steps replayed (default: all selected)")
     @click.option("--seeds", default=8, show_default=True, type=click.IntRange(2))
     @selection_options
@@ -160,10 +212,14 @@ def register(cli: click.Group) -> None:
             n = source.dump.numel
         length = length or (len(source.steps) if dump is not None else 20)
         out = _out(out, "gradstat-out/feedback")
-        df = feedback_study.run(source, ws, out, spec, _betas(beta), n, length, seeds, resolve_device(device),
-                              not quiet)
-        _echo_table(df, f"eta vs beta ({spec}, gamma = {df['gamma'].iloc[0]})",
-                    ["beta", "empirical", "ci_low", "ci_high", "eta", "verdict", "beta_star", "eta_star"])
+        df = feedback_study.run(
+            source, ws, out, spec, _betas(beta), n, length, seeds, resolve_device(device), not quiet
+        )
+        _echo_table(
+            df,
+            f"eta vs beta ({spec}, gamma = {df['gamma'].iloc[0]})",
+            ["beta", "empirical", "ci_low", "ci_high", "eta", "verdict", "beta_star", "eta_star"],
+        )
         _written(out)
 
     @cli.group("plot")
@@ -191,12 +247,22 @@ def register(cli: click.Group) -> None:
         """Run every bound check as a Monte Carlo experiment; exit 1 if a check that must hold is violated."""
         out = _out(out, "gradstat-out/validate")
         source = _source(dump, steps, workers) if dump else None
-        click.echo(f"validating on {source.label if source else 'synthetic Laplace'} "
-                   f"({'quick' if quick else 'full'} sizes, 99 % intervals)")
-        df = validation_table.run(out, "quick" if quick else "full", source, resolve_device(device), seed, checks,
-                                echo=None if quiet else click.echo)
-        _echo_table(df, "validation", ["check", "source", "theory", "empirical", "ci_low", "ci_high", "trials",
-                                       "verdict"])
+        click.echo(
+            f"validating on {source.label if source else 'synthetic Laplace'} "
+            f"({'quick' if quick else 'full'} sizes, 99 % intervals)"
+        )
+        df = validation_table.run(
+            out,
+            "quick" if quick else "full",
+            source,
+            resolve_device(device),
+            seed,
+            checks,
+            echo=None if quiet else click.echo,
+        )
+        _echo_table(
+            df, "validation", ["check", "source", "theory", "empirical", "ci_low", "ci_high", "trials", "verdict"]
+        )
         _written(out)
         failed = df[(df["verdict"] == "violated") & df["must_hold"]]
         if not failed.empty:
@@ -217,8 +283,9 @@ def register(cli: click.Group) -> None:
         """One Markdown report with its PNGs and CSVs: fits, thresholds, variance, feedback, validation."""
         from gradstat.analysis.report.document import write_report
 
-        path, failed = write_report(dump, out, quick, steps, resolve_device(device), seed, not quiet,
-                                    echo=click.echo, checks=checks)
+        path, failed = write_report(
+            dump, out, quick, steps, resolve_device(device), seed, not quiet, echo=click.echo, checks=checks
+        )
         click.echo(f"report: {path}")
         return 1 if failed else 0
 
@@ -236,8 +303,18 @@ def register(cli: click.Group) -> None:
         """Record a small dump with a built-in workload and write the report on it."""
         from gradstat.analysis.report.document import demo
 
-        path, failed = demo(out, workload, n_steps, n_workers, quick, resolve_device(device), seed, not quiet,
-                            echo=click.echo, keep_dump=keep_dump)
+        path, failed = demo(
+            out,
+            workload,
+            n_steps,
+            n_workers,
+            quick,
+            resolve_device(device),
+            seed,
+            not quiet,
+            echo=click.echo,
+            keep_dump=keep_dump,
+        )
         click.echo(f"report: {path}")
         return 1 if failed else 0
 

@@ -3,6 +3,7 @@
 Each benchmark module exposes ``run(**options) -> pandas.DataFrame``; ``--set key=value`` sets an option, converted
 to the type of that option's default. Results are ratios against a baseline measured in the same run.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -31,7 +32,11 @@ def _convert(value: str, default: object, key: str) -> object:
         return [item(v) for v in value.split(",") if v]
     if isinstance(default, (int, float)):
         try:
-            return type(default)(float(value)) if isinstance(default, int) and "e" in value.lower() else type(default)(value)
+            return (
+                type(default)(float(value))
+                if isinstance(default, int) and "e" in value.lower()
+                else type(default)(value)
+            )
         except ValueError:
             raise ValueError(f"--set {key}: expected {type(default).__name__}, got {value!r}") from None
     return value
@@ -50,7 +55,9 @@ def register(group: click.Group) -> None:
                 mod = importlib.import_module(f"gradstat.analysis.bench.{t}")
                 params = inspect.signature(mod.run).parameters.values()
                 opts = ", ".join(f"{p.name}={p.default!r}" for p in params if p.default is not inspect.Parameter.empty)
-                click.echo(f"{t}: {(mod.__doc__ or '').strip().splitlines()[0] if mod.__doc__ else ''}\n    options: {opts}")
+                click.echo(
+                    f"{t}: {(mod.__doc__ or '').strip().splitlines()[0] if mod.__doc__ else ''}\n    options: {opts}"
+                )
             return
         if topic not in topics:
             raise ValueError(f"unknown benchmark {topic!r}; known: {', '.join(topics)}")

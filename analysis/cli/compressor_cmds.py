@@ -4,6 +4,7 @@ One row per registered compressor: its name, kind, whether it is unbiased and ra
 theory bound it declares, whether decoding needs side information, its default spec string (what ``create(name)``
 builds, and the syntax to change it) and its source. ``--json`` prints the same as a JSON list.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,6 +16,7 @@ import click
 def registry_table(kind: str | None = None) -> list[dict[str, object]]:
     """The registry as rows of plain values (one dict per compressor, sorted by name)."""
     from gradstat import compressors
+
     rows = []
     for name in compressors.names():
         props = compressors.get(name).properties
@@ -29,8 +31,11 @@ def registry_table(kind: str | None = None) -> list[dict[str, object]]:
 def register(group: click.Group) -> None:
     @group.command("compressors")
     @click.option("--json", "as_json", is_flag=True, help="Print the registry as JSON.")
-    @click.option("--kind", type=click.Choice(["sparsifier", "quantizer", "sketch", "identity"]),
-                  help="Only compressors of this kind.")
+    @click.option(
+        "--kind",
+        type=click.Choice(["sparsifier", "quantizer", "sketch", "identity"]),
+        help="Only compressors of this kind.",
+    )
     def compressors_cmd(as_json: bool, kind: str | None) -> None:
         """List every registered compressor with its declared properties and default spec."""
         rows = registry_table(kind)

@@ -1,4 +1,5 @@
 """Dump commands: ``record``, ``info``, ``workloads``, ``import``, ``export``."""
+
 from __future__ import annotations
 
 import json
@@ -30,19 +31,35 @@ def summary(dump: Dump, norms: bool = True) -> dict:
     """What ``gradstat info`` shows, as a JSON-ready dict."""
     m = dump.manifest
     out = {
-        "path": str(dump.path), "workload": dump.workload, "format_version": m["format_version"],
-        "dtype": m["dtype"], "steps": dump.steps, "every": m["every"], "workers": dump.workers,
-        "tensors": len(dump.params), "parameters": dump.numel,
+        "path": str(dump.path),
+        "workload": dump.workload,
+        "format_version": m["format_version"],
+        "dtype": m["dtype"],
+        "steps": dump.steps,
+        "every": m["every"],
+        "workers": dump.workers,
+        "tensors": len(dump.params),
+        "parameters": dump.numel,
         "params": [{"name": n, "shape": list(s)} for n, s in dump.shapes.items()],
-        "extras": dump.extras, "optimizer": m["optimizer"], "seeds": m["seeds"], "compression": m.get("compression"),
-        "bytes_on_disk": dump.size_on_disk(), "versions": m["versions"], "uncommitted_files": dump.uncommitted,
+        "extras": dump.extras,
+        "optimizer": m["optimizer"],
+        "seeds": m["seeds"],
+        "compression": m.get("compression"),
+        "bytes_on_disk": dump.size_on_disk(),
+        "versions": m["versions"],
+        "uncommitted_files": dump.uncommitted,
     }
     if norms:
         rows = []
         for s in dump.steps:
             per_worker = [dump.flat(s, w, dtype=torch.float32) for w in range(dump.workers)]
-            rows.append({"step": s, "worker_norms": [float(g.norm()) for g in per_worker],
-                         "mean_norm": float(torch.stack(per_worker).mean(0).norm())})
+            rows.append(
+                {
+                    "step": s,
+                    "worker_norms": [float(g.norm()) for g in per_worker],
+                    "mean_norm": float(torch.stack(per_worker).mean(0).norm()),
+                }
+            )
         out["gradient_norms"] = rows
     return out
 
@@ -95,16 +112,40 @@ def register(group: click.Group) -> None:
     @click.option("--feedback", default=None, help="Error feedback with the compressor (none, ef, qcs:beta=0.3, ...).")
     @click.option("--device", default="cpu", show_default=True, help="Training device (cpu, cuda, ...).")
     @click.option("--quiet", is_flag=True, help="No progress bar.")
-    def record_cmd(workload: str, steps: int, every: int, workers: int, out: Path, dtype: str, seed: int,
-                   compressor: str | None, feedback: str | None, device: str, quiet: bool) -> None:
+    def record_cmd(
+        workload: str,
+        steps: int,
+        every: int,
+        workers: int,
+        out: Path,
+        dtype: str,
+        seed: int,
+        compressor: str | None,
+        feedback: str | None,
+        device: str,
+        quiet: bool,
+    ) -> None:
         """Train a built-in workload and record its gradients into a new dump."""
         from gradstat.analysis.training.recorder import record
 
-        path = record(workload, steps, every=every, workers=workers, out=out, seed=seed, dtype=dtype,
-                      compressor=compressor, feedback=feedback, progress=not quiet, device=device)
+        path = record(
+            workload,
+            steps,
+            every=every,
+            workers=workers,
+            out=out,
+            seed=seed,
+            dtype=dtype,
+            compressor=compressor,
+            feedback=feedback,
+            progress=not quiet,
+            device=device,
+        )
         d = open_dump(path)
-        click.echo(f"recorded {len(d.steps)} steps x {d.workers} workers x {len(d.params)} tensors "
-                   f"({d.numel:,} parameters) into {path}")
+        click.echo(
+            f"recorded {len(d.steps)} steps x {d.workers} workers x {len(d.params)} tensors "
+            f"({d.numel:,} parameters) into {path}"
+        )
 
     @group.command("info")
     @click.argument("path", type=click.Path(path_type=Path))
@@ -135,8 +176,10 @@ def register(group: click.Group) -> None:
     def import_cmd(src: Path, out: Path, workload: str, dtype: str) -> None:
         """Import .pt (dict of tensors or list of dicts), .npz, .npy files or a directory of them as a dump."""
         d = open_dump(import_dump(src, out, workload=workload, dtype=dtype))
-        click.echo(f"imported {len(d.steps)} steps x {d.workers} workers x {len(d.params)} tensors "
-                   f"({d.numel:,} parameters) into {out}")
+        click.echo(
+            f"imported {len(d.steps)} steps x {d.workers} workers x {len(d.params)} tensors "
+            f"({d.numel:,} parameters) into {out}"
+        )
 
     @group.command("export")
     @click.argument("path", type=click.Path(path_type=Path))

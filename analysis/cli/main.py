@@ -4,6 +4,7 @@ Each command family lives in its own module and exposes ``register(group)``; thi
 and turns user errors (``ValueError``, ``OSError``) into a one-line message and exit status 2, so a wrong input
 never prints a traceback. Anything else is a bug and keeps its traceback.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -4,6 +4,7 @@ Each command prints an aligned table of (quantity, value, source) rows, or with 
 ``{"quantity", "value", "source", "note"}`` objects (non-finite values become ``null`` with the reason in
 ``note``). The maths lives in ``theory``; this module only collects and formats it.
 """
+
 from __future__ import annotations
 
 import json
@@ -136,8 +137,14 @@ def register(group: click.Group) -> None:
             Row("eta_k (Karimireddy et al.)", qcs.karimireddy_residual_bound(gam), f"{QCS} Remark 3"),
         ]
         if mmse:
-            rows.insert(1, _bound_row("eta (Minkowski reading)", qcs.residual_bound_mmse_minkowski(gam, beta),
-                                      f"derived from {QCS} (13)-(14), equals (18) at beta = 1"))
+            rows.insert(
+                1,
+                _bound_row(
+                    "eta (Minkowski reading)",
+                    qcs.residual_bound_mmse_minkowski(gam, beta),
+                    f"derived from {QCS} (13)-(14), equals (18) at beta = 1",
+                ),
+            )
         _emit(rows, as_json)
 
     @theory_group.command("dqsg")
@@ -181,8 +188,9 @@ def register(group: click.Group) -> None:
                 dqsg.nested_failure_probability(delta1, delta2, alpha, sigma_z),
                 f"{NDQ} Thm 6, App. E (closed form)",
             ),
-            Row("safe radius (Delta2-Delta1)/(2 alpha)",
-                dqsg.nested_safe_radius(delta1, delta2, alpha), f"{NDQ} Thm 6"),
+            Row(
+                "safe radius (Delta2-Delta1)/(2 alpha)", dqsg.nested_safe_radius(delta1, delta2, alpha), f"{NDQ} Thm 6"
+            ),
             Row("error variance per element", dqsg.nested_error_variance(delta1, alpha, sigma_z), f"{NDQ} (9)"),
             Row("dithered variance Delta1^2/12", delta1**2 / 12.0, f"{NDQ} (9) remark"),
             Row(
@@ -197,9 +205,7 @@ def register(group: click.Group) -> None:
         _emit(rows, as_json)
 
     @theory_group.command("sidco-threshold")
-    @click.option(
-        "--dist", type=click.Choice(["exponential", "gamma", "genpareto"]), required=True, help="Law of |g|."
-    )
+    @click.option("--dist", type=click.Choice(["exponential", "gamma", "genpareto"]), required=True, help="Law of |g|.")
     @click.option("--shape", type=float, default=None, help="Shape (gamma alpha / GP alpha); not for exponential.")
     @click.option("--scale", type=float, required=True, help="Scale beta.")
     @click.option("--ratio", type=float, required=True, help="Target ratio delta = k/d in (0, 1).")

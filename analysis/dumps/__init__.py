@@ -3,6 +3,7 @@
 Specification: ``data/README.md``. Write with :class:`DumpWriter`, read with :func:`open_dump`; every problem
 with a dump raises :class:`DumpError` (a ``ValueError``) naming the file and what is wrong.
 """
+
 from gradstat.analysis.dumps.format import FORMAT_VERSION, STORAGE_DTYPES, DumpError
 from gradstat.analysis.dumps.reader import Dump, open_dump
 from gradstat.analysis.dumps.writer import DumpWriter

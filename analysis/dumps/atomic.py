@@ -3,6 +3,7 @@
 A reader sees either the old file or the complete new one, whatever happens to the writing process (SIGKILL
 included). On failure (e.g. ``ENOSPC``) the temporary file is removed and the target is left as it was.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -11,6 +11,7 @@ Import sources (nothing is ever unpickled: ``.pt`` files are read with ``torch.l
 
 Imported dumps have workload ``imported`` unless told otherwise.
 """
+
 from __future__ import annotations
 
 import io
@@ -51,8 +52,14 @@ def import_dump(src: str | Path, out: str | Path, workload: str = "imported", dt
         if writer is None:
             first = workers[0]
             params = [(n, tuple(t.shape)) for n, t in first.items()]
-            writer = DumpWriter(out, workload=workload, params=params, workers=len(workers), dtype=dtype,
-                                metadata={"imported_from": str(src)})
+            writer = DumpWriter(
+                out,
+                workload=workload,
+                params=params,
+                workers=len(workers),
+                dtype=dtype,
+                metadata={"imported_from": str(src)},
+            )
         try:
             writer.write_step(step, workers)
         except (ValueError, TypeError) as exc:
@@ -63,8 +70,13 @@ def import_dump(src: str | Path, out: str | Path, workload: str = "imported", dt
     return out
 
 
-def export_npz(dump: Dump, out: str | Path, steps: Sequence[int] | None = None,
-               workers: Sequence[int] | None = None, extras: bool = False) -> Path:
+def export_npz(
+    dump: Dump,
+    out: str | Path,
+    steps: Sequence[int] | None = None,
+    workers: Sequence[int] | None = None,
+    extras: bool = False,
+) -> Path:
     """Write ``steps`` (default: all) of ``workers`` (default: all) to ``out`` as ``.npz`` with keys
     ``s{step}/w{worker}/{param}`` (and ``x/{extra}/s{step}/w{worker}/{param}`` with ``extras``), float32.
     Everything is read (and validated) before ``out`` is written; an existing ``out`` is never overwritten."""
@@ -95,11 +107,16 @@ def _natural(path: Path) -> list:
 
 
 def _steps(src: Path) -> Iterator[tuple[Path, Step]]:
-    files = sorted((f for f in src.iterdir() if f.suffix in SUFFIXES and f.is_file()), key=_natural) \
-        if src.is_dir() else [src]
+    files = (
+        sorted((f for f in src.iterdir() if f.suffix in SUFFIXES and f.is_file()), key=_natural)
+        if src.is_dir()
+        else [src]
+    )
     for file in files:
         if file.suffix not in SUFFIXES:
-            raise DumpError(f"{file}: cannot import a {file.suffix or 'suffix-less'} file; accepted: {', '.join(SUFFIXES)}")
+            raise DumpError(
+                f"{file}: cannot import a {file.suffix or 'suffix-less'} file; accepted: {', '.join(SUFFIXES)}"
+            )
         reader = {".pt": _read_pt, ".pth": _read_pt, ".npz": _read_npz, ".npy": _read_npy}[file.suffix]
         for step in reader(file):
             yield file, step
@@ -108,15 +125,19 @@ def _steps(src: Path) -> Iterator[tuple[Path, Step]]:
 def _tensor(value: object, file: Path, where: str) -> torch.Tensor:
     t = torch.from_numpy(np.ascontiguousarray(value)) if isinstance(value, np.ndarray) else value
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-        raise DumpError(f"{file}: {where} is {type(value).__name__}"
-                        f"{' of dtype ' + str(t.dtype) if isinstance(t, torch.Tensor) else ''}; "
-                        f"a gradient must be a floating-point tensor")
+        raise DumpError(
+            f"{file}: {where} is {type(value).__name__}"
+            f"{' of dtype ' + str(t.dtype) if isinstance(t, torch.Tensor) else ''}; "
+            f"a gradient must be a floating-point tensor"
+        )
     return t
 
 
 def _named(obj: object, file: Path, where: str) -> dict[str, torch.Tensor]:
     if not isinstance(obj, dict) or not obj or not all(isinstance(k, str) for k in obj):
-        raise DumpError(f"{file}: {where} must be a non-empty dict of parameter name -> tensor, got {type(obj).__name__}")
+        raise DumpError(
+            f"{file}: {where} must be a non-empty dict of parameter name -> tensor, got {type(obj).__name__}"
+        )
     return {k: _tensor(v, file, f"{where}[{k!r}]") for k, v in obj.items()}
 
 
@@ -125,8 +146,10 @@ def _read_pt(file: Path) -> Iterator[Step]:
         obj = torch.load(file, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, EOFError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DumpError(f"{file}: refused, not a plain dict or list of tensors (read with weights_only=True, "
-                        f"nothing is unpickled): {first}") from None
+        raise DumpError(
+            f"{file}: refused, not a plain dict or list of tensors (read with weights_only=True, "
+            f"nothing is unpickled): {first}"
+        ) from None
     if isinstance(obj, (list, tuple)):
         if not obj:
             raise DumpError(f"{file}: empty list, nothing to import")

@@ -6,6 +6,7 @@ A dump is a directory holding ``manifest.json`` and one safetensors file per rec
 metadata carries the sha256 of every tensor's bytes (checked when that tensor is read); the manifest carries the
 sha256 and size of every whole file (checked by :meth:`gradstat.analysis.dumps.reader.Dump.verify`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -105,37 +106,72 @@ def validate_manifest(m: Any, file: Path) -> None:
     _require(isinstance(m, dict), file, "the manifest must be a JSON object")
     _require(m.get("format") == FORMAT, file, f"'format' is {m.get('format')!r}, expected {FORMAT!r}")
     version = m.get("format_version")
-    _require(isinstance(version, int) and version >= 1, file, f"'format_version' must be an integer >= 1, got {version!r}")
+    _require(
+        isinstance(version, int) and version >= 1, file, f"'format_version' must be an integer >= 1, got {version!r}"
+    )
     if version > FORMAT_VERSION:
-        raise DumpError(f"{file}: written by dump format version {version}, this gradstat reads versions up to "
-                        f"{FORMAT_VERSION}; upgrade gradstat to read it")
-    for key, kind in (("workload", str), ("dtype", str), ("workers", int), ("every", int), ("params", list),
-                      ("extras", list), ("steps", list), ("optimizer", dict), ("seeds", dict), ("metadata", dict),
-                      ("versions", dict)):
-        _require(isinstance(m.get(key), kind), file, f"field {key!r} must be of type {kind.__name__}, got {m.get(key)!r}")
+        raise DumpError(
+            f"{file}: written by dump format version {version}, this gradstat reads versions up to "
+            f"{FORMAT_VERSION}; upgrade gradstat to read it"
+        )
+    for key, kind in (
+        ("workload", str),
+        ("dtype", str),
+        ("workers", int),
+        ("every", int),
+        ("params", list),
+        ("extras", list),
+        ("steps", list),
+        ("optimizer", dict),
+        ("seeds", dict),
+        ("metadata", dict),
+        ("versions", dict),
+    ):
+        _require(
+            isinstance(m.get(key), kind), file, f"field {key!r} must be of type {kind.__name__}, got {m.get(key)!r}"
+        )
     _require(m["dtype"] in STORAGE_DTYPES, file, f"dtype {m['dtype']!r} is not one of {', '.join(STORAGE_DTYPES)}")
     _require(m["workers"] >= 1, file, f"workers must be >= 1, got {m['workers']}")
     _require(m["every"] >= 1, file, f"every must be >= 1, got {m['every']}")
     _require(len(m["params"]) >= 1, file, "no parameters listed")
     names = set()
     for p in m["params"]:
-        ok = (isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"]
-              and isinstance(p.get("shape"), list) and all(isinstance(s, int) and s >= 0 for s in p["shape"]))
+        ok = (
+            isinstance(p, dict)
+            and isinstance(p.get("name"), str)
+            and p["name"]
+            and isinstance(p.get("shape"), list)
+            and all(isinstance(s, int) and s >= 0 for s in p["shape"])
+        )
         _require(bool(ok), file, f"parameter entry {p!r} needs a non-empty 'name' and a 'shape' list of integers >= 0")
         _require(p["name"] not in names, file, f"parameter {p['name']!r} listed twice")
-        _require(p.get("dtype", m["dtype"]) == m["dtype"], file,
-                 f"parameter {p['name']!r} has dtype {p.get('dtype')!r}, the dump stores {m['dtype']!r}")
+        _require(
+            p.get("dtype", m["dtype"]) == m["dtype"],
+            file,
+            f"parameter {p['name']!r} has dtype {p.get('dtype')!r}, the dump stores {m['dtype']!r}",
+        )
         names.add(p["name"])
-    _require(all(isinstance(e, str) and e and "/" not in e for e in m["extras"]), file,
-             f"extras must be names without '/', got {m['extras']!r}")
+    _require(
+        all(isinstance(e, str) and e and "/" not in e for e in m["extras"]),
+        file,
+        f"extras must be names without '/', got {m['extras']!r}",
+    )
     last = -1
     for entry in m["steps"]:
-        ok = (isinstance(entry, dict) and isinstance(entry.get("step"), int) and isinstance(entry.get("file"), str)
-              and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str))
+        ok = (
+            isinstance(entry, dict)
+            and isinstance(entry.get("step"), int)
+            and isinstance(entry.get("file"), str)
+            and isinstance(entry.get("bytes"), int)
+            and isinstance(entry.get("sha256"), str)
+        )
         _require(bool(ok), file, f"step entry {entry!r} needs integer 'step' and 'bytes', string 'file' and 'sha256'")
         _require(entry["step"] > last, file, f"steps must be strictly increasing, got {entry['step']} after {last}")
-        _require(entry["file"] == step_file(entry["step"]), file,
-                 f"step {entry['step']} must be stored in {step_file(entry['step'])}, manifest says {entry['file']!r}")
+        _require(
+            entry["file"] == step_file(entry["step"]),
+            file,
+            f"step {entry['step']} must be stored in {step_file(entry['step'])}, manifest says {entry['file']!r}",
+        )
         last = entry["step"]
 
 

@@ -1,6 +1,7 @@
 """Reading gradient dumps lazily: :func:`open_dump` validates the manifest and the files' presence and sizes;
 a read opens one step file, validates its safetensors header once, then reads only the requested tensors' bytes
 (one seek and one ``readinto`` per tensor, straight into the returned tensor) and checks their sha256."""
+
 from __future__ import annotations
 
 import json
@@ -9,9 +10,21 @@ from typing import Any, Iterable
 
 import torch
 
-from gradstat.analysis.dumps.format import (MANIFEST, SAFETENSORS_DTYPES, STEP_FILE, TMP_SUFFIX, DumpError, checksum_key,
-                                   extra_key, grad_key, numel, read_manifest, sha256_bytes,
-                                   sha256_file, storage_dtype)
+from gradstat.analysis.dumps.format import (
+    MANIFEST,
+    SAFETENSORS_DTYPES,
+    STEP_FILE,
+    TMP_SUFFIX,
+    DumpError,
+    checksum_key,
+    extra_key,
+    grad_key,
+    numel,
+    read_manifest,
+    sha256_bytes,
+    sha256_file,
+    storage_dtype,
+)
 
 Params = str | Iterable[str] | None
 
@@ -82,31 +95,54 @@ class Dump:
         return (self.path / MANIFEST).stat().st_size + sum(e["bytes"] for e in self._entries.values())
 
     def __repr__(self) -> str:
-        return (f"Dump({str(self.path)!r}, workload={self.workload!r}, steps={len(self._entries)}, "
-                f"workers={self.workers}, params={len(self._shapes)}, numel={self.numel})")
+        return (
+            f"Dump({str(self.path)!r}, workload={self.workload!r}, steps={len(self._entries)}, "
+            f"workers={self.workers}, params={len(self._shapes)}, numel={self.numel})"
+        )
 
     # -- reading ----------------------------------------------------------------------------------------------
-    def read(self, step: int, worker: int = 0, params: Params = None, device: torch.device | str | None = None,
-             dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    def read(
+        self,
+        step: int,
+        worker: int = 0,
+        params: Params = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> dict[str, torch.Tensor]:
         """Gradients of ``worker`` at ``step``: ``{param: tensor}`` in model order (all parameters, one name, or
         a list of names), moved to ``device``/``dtype`` when given (default: CPU, storage dtype)."""
         names = self._params(params)
         return self._read(step, [grad_key(self._worker(worker), n) for n in names], names, device, dtype)
 
-    def flat(self, step: int, worker: int = 0, device: torch.device | str | None = None,
-             dtype: torch.dtype | None = None) -> torch.Tensor:
+    def flat(
+        self, step: int, worker: int = 0, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
         """The whole gradient of ``worker`` at ``step`` as one 1-D tensor of length :attr:`numel`, model order."""
         return self._read_flat(step, [grad_key(self._worker(worker), n) for n in self._shapes], device, dtype)
 
-    def read_extra(self, name: str, step: int, worker: int = 0, params: Params = None,
-                   device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    def read_extra(
+        self,
+        name: str,
+        step: int,
+        worker: int = 0,
+        params: Params = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> dict[str, torch.Tensor]:
         """Extra tensor ``name`` (e.g. ``residual``) of ``worker`` at ``step``, like :meth:`read`."""
         names = self._params(params)
-        return self._read(step, [extra_key(self._extra(name), self._worker(worker), n) for n in names], names, device,
-                          dtype)
+        return self._read(
+            step, [extra_key(self._extra(name), self._worker(worker), n) for n in names], names, device, dtype
+        )
 
-    def flat_extra(self, name: str, step: int, worker: int = 0, device: torch.device | str | None = None,
-                   dtype: torch.dtype | None = None) -> torch.Tensor:
+    def flat_extra(
+        self,
+        name: str,
+        step: int,
+        worker: int = 0,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
         """Extra tensor ``name`` of ``worker`` at ``step`` as one 1-D tensor in model order."""
         keys = [extra_key(self._extra(name), self._worker(worker), n) for n in self._shapes]
         return self._read_flat(step, keys, device, dtype)
@@ -134,7 +170,9 @@ class Dump:
 
     def _worker(self, worker: int) -> int:
         if not isinstance(worker, int) or not 0 <= worker < self.workers:
-            raise DumpError(f"{self.path}: worker {worker!r} out of range; this dump holds workers 0..{self.workers - 1}")
+            raise DumpError(
+                f"{self.path}: worker {worker!r} out of range; this dump holds workers 0..{self.workers - 1}"
+            )
         return worker
 
     def _extra(self, name: str) -> str:
@@ -173,8 +211,9 @@ class Dump:
             if size > entry["bytes"]:
                 raise DumpError(f"{file}: {size} bytes, {MANIFEST} records {entry['bytes']}")
 
-    def _read(self, step: int, keys: list[str], names: list[str], device, dtype, verify: bool | None = None
-              ) -> dict[str, torch.Tensor]:
+    def _read(
+        self, step: int, keys: list[str], names: list[str], device, dtype, verify: bool | None = None
+    ) -> dict[str, torch.Tensor]:
         out = {name: torch.empty(self._shapes[name], dtype=self.dtype) for name in names}
         self._read_into(step, keys, list(out.values()), verify)
         if device is None and dtype is None:
@@ -238,7 +277,9 @@ class Dump:
             if shape != want:
                 raise DumpError(f"{file}: tensor {key!r} has shape {shape}, {MANIFEST} declares {want}")
             if entry.get("dtype") != want_dtype:
-                raise DumpError(f"{file}: tensor {key!r} has dtype {entry.get('dtype')}, {MANIFEST} declares {want_dtype}")
+                raise DumpError(
+                    f"{file}: tensor {key!r} has dtype {entry.get('dtype')}, {MANIFEST} declares {want_dtype}"
+                )
             begin, end = entry.get("data_offsets", (0, -1))
             if end - begin != numel(want) * item or base + end > file_size:
                 raise DumpError(f"{file}: tensor {key!r} has bad data offsets {[begin, end]}")

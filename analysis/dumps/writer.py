@@ -1,4 +1,5 @@
 """Writing gradient dumps: :class:`DumpWriter` creates a dump or appends to one, one step file per call."""
+
 from __future__ import annotations
 
 import contextlib
@@ -14,9 +15,22 @@ import torch
 from safetensors.torch import save as safetensors_bytes
 
 from gradstat.analysis.dumps.atomic import write_atomic
-from gradstat.analysis.dumps.format import (FORMAT, FORMAT_VERSION, MANIFEST, STEP_FILE, TMP_SUFFIX, DumpError, checksum_key,
-                                   extra_key, grad_key, read_manifest, sha256_bytes, sha256_tensor, step_file,
-                                   storage_dtype)
+from gradstat.analysis.dumps.format import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    STEP_FILE,
+    TMP_SUFFIX,
+    DumpError,
+    checksum_key,
+    extra_key,
+    grad_key,
+    read_manifest,
+    sha256_bytes,
+    sha256_tensor,
+    step_file,
+    storage_dtype,
+)
 
 WorkerTensors = Sequence[Mapping[str, torch.Tensor]]
 
@@ -29,8 +43,13 @@ def library_versions() -> dict[str, str]:
         gradstat = version("gradstat")
     except PackageNotFoundError:
         gradstat = "unknown"
-    return {"gradstat": gradstat, "python": platform.python_version(), "torch": torch.__version__,
-            "numpy": np.__version__, "safetensors": safetensors.__version__}
+    return {
+        "gradstat": gradstat,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "safetensors": safetensors.__version__,
+    }
 
 
 class DumpWriter:
@@ -50,10 +69,21 @@ class DumpWriter:
     compression : the compressor/feedback in the training loop (``{"compressor": spec, "feedback": spec}``) or None.
     """
 
-    def __init__(self, path: str | Path, *, workload: str, params: Sequence[tuple[str, Sequence[int]]],
-                 workers: int = 1, dtype: str = "float32", every: int = 1, optimizer: Mapping[str, Any] | None = None,
-                 seeds: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None,
-                 extras: Sequence[str] = (), compression: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        workload: str,
+        params: Sequence[tuple[str, Sequence[int]]],
+        workers: int = 1,
+        dtype: str = "float32",
+        every: int = 1,
+        optimizer: Mapping[str, Any] | None = None,
+        seeds: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        extras: Sequence[str] = (),
+        compression: Mapping[str, Any] | None = None,
+    ) -> None:
         path = Path(path)
         storage_dtype(dtype)
         if not isinstance(workers, int) or workers < 1:
@@ -69,12 +99,21 @@ class DumpWriter:
             raise ValueError(f"extra names must be non-empty and hold no '/', got {list(extras)}")
         check_new_dump_dir(path)
         manifest: dict[str, Any] = {
-            "format": FORMAT, "format_version": FORMAT_VERSION, "workload": str(workload), "dtype": dtype,
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "workload": str(workload),
+            "dtype": dtype,
             "params": [{"name": n, "shape": [int(s) for s in shape], "dtype": dtype} for n, shape in params],
-            "workers": workers, "every": every, "extras": list(extras),
-            "optimizer": dict(optimizer or {}), "seeds": dict(seeds or {}), "compression": dict(compression or {}),
-            "versions": library_versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "metadata": dict(metadata or {}), "steps": [],
+            "workers": workers,
+            "every": every,
+            "extras": list(extras),
+            "optimizer": dict(optimizer or {}),
+            "seeds": dict(seeds or {}),
+            "compression": dict(compression or {}),
+            "versions": library_versions(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "metadata": dict(metadata or {}),
+            "steps": [],
         }
         json.dumps(manifest)  # fail now, before touching the disk, if something is not JSON-serialisable
         path.mkdir(parents=True, exist_ok=True)
@@ -106,8 +145,7 @@ class DumpWriter:
     def steps(self) -> list[int]:
         return [e["step"] for e in self.manifest["steps"]]
 
-    def write_step(self, step: int, grads: WorkerTensors,
-                   extras: Mapping[str, WorkerTensors] | None = None) -> None:
+    def write_step(self, step: int, grads: WorkerTensors, extras: Mapping[str, WorkerTensors] | None = None) -> None:
         """Write one recorded step: ``grads`` holds one ``{param: tensor}`` dict per worker; ``extras`` maps each
         declared extra name to one such dict per worker. Steps must be written in increasing order.
 
@@ -150,8 +188,10 @@ class DumpWriter:
             for name, shape in self._shapes.items():
                 t = named[name]
                 if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-                    raise TypeError(f"{what}, worker {w}, {name!r}: expected a floating-point tensor, got "
-                                    f"{type(t).__name__}{'' if not isinstance(t, torch.Tensor) else ' ' + str(t.dtype)}")
+                    raise TypeError(
+                        f"{what}, worker {w}, {name!r}: expected a floating-point tensor, got "
+                        f"{type(t).__name__}{'' if not isinstance(t, torch.Tensor) else ' ' + str(t.dtype)}"
+                    )
                 if tuple(t.shape) != shape:
                     raise ValueError(f"{what}, worker {w}, {name!r}: shape {tuple(t.shape)}, the dump declares {shape}")
                 t = t.detach().to(device="cpu", dtype=self._dtype).contiguous()
@@ -159,8 +199,10 @@ class DumpWriter:
                     t = t.clone()
                 self._storages.add(t.untyped_storage().data_ptr())
                 if not bool(torch.isfinite(t).all()):
-                    raise ValueError(f"{what}, worker {w}, {name!r}: holds NaN/Inf values (after conversion to "
-                                     f"{self.manifest['dtype']})")
+                    raise ValueError(
+                        f"{what}, worker {w}, {name!r}: holds NaN/Inf values (after conversion to "
+                        f"{self.manifest['dtype']})"
+                    )
                 out[key(w, name)] = t
 
     def _save_manifest(self) -> None:

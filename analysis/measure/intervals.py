@@ -3,6 +3,7 @@
 Every estimate the analysis layer reports next to a theory value carries one of these intervals, at a stated
 two-sided level (``DEFAULT_LEVEL`` unless the caller says otherwise).
 """
+
 from __future__ import annotations
 
 import math

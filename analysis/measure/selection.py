@@ -5,6 +5,7 @@ Grammar of an integer selection (steps, workers): ``all``, a comma list of items
 Layers: ``all``, or a comma list of parameter names or ``fnmatch`` patterns (``conv*.weight``).
 Everything selected must exist; an empty selection is an error.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -28,7 +29,7 @@ def parse_indices(spec: str | None, available: Sequence[int], what: str = "steps
     spec = spec.strip().lower()
     for head in ("first:", "last:"):
         if spec.startswith(head):
-            n = _int(spec[len(head):], what, spec)
+            n = _int(spec[len(head) :], what, spec)
             if n < 1:
                 raise ValueError(f"--{what} {spec!r}: N must be >= 1")
             return avail[:n] if head == "first:" else avail[-n:]
@@ -74,8 +75,9 @@ def parse_layers(spec: str | None, params: Sequence[str]) -> list[str]:
     return [n for n in params if n in keep]
 
 
-def parse_floats(spec: str, what: str, low: float | None = None, high: float | None = None,
-                 open_interval: bool = True) -> list[float]:
+def parse_floats(
+    spec: str, what: str, low: float | None = None, high: float | None = None, open_interval: bool = True
+) -> list[float]:
     """A comma list of floats (``0.1,0.01``), each checked to lie in (low, high) (or [low, high])."""
     out = []
     for item in (s.strip() for s in str(spec).split(",")):

@@ -11,6 +11,7 @@ Most bounds are conditional on the gradient (``E[. | g] <= bound * ||g||^2``), s
 - ``dump``: a block of ``n`` consecutive coordinates of the flattened model gradient of a dump, at the position
   of largest l2 norm (so a dead layer never yields an all-zero block); sequences cycle through the dump's steps.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -69,8 +70,9 @@ class GradientSource:
             self._cache[key] = int(window.argmax())
         return self._cache[key]
 
-    def vector(self, n: int, device: torch.device | str = "cpu", index: int = 0,
-               dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    def vector(
+        self, n: int, device: torch.device | str = "cpu", index: int = 0, dtype: torch.dtype = torch.float32
+    ) -> torch.Tensor:
         """A fixed gradient block of length ``n`` (``index`` picks another synthetic draw / dump step)."""
         if n < 1:
             raise ValueError(f"vector length n must be >= 1, got {n}")
@@ -79,13 +81,14 @@ class GradientSource:
         else:
             steps = self._steps()
             off = self._offset(n)
-            x = self._flat(steps[index % len(steps)])[off:off + n]
+            x = self._flat(steps[index % len(steps)])[off : off + n]
             if not bool(x.any()):
-                x = self._flat(steps[0])[off:off + n]
+                x = self._flat(steps[0])[off : off + n]
         return x.to(device=device, dtype=dtype)
 
-    def sequence(self, n: int, length: int, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+    def sequence(
+        self, n: int, length: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+    ) -> list[torch.Tensor]:
         """``length`` gradient blocks of length ``n`` over consecutive steps (cycling through a dump's steps)."""
         return [self.vector(n, device, index=i, dtype=dtype) for i in range(length)]
 
@@ -99,8 +102,11 @@ def _synthetic(family: str, n: int, gen: torch.Generator) -> torch.Tensor:
         return torch.randn(n, generator=gen, dtype=torch.float64)
     import gradstat.theory.distributions as td
 
-    dist = {"laplace": lambda: td.Exponential(scale=1.0), "gamma": lambda: td.Gamma(shape=0.5, scale=1.0),
-            "genpareto": lambda: td.GenPareto(shape=0.25, scale=1.0)}[family]()
+    dist = {
+        "laplace": lambda: td.Exponential(scale=1.0),
+        "gamma": lambda: td.Gamma(shape=0.5, scale=1.0),
+        "genpareto": lambda: td.GenPareto(shape=0.25, scale=1.0),
+    }[family]()
     mags = dist.sample(n, gen, device="cpu", dtype=torch.float64)
     signs = torch.randint(0, 2, (n,), generator=gen, dtype=torch.int8).double() * 2 - 1
     return mags * signs

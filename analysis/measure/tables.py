@@ -3,6 +3,7 @@
 Every table the analysis layer produces goes through :func:`write_table`, so each CSV has a Markdown twin for the
 report and an interruption never leaves a half-written file (each file is written to a temporary name and renamed).
 """
+
 from __future__ import annotations
 
 import math

@@ -9,6 +9,7 @@ The rule (the same for the validation checks, the studies and the report):
   ``[theory - tolerance, theory + tolerance]``, **violated** otherwise (an equality is never "tight");
 - **not applicable** when there is no finite theory value.
 """
+
 from __future__ import annotations
 
 import math

@@ -5,6 +5,7 @@
 - :mod:`gradstat.analysis.plots.variance_gain`: min gamma over (k, Q) vs gain with QSGD and Wangni (QCS Fig. 3);
 - :mod:`gradstat.analysis.plots.feedback`: residual bound eta vs feedback weight beta.
 """
+
 from gradstat.analysis.plots.common import new_figure, save_figure
 
 __all__ = ["new_figure", "save_figure"]

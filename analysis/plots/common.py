@@ -1,4 +1,5 @@
 """The one way a figure leaves the program: PNG and the CSV of the data drawn, written side by side."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """eta vs beta: the residual bound of QCS Lemma 4 ((15) unbiased, (16) MMSE as printed) over the feedback weight,
 beta* and eta* of Remark 2, Karimireddy's eta_k, and the measured max_t E||r_t||^2 / B with its interval."""
+
 from __future__ import annotations
 
 import math
@@ -26,15 +27,29 @@ def eta_vs_beta(summary: pd.DataFrame, theory: pd.DataFrame, out_dir: str | os.P
     a = ax[0, 0]
     finite = np.isfinite(curve)
     if finite.any():
-        a.plot(grid[finite], np.asarray(curve)[finite], "b-", label=f"eta(beta), {kind} {'(15)' if kind == 'unbiased' else '(16)'}")
+        a.plot(
+            grid[finite],
+            np.asarray(curve)[finite],
+            "b-",
+            label=f"eta(beta), {kind} {'(15)' if kind == 'unbiased' else '(16)'}",
+        )
     if math.isfinite(first["eta_star"]):
         a.plot([first["beta_star"]], [first["eta_star"]], "b*", ms=12, label="beta*, eta* (17)/(18)")
     if math.isfinite(first["eta_karimireddy"]):
         a.axhline(first["eta_karimireddy"], color="tab:red", ls="--", label="Karimireddy eta_k")
-    a.errorbar(summary["beta"], summary["empirical"],
-               yerr=[summary["empirical"] - summary["ci_low"], summary["ci_high"] - summary["empirical"]],
-               fmt="ko", capsize=3, label="max_t E||r_t||^2 / B")
-    a.set(xlabel="feedback weight beta", ylabel="eta", yscale="log",
-          title=f"residual bound (gamma = {first['gamma']:.3g})" if not pd.isna(first["gamma"]) else "residual")
+    a.errorbar(
+        summary["beta"],
+        summary["empirical"],
+        yerr=[summary["empirical"] - summary["ci_low"], summary["ci_high"] - summary["empirical"]],
+        fmt="ko",
+        capsize=3,
+        label="max_t E||r_t||^2 / B",
+    )
+    a.set(
+        xlabel="feedback weight beta",
+        ylabel="eta",
+        yscale="log",
+        title=f"residual bound (gamma = {first['gamma']:.3g})" if not pd.isna(first["gamma"]) else "residual",
+    )
     a.legend(fontsize=7)
     return save_figure(fig, data, out_dir, stem)

@@ -1,5 +1,6 @@
 """Distribution-fit figures: PDF and CDF of |g| with the fitted curves (SIDCo 001_ac87256369ec7547.txt Fig. 2
 style, log axes where tails matter), QQ plot, tail check and parameter drift over steps."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,14 @@ def _np(x) -> np.ndarray:
     return np.asarray(x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x, dtype=np.float64)
 
 
-def pdf_cdf(g: torch.Tensor, out_dir: str | os.PathLike, stem: str, method: str = "mle",
-            families: Sequence[str] = ("exponential", "gamma", "genpareto"), title: str = "") -> dict[str, Path]:
+def pdf_cdf(
+    g: torch.Tensor,
+    out_dir: str | os.PathLike,
+    stem: str,
+    method: str = "mle",
+    families: Sequence[str] = ("exponential", "gamma", "genpareto"),
+    title: str = "",
+) -> dict[str, Path]:
     """Left: density of the nonzero |g| (log-spaced histogram) with each fitted pdf, log-log axes. Right: empirical
     survival function P(|g| > x) with the fitted ones, log-log axes (the tail the thresholds live in)."""
     a = g.detach().reshape(-1).abs().double().cpu()
@@ -51,15 +58,25 @@ def pdf_cdf(g: torch.Tensor, out_dir: str | os.PathLike, stem: str, method: str 
         ax[0, 0].loglog(centers, pdf, color=COLORS.get(fam), label=fam)
         ax[0, 1].loglog(centers, sf, color=COLORS.get(fam), label=fam)
     pos = density[density > 0]
-    ax[0, 0].set(xlabel="|g|", ylabel="density", title=title or f"PDF of |g| ({method} fits)",
-                 ylim=(pos.min() / 10, pos.max() * 10))
+    ax[0, 0].set(
+        xlabel="|g|",
+        ylabel="density",
+        title=title or f"PDF of |g| ({method} fits)",
+        ylim=(pos.min() / 10, pos.max() * 10),
+    )
     ax[0, 1].set(xlabel="x", ylabel="P(|g| > x)", title="survival function", ylim=(0.5 / len(x), 1.5))
     ax[0, 0].legend(fontsize=8)
     return save_figure(fig, data, out_dir, stem)
 
 
-def qq(g: torch.Tensor, out_dir: str | os.PathLike, stem: str, method: str = "mle",
-       families: Sequence[str] = ("exponential", "gamma", "genpareto"), points: int = 200) -> dict[str, Path]:
+def qq(
+    g: torch.Tensor,
+    out_dir: str | os.PathLike,
+    stem: str,
+    method: str = "mle",
+    families: Sequence[str] = ("exponential", "gamma", "genpareto"),
+    points: int = 200,
+) -> dict[str, Path]:
     """Fitted quantiles against empirical quantiles of the nonzero |g| at ``points`` probabilities (log axes)."""
     a = g.detach().reshape(-1).abs().double().cpu()
     nz = a[a > 0]
@@ -88,8 +105,13 @@ def tail_check(fits: pd.DataFrame, out_dir: str | os.PathLike, stem: str, scope:
     deltas = [float(c[5:]) for c in cols]
     fig, ax = new_figure()
     for _, row in data.iterrows():
-        ax[0, 0].semilogx(deltas, [row[c] for c in cols], "o-" if row["method"] == "mle" else "s--",
-                          color=COLORS.get(row["family"]), label=f"{row['family']} ({row['method']})")
+        ax[0, 0].semilogx(
+            deltas,
+            [row[c] for c in cols],
+            "o-" if row["method"] == "mle" else "s--",
+            color=COLORS.get(row["family"]),
+            label=f"{row['family']} ({row['method']})",
+        )
     ax[0, 0].axhline(1.0, color="k", lw=0.8)
     ax[0, 0].set(xlabel="target ratio delta", ylabel="k_hat / (d delta)", title="tail check (single-stage fit)")
     ax[0, 0].invert_xaxis()
@@ -97,8 +119,9 @@ def tail_check(fits: pd.DataFrame, out_dir: str | os.PathLike, stem: str, scope:
     return save_figure(fig, data, out_dir, stem)
 
 
-def drift(data: pd.DataFrame, out_dir: str | os.PathLike, stem: str, scope: str = "model",
-          method: str = "mle") -> dict[str, Path]:
+def drift(
+    data: pd.DataFrame, out_dir: str | os.PathLike, stem: str, scope: str = "model", method: str = "mle"
+) -> dict[str, Path]:
     """Fitted scale and shape per step (one line per family); ``data`` has columns ``step, family, scale, shape``
     (:func:`gradstat.analysis.studies.fits.drift`)."""
     fig, ax = new_figure(2)

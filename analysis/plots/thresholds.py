@@ -1,5 +1,6 @@
 """Threshold-quality figure: k_hat/k per estimator with its mean, 90 % interval over steps and the binomial band
 of a perfect fit, one panel per target ratio (SIDCo 001_ac87256369ec7547.txt Fig. 1(c) / Fig. 9 style)."""
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,14 @@ def k_ratio(summary: pd.DataFrame, out_dir: str | os.PathLike, stem: str) -> dic
         y = np.arange(len(s))
         a.axvspan(s["band_low"].iloc[0], s["band_high"].iloc[0], color="0.85", label="binomial 90 % band")
         a.axvline(1.0, color="k", lw=0.8)
-        a.errorbar(s["mean"], y, xerr=[s["mean"] - s["q05"], s["q95"] - s["mean"]], fmt="o", capsize=3,
-                   label="mean, 90 % interval")
+        a.errorbar(
+            s["mean"],
+            y,
+            xerr=[s["mean"] - s["q05"], s["q95"] - s["mean"]],
+            fmt="o",
+            capsize=3,
+            label="mean, 90 % interval",
+        )
         a.set_yticks(y, s["estimator"], fontsize=7)
         a.set(xlabel="k_hat / k", title=f"delta = {r:g}", xscale="log")
         a.xaxis.set_minor_formatter(NullFormatter())

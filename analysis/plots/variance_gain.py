@@ -1,4 +1,5 @@
 """QCS Fig. 3 reproduced: variance factor vs compression gain, theory curves and measured points, log axes."""
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,9 @@ from gradstat.analysis.plots.common import new_figure, save_figure
 STYLE = {"QCS (min over k, Q)": "tab:blue", "QSGD (Lemma 3.1)": "tab:orange", "Wangni (uniform p)": "tab:green"}
 
 
-def variance_vs_gain(curves: pd.DataFrame, points: pd.DataFrame | None, out_dir: str | os.PathLike, stem: str,
-                     n: int) -> dict[str, Path]:
+def variance_vs_gain(
+    curves: pd.DataFrame, points: pd.DataFrame | None, out_dir: str | os.PathLike, stem: str, n: int
+) -> dict[str, Path]:
     """``curves`` from :func:`gradstat.analysis.studies.variance_gain.theory_curves`, ``points`` from ``empirical_points``."""
     fig, ax = new_figure(width=6.0, height=4.2)
     a = ax[0, 0]
@@ -22,9 +24,15 @@ def variance_vs_gain(curves: pd.DataFrame, points: pd.DataFrame | None, out_dir:
     frames = [curves.assign(series="theory")]
     if points is not None and not points.empty:
         for method, grp in points.groupby("method", sort=False):
-            a.errorbar(grp["gain"], grp["empirical"], yerr=[grp["empirical"] - grp["ci_low"],
-                       grp["ci_high"] - grp["empirical"]], fmt="o", mfc="none", color=STYLE.get(method),
-                       label=f"{method}: measured")
+            a.errorbar(
+                grp["gain"],
+                grp["empirical"],
+                yerr=[grp["empirical"] - grp["ci_low"], grp["ci_high"] - grp["empirical"]],
+                fmt="o",
+                mfc="none",
+                color=STYLE.get(method),
+                label=f"{method}: measured",
+            )
         frames.append(points.assign(series="measured"))
     a.set(xlabel="compression gain", ylabel="E||g - g_hat||^2 / ||g||^2", title=f"variance vs gain (n = {n})")
     a.legend(fontsize=7)

@@ -15,6 +15,7 @@ key                       bound                                                 
 ``wangni_variance``       sum g_i^2 (1/p_i - 1) / ||g||^2 with the optimal p_i        equal   Wangni 2018 Sec. 3
 ========================  ==========================================================  ======  ===================
 """
+
 from __future__ import annotations
 
 import math
@@ -44,6 +45,7 @@ def rule(key: str) -> Callable:
     def deco(fn: Callable[[Compressor, torch.Tensor], Bound]) -> Callable:
         _RULES[key] = fn
         return fn
+
     return deco
 
 
@@ -71,8 +73,12 @@ def _wangni(comp: Compressor, g: torch.Tensor) -> Bound:
 
     p = optimal_probabilities(g.abs().float(), math.ceil(float(comp.ratio) * g.numel()))
     gg = float(g.double().square().sum())
-    return Bound(variance(g.double().cpu().numpy(), p.double().cpu().numpy()) / gg,
-                 "sum g^2 (1/p - 1) / ||g||^2", "equal", "Wangni et al. 2018 Sec. 3; 000 Fig. 3")
+    return Bound(
+        variance(g.double().cpu().numpy(), p.double().cpu().numpy()) / gg,
+        "sum g^2 (1/p - 1) / ||g||^2",
+        "equal",
+        "Wangni et al. 2018 Sec. 3; 000 Fig. 3",
+    )
 
 
 def _quantizer_blocks(comp: Compressor, g: torch.Tensor) -> tuple[list, int, str]:
@@ -80,7 +86,7 @@ def _quantizer_blocks(comp: Compressor, g: torch.Tensor) -> tuple[list, int, str
     flat = comp.prepare(g.reshape(-1).float()).double().cpu().numpy()
     q = comp.quantizer(flat.size)
     size = q.bucket_size(flat.size)
-    return [flat[i:i + size] for i in range(0, flat.size, size)], int(q.levels), str(q.norm)
+    return [flat[i : i + size] for i in range(0, flat.size, size)], int(q.levels), str(q.norm)
 
 
 @rule("dqsg_exact")
@@ -89,8 +95,12 @@ def _dqsg(comp: Compressor, g: torch.Tensor) -> Bound:
 
     blocks, levels, _ = _quantizer_blocks(comp, g)
     total = sum(conditional_error(b, 1.0 / levels) for b in blocks if (b != 0).any())
-    return Bound(total / float(g.double().square().sum()), "sum_K ||g_K||_inf^2 n_K Delta^2/12 / ||g||^2", "equal",
-                 "002_87c17e3716ede1d0.txt Lemma 3 / App. B")
+    return Bound(
+        total / float(g.double().square().sum()),
+        "sum_K ||g_K||_inf^2 n_K Delta^2/12 / ||g||^2",
+        "equal",
+        "002_87c17e3716ede1d0.txt Lemma 3 / App. B",
+    )
 
 
 @rule("half_dither_linf")
@@ -99,8 +109,12 @@ def _half(comp: Compressor, g: torch.Tensor) -> Bound:
 
     blocks, levels, norm = _quantizer_blocks(comp, g)
     total = sum(total_variance(b, levels, norm) for b in blocks if (b != 0).any())
-    return Bound(total / float(g.double().square().sum()), "sum_i step^2 f_i (1 - f_i) / ||g||^2", "equal",
-                 "002_87c17e3716ede1d0.txt Sec. 2.1.1 and Lemma 2")
+    return Bound(
+        total / float(g.double().square().sum()),
+        "sum_i step^2 f_i (1 - f_i) / ||g||^2",
+        "equal",
+        "002_87c17e3716ede1d0.txt Sec. 2.1.1 and Lemma 2",
+    )
 
 
 @rule("qsgd")
@@ -111,8 +125,12 @@ def _qsgd(comp: Compressor, g: torch.Tensor) -> Bound:
     q = comp.quantizer(d)
     if q.norm != "l2":
         return _half(comp, g)
-    return Bound(variance_bound(q.bucket_size(d), int(q.levels)), "min(n/s^2, sqrt(n)/s), n = bucket", "upper",
-                 "Alistarh et al. 2017 Lemma 3.1 (000_4b111efa75352b2d.txt Fig. 3)")
+    return Bound(
+        variance_bound(q.bucket_size(d), int(q.levels)),
+        "min(n/s^2, sqrt(n)/s), n = bucket",
+        "upper",
+        "Alistarh et al. 2017 Lemma 3.1 (000_4b111efa75352b2d.txt Fig. 3)",
+    )
 
 
 def qcs_gamma(comp: Compressor) -> float:
@@ -132,5 +150,9 @@ def _qcs(comp: Compressor, g: torch.Tensor) -> Bound:
 def _qcs_mmse(comp: Compressor, g: torch.Tensor) -> Bound:
     from gradstat.theory.qcs import mmse_error_factor
 
-    return Bound(mmse_error_factor(qcs_gamma(comp)), "1 - alpha = gamma/(gamma+1)", "upper",
-                 "000_4b111efa75352b2d.txt Lemma 3 eq. (13)")
+    return Bound(
+        mmse_error_factor(qcs_gamma(comp)),
+        "1 - alpha = gamma/(gamma+1)",
+        "upper",
+        "000_4b111efa75352b2d.txt Lemma 3 eq. (13)",
+    )

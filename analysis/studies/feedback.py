@@ -8,10 +8,12 @@ Which eta applies: MMSE-QCS (bound key ``qcs_mmse``) gets (16) with its gamma; a
 a closed-form variance factor gamma (``analysis.studies.bounds``; QCS's (10), QSGD's, DQSG's, ...) gets (15), whose proof
 uses only unbiasedness and ``E||e||^2 <= gamma ||z||^2``. Anything else has no bound here.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -20,14 +22,13 @@ import torch
 from tqdm.auto import tqdm
 
 from gradstat import compressors
-from gradstat.analysis.studies.bounds import qcs_gamma, closed_form_bound
-from gradstat.analysis.measure.verdicts import verdict
 from gradstat.analysis.measure.intervals import DEFAULT_LEVEL, mean_ci
-from gradstat.compressors import Compressor, Context, ErrorFeedback
-from gradstat.compressors.pipeline import feedback_round, new_worker_states
-from pathlib import Path
 from gradstat.analysis.measure.sources import GradientSource
 from gradstat.analysis.measure.tables import write_table
+from gradstat.analysis.measure.verdicts import verdict
+from gradstat.analysis.studies.bounds import closed_form_bound, qcs_gamma
+from gradstat.compressors import Compressor, Context, ErrorFeedback
+from gradstat.compressors.pipeline import feedback_round, new_worker_states
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,9 @@ def feedback_theory(comp: Compressor, g: torch.Tensor) -> FeedbackTheory:
     return FeedbackTheory(None, None)
 
 
-def residual_samples(comp: Compressor, beta: float, sequence: Sequence[Sequence[torch.Tensor]],
-                     seeds: Sequence[int]) -> np.ndarray:
+def residual_samples(
+    comp: Compressor, beta: float, sequence: Sequence[Sequence[torch.Tensor]], seeds: Sequence[int]
+) -> np.ndarray:
     """``||r_{t+1}||^2`` per seed and step, averaged over workers: array of shape (len(seeds), T).
 
     ``sequence[t][w]`` is worker w's gradient at step t; each seed replays the whole sequence from r_0 = 0.
@@ -90,9 +92,14 @@ def residual_samples(comp: Compressor, beta: float, sequence: Sequence[Sequence[
     return out
 
 
-def feedback_table(spec: str, betas: Sequence[float], sequence: Sequence[Sequence[torch.Tensor]],
-                   seeds: Sequence[int], level: float = DEFAULT_LEVEL, progress: bool = False
-                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def feedback_table(
+    spec: str,
+    betas: Sequence[float],
+    sequence: Sequence[Sequence[torch.Tensor]],
+    seeds: Sequence[int],
+    level: float = DEFAULT_LEVEL,
+    progress: bool = False,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """eta vs beta for compressor ``spec`` over a gradient sequence.
 
     Returns
@@ -122,12 +129,28 @@ def feedback_table(spec: str, betas: Sequence[float], sequence: Sequence[Sequenc
         t_max = int(np.argmax(means))
         est = mean_ci(r[:, t_max], level)
         eta, reason = th.eta(beta)
-        rows.append({"beta": beta, "empirical": est.mean, "ci_low": est.low, "ci_high": est.high, "level": level,
-                     "mean_over_steps": float(means.mean()), "eta": eta, "eta_reason": reason,
-                     "eta_minkowski": th.eta_minkowski(beta),
-                     "verdict": verdict("upper", eta if math.isfinite(eta) else None, est),
-                     "gamma": th.gamma, "bound_kind": th.kind, "beta_star": beta_star, "eta_star": eta_star,
-                     "eta_karimireddy": eta_k, "B": B, "seeds": len(seeds), "steps": len(sequence)})
+        rows.append(
+            {
+                "beta": beta,
+                "empirical": est.mean,
+                "ci_low": est.low,
+                "ci_high": est.high,
+                "level": level,
+                "mean_over_steps": float(means.mean()),
+                "eta": eta,
+                "eta_reason": reason,
+                "eta_minkowski": th.eta_minkowski(beta),
+                "verdict": verdict("upper", eta if math.isfinite(eta) else None, est),
+                "gamma": th.gamma,
+                "bound_kind": th.kind,
+                "beta_star": beta_star,
+                "eta_star": eta_star,
+                "eta_karimireddy": eta_k,
+                "B": B,
+                "seeds": len(seeds),
+                "steps": len(sequence),
+            }
+        )
         steps.extend({"beta": beta, "step": t, "residual_rel_mean": float(m)} for t, m in enumerate(means))
     return pd.DataFrame(rows), pd.DataFrame(steps)
 
@@ -135,23 +158,38 @@ def feedback_table(spec: str, betas: Sequence[float], sequence: Sequence[Sequenc
 def eta_curve(summary: pd.DataFrame, points: int = 200) -> pd.DataFrame:
     """The bound eta(beta) of ``summary``'s compressor over ``beta`` in [0.01, 1] (columns ``beta, eta``)."""
     first = summary.iloc[0]
-    th = FeedbackTheory(None if pd.isna(first["gamma"]) else float(first["gamma"]),
-                        None if pd.isna(first["bound_kind"]) else str(first["bound_kind"]))
+    th = FeedbackTheory(
+        None if pd.isna(first["gamma"]) else float(first["gamma"]),
+        None if pd.isna(first["bound_kind"]) else str(first["bound_kind"]),
+    )
     grid = np.linspace(0.01, 1.0, points)
     return pd.DataFrame({"beta": grid, "eta": [th.eta(b)[0] for b in grid]})
 
 
-def run(source: GradientSource, workers: Sequence[int], out: Path, spec: str, betas: Sequence[float],
-             n: int, steps: int, seeds: int, device: torch.device, progress: bool = True,
-             stem: str = "feedback") -> pd.DataFrame:
+def run(
+    source: GradientSource,
+    workers: Sequence[int],
+    out: Path,
+    spec: str,
+    betas: Sequence[float],
+    n: int,
+    steps: int,
+    seeds: int,
+    device: torch.device,
+    progress: bool = True,
+    stem: str = "feedback",
+) -> pd.DataFrame:
     """eta vs beta (``analysis.studies.feedback``) on ``steps`` consecutive gradient blocks of length ``n``; files
     ``<stem>.csv``, ``<stem>_steps.csv``, ``<stem>_eta_vs_beta.png``."""
     from gradstat.analysis.plots.feedback import eta_vs_beta
 
     sequence = []
     for t in range(steps):
-        sequence.append([GradientSource(source.dump, source.steps, w, source.seed).vector(n, device, index=t)
-                         for w in workers] if source.dump is not None else [source.vector(n, device, index=t)])
+        sequence.append(
+            [GradientSource(source.dump, source.steps, w, source.seed).vector(n, device, index=t) for w in workers]
+            if source.dump is not None
+            else [source.vector(n, device, index=t)]
+        )
     summary, per_step = feedback_table(spec, betas, sequence, list(range(seeds)), progress=progress)
     write_table(summary, out, stem)
     write_table(per_step, out, f"{stem}_steps")

@@ -17,16 +17,18 @@ estimator (closed form or MLE, :func:`gradstat.theory.estimators.fit`), one tabl
 - ``p``: the compressibility exponent of the sorted magnitudes, |g|_(j) <= c j^-p (SIDCo Def. 1), from
   :mod:`gradstat.theory.sparsification`.
 """
+
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
-from pathlib import Path
+
 from gradstat.analysis.measure.tables import CsvLog, write_table
 
 FAMILIES = ("exponential", "gamma", "genpareto")
@@ -63,8 +65,14 @@ def subsample(nonzero_abs: torch.Tensor, size: int = SUBSAMPLE, seed: int = 0) -
     return np.sort(nonzero_abs.double().cpu().numpy())
 
 
-def fit_vector(g: torch.Tensor, families: Sequence[str] = FAMILIES, methods: Sequence[str] = METHODS,
-               deltas: Sequence[float] = DELTAS, gof_size: int = SUBSAMPLE, seed: int = 0) -> list[dict[str, Any]]:
+def fit_vector(
+    g: torch.Tensor,
+    families: Sequence[str] = FAMILIES,
+    methods: Sequence[str] = METHODS,
+    deltas: Sequence[float] = DELTAS,
+    gof_size: int = SUBSAMPLE,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
     """Fit every (family, method) to ``|g|`` of a 1-D gradient; one dict per fit (columns in the module docstring).
 
     Raises
@@ -93,10 +101,20 @@ def fit_vector(g: torch.Tensor, families: Sequence[str] = FAMILIES, methods: Seq
             dist = f.distribution
             loglik = float(torch.as_tensor(dist.logpdf(nz.double())).sum())
             ks, ad = goodness_of_fit(sample, lambda x: np.asarray(dist.cdf(x)))
-            row = {"family": family, "method": method, "scale": float(f.params.get("scale", math.nan)),
-                   "shape": float(f.params.get("shape", math.nan)), "n": int(f.n), "d": d,
-                   "zero_fraction": float(f.zero_fraction), "loglik": loglik,
-                   "aic": 2 * N_PARAMS[family] - 2 * loglik, "ks": ks, "ad": ad, "gof_n": sample.size}
+            row = {
+                "family": family,
+                "method": method,
+                "scale": float(f.params.get("scale", math.nan)),
+                "shape": float(f.params.get("shape", math.nan)),
+                "n": int(f.n),
+                "d": d,
+                "zero_fraction": float(f.zero_fraction),
+                "loglik": loglik,
+                "aic": 2 * N_PARAMS[family] - 2 * loglik,
+                "ks": ks,
+                "ad": ad,
+                "gof_n": sample.size,
+            }
             for delta in deltas:
                 if d * delta < 1:
                     row[f"tail_{delta:g}"] = math.nan
@@ -112,17 +130,27 @@ def fit_vector(g: torch.Tensor, families: Sequence[str] = FAMILIES, methods: Seq
 
 def _rank(rows: list[dict[str, Any]]) -> None:
     for method in {r["method"] for r in rows}:
-        group = sorted((r for r in rows if r["method"] == method),
-                       key=lambda r: r["aic"] if math.isfinite(r["aic"]) else math.inf)
+        group = sorted(
+            (r for r in rows if r["method"] == method), key=lambda r: r["aic"] if math.isfinite(r["aic"]) else math.inf
+        )
         for i, r in enumerate(group, 1):
             r["aic_rank"] = i
 
 
-def fit_dump(dump: Any, steps: Sequence[int], workers: Sequence[int] = (0,), layers: Sequence[str] | None = None,
-             scopes: Iterable[str] = ("model", "layer"), normalize: bool = False, compensated: bool = False,
-             families: Sequence[str] = FAMILIES, methods: Sequence[str] = METHODS,
-             device: torch.device | str = "cpu", progress: bool = False,
-             on_rows: Callable[[list[dict]], None] | None = None) -> pd.DataFrame:
+def fit_dump(
+    dump: Any,
+    steps: Sequence[int],
+    workers: Sequence[int] = (0,),
+    layers: Sequence[str] | None = None,
+    scopes: Iterable[str] = ("model", "layer"),
+    normalize: bool = False,
+    compensated: bool = False,
+    families: Sequence[str] = FAMILIES,
+    methods: Sequence[str] = METHODS,
+    device: torch.device | str = "cpu",
+    progress: bool = False,
+    on_rows: Callable[[list[dict]], None] | None = None,
+) -> pd.DataFrame:
     """Fit |g| for each selected step and worker, for the whole model and/or each layer.
 
     Parameters
@@ -144,8 +172,10 @@ def fit_dump(dump: Any, steps: Sequence[int], workers: Sequence[int] = (0,), lay
     if bad or not scopes:
         raise ValueError(f"scopes must be among model, layer; got {scopes}")
     if compensated and "compensated" not in (dump.extras or ()):
-        raise ValueError("the dump holds no error-compensated gradient (extra 'compensated'); record it with a "
-                         "compressor and feedback in the loop, or drop --compensated")
+        raise ValueError(
+            "the dump holds no error-compensated gradient (extra 'compensated'); record it with a "
+            "compressor and feedback in the loop, or drop --compensated"
+        )
     variant = ("compensated" if compensated else "gradient") + (", l2-normalised" if normalize else "")
     rows: list[dict] = []
     bar = tqdm(total=len(steps) * len(workers), desc="fit", disable=not progress, leave=False)
@@ -153,12 +183,18 @@ def fit_dump(dump: Any, steps: Sequence[int], workers: Sequence[int] = (0,), lay
         for w in workers:
             vectors = []
             if "model" in scopes:
-                flat = (dump.flat_extra("compensated", step, worker=w, device=device) if compensated
-                        else dump.flat(step, worker=w, device=device))
+                flat = (
+                    dump.flat_extra("compensated", step, worker=w, device=device)
+                    if compensated
+                    else dump.flat(step, worker=w, device=device)
+                )
                 vectors.append(("model", flat))
             if "layer" in scopes:
-                named = (dump.read_extra("compensated", step, worker=w, params=layers, device=device) if compensated
-                         else dump.read(step, worker=w, params=layers, device=device))
+                named = (
+                    dump.read_extra("compensated", step, worker=w, params=layers, device=device)
+                    if compensated
+                    else dump.read(step, worker=w, params=layers, device=device)
+                )
                 vectors.extend(named.items())
             new = []
             for scope, v in vectors:
@@ -190,17 +226,39 @@ def drift(df: pd.DataFrame, scope: str = "model", method: str = "mle") -> pd.Dat
     return sel.groupby(["step", "family"], as_index=False)[["scale", "shape"]].mean()
 
 
-def run(dump: Any, out: Path, steps: Sequence[int], workers: Sequence[int], layers: Sequence[str] | None,
-         scopes: Sequence[str], methods: Sequence[str], normalize: bool, compensated: bool,
-         device: torch.device, progress: bool = True, figures: bool = True) -> pd.DataFrame:
+def run(
+    dump: Any,
+    out: Path,
+    steps: Sequence[int],
+    workers: Sequence[int],
+    layers: Sequence[str] | None,
+    scopes: Sequence[str],
+    methods: Sequence[str],
+    normalize: bool,
+    compensated: bool,
+    device: torch.device,
+    progress: bool = True,
+    figures: bool = True,
+) -> pd.DataFrame:
     """Distribution fits (``analysis.studies.fits``) and their figures (on the last selected step, worker 0 of the
     selection, whole model)."""
     from gradstat.analysis.plots import fits as fplots
 
     log = CsvLog(out / "fits.csv")
     try:
-        df = fit_dump(dump, steps, workers, layers, scopes, normalize, compensated, methods=methods,
-                              device=device, progress=progress, on_rows=log.add)
+        df = fit_dump(
+            dump,
+            steps,
+            workers,
+            layers,
+            scopes,
+            normalize,
+            compensated,
+            methods=methods,
+            device=device,
+            progress=progress,
+            on_rows=log.add,
+        )
     finally:
         log.close()
     write_table(df, out, "fits")

@@ -15,10 +15,12 @@ reconstruction, ``g`` the worker-mean gradient and ``g_hat`` the worker-mean rec
 
 Seeds are independent replays (states restart for each seed); :func:`summarize` averages them per step.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import pandas as pd
@@ -26,9 +28,8 @@ import torch
 from tqdm.auto import tqdm
 
 from gradstat import compressors
-from gradstat.compressors import Compressor, Context, ErrorFeedback
-from pathlib import Path
 from gradstat.analysis.measure.tables import CsvLog, write_table
+from gradstat.compressors import Compressor, Context, ErrorFeedback
 
 
 @dataclass
@@ -43,8 +44,9 @@ class ReplayConfig:
     device: torch.device | str = "cpu"
 
 
-def replay(dump: Any, config: ReplayConfig, on_step: Callable[[dict], None] | None = None,
-           progress: bool = False) -> pd.DataFrame:
+def replay(
+    dump: Any, config: ReplayConfig, on_step: Callable[[dict], None] | None = None, progress: bool = False
+) -> pd.DataFrame:
     """Replay ``config`` over ``dump`` (an ``analysis.dumps`` dump); one row per (seed, step).
 
     Parameters
@@ -83,8 +85,9 @@ def replay(dump: Any, config: ReplayConfig, on_step: Callable[[dict], None] | No
     return pd.DataFrame(rows)
 
 
-def replay_step(comp: Compressor, fb: ErrorFeedback, grads: Sequence[torch.Tensor], states: list,
-                fstates: list, ctx: Context) -> dict[str, float]:
+def replay_step(
+    comp: Compressor, fb: ErrorFeedback, grads: Sequence[torch.Tensor], states: list, fstates: list, ctx: Context
+) -> dict[str, float]:
     """One synchronous round with feedback; updates ``states``/``fstates`` in place; returns the step's metrics."""
     z = [fb.compensate(g, st) for g, st in zip(grads, fstates)]
     res = comp.round(z, ctx, states)
@@ -108,10 +111,17 @@ def replay_step(comp: Compressor, fb: ErrorFeedback, grads: Sequence[torch.Tenso
     bits = sum(p.bits for p in res.payloads) / len(grads)
     ent = sum(p.entropy_bits() for p in res.payloads) / len(grads)
     return {
-        "workers": len(grads), "d": d, "rel_error": _mean(rel), "agg_rel_error": agg, "bias": _mean(bias),
-        "k_ratio": k_ratio(comp, res.payloads, d), "bits": bits, "entropy_bits": ent,
+        "workers": len(grads),
+        "d": d,
+        "rel_error": _mean(rel),
+        "agg_rel_error": agg,
+        "bias": _mean(bias),
+        "k_ratio": k_ratio(comp, res.payloads, d),
+        "bits": bits,
+        "entropy_bits": ent,
         "gain": 32.0 * d / bits if bits > 0 else math.nan,
-        "residual_norm": _mean(resid), "residual_rel": _mean(resid_rel),
+        "residual_norm": _mean(resid),
+        "residual_rel": _mean(resid_rel),
     }
 
 
@@ -141,9 +151,16 @@ def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
-def run(dump: Any, out: Path, specs: Sequence[tuple[str, str]], steps: Sequence[int],
-             workers: Sequence[int], seeds: Sequence[int], device: torch.device,
-             progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+def run(
+    dump: Any,
+    out: Path,
+    specs: Sequence[tuple[str, str]],
+    steps: Sequence[int],
+    workers: Sequence[int],
+    seeds: Sequence[int],
+    device: torch.device,
+    progress: bool = True,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Replays (``analysis.studies.replay``) of each (compressor, feedback) pair; per-step rows and a one-row-per-pair
     summary (means over steps and seeds)."""
     log = CsvLog(out / "compress_steps.csv")
@@ -151,14 +168,27 @@ def run(dump: Any, out: Path, specs: Sequence[tuple[str, str]], steps: Sequence[
     try:
         for comp, fb in specs:
             cfg = ReplayConfig(comp, fb, steps, workers, seeds, device)
-            df = replay(dump, cfg, on_step=lambda r, c=comp, f=fb: log.add({"compressor": c, "feedback": f, **r}),
-                        progress=progress)
+            df = replay(
+                dump,
+                cfg,
+                on_step=lambda r, c=comp, f=fb: log.add({"compressor": c, "feedback": f, **r}),
+                progress=progress,
+            )
             frames.append(df.assign(compressor=comp, feedback=fb))
     finally:
         log.close()
     per_step = pd.concat(frames, ignore_index=True)
-    cols = ["rel_error", "agg_rel_error", "bias", "k_ratio", "bits", "entropy_bits", "gain", "residual_norm",
-            "residual_rel"]
+    cols = [
+        "rel_error",
+        "agg_rel_error",
+        "bias",
+        "k_ratio",
+        "bits",
+        "entropy_bits",
+        "gain",
+        "residual_norm",
+        "residual_rel",
+    ]
     summary = per_step.groupby(["compressor", "feedback"], sort=False)[cols].mean().reset_index()
     sd = per_step.groupby(["compressor", "feedback"], sort=False)["rel_error"].std(ddof=1).to_numpy()
     summary.insert(3, "rel_error_sd", sd)

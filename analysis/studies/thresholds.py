@@ -8,9 +8,11 @@ the summary gives the mean of k_hat/k, the central 90 % interval over steps (SID
 Binomial(d, delta) / k (:func:`gradstat.theory.sidco.exceedance_count_interval`, App. C). Estimators whose compressor is not
 registered are skipped and listed in the summary's ``missing`` attribute.
 """
+
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -20,9 +22,8 @@ from tqdm.auto import tqdm
 
 from gradstat import compressors
 from gradstat.analysis.measure.intervals import quantile_interval
-from gradstat.compressors import Context
-from pathlib import Path
 from gradstat.analysis.measure.tables import CsvLog, write_table
+from gradstat.compressors import Context
 
 ESTIMATORS: dict[str, str] = {
     "topk": "topk:ratio={r}",
@@ -62,10 +63,17 @@ def available(estimators: Sequence[str] | None = None) -> tuple[dict[str, str], 
     return ok, missing
 
 
-def threshold_study(dump: Any, steps: Sequence[int], ratios: Sequence[float], worker: int = 0,
-                    estimators: Sequence[str] | None = None, seed: int = 0, device: torch.device | str = "cpu",
-                    progress: bool = False, on_rows: Callable[[list[dict]], None] | None = None
-                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def threshold_study(
+    dump: Any,
+    steps: Sequence[int],
+    ratios: Sequence[float],
+    worker: int = 0,
+    estimators: Sequence[str] | None = None,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    progress: bool = False,
+    on_rows: Callable[[list[dict]], None] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """k_hat/k of every estimator at every step and ratio, on the whole-model gradient of ``worker``.
 
     Returns
@@ -92,8 +100,17 @@ def threshold_study(dump: Any, steps: Sequence[int], ratios: Sequence[float], wo
             k = math.ceil(r * d)
             payload = comp.encode(g, Context(seed=seed, step=int(step), state=states[(label, r)]))
             k_hat = payload.parts["indices"].tensor.numel()
-            new.append({"estimator": label, "ratio": r, "step": int(step), "d": d, "k": k, "k_hat": k_hat,
-                        "k_ratio": k_hat / k})
+            new.append(
+                {
+                    "estimator": label,
+                    "ratio": r,
+                    "step": int(step),
+                    "d": d,
+                    "k": k,
+                    "k_hat": k_hat,
+                    "k_ratio": k_hat / k,
+                }
+            )
         rows.extend(new)
         if on_rows is not None:
             on_rows(new)
@@ -104,24 +121,43 @@ def threshold_study(dump: Any, steps: Sequence[int], ratios: Sequence[float], wo
         q05, q95 = quantile_interval(x, COVERAGE)
         d, k = int(grp["d"].iloc[0]), int(grp["k"].iloc[0])
         lo, hi = exceedance_count_interval(d, r, COVERAGE)
-        out.append({"estimator": label, "ratio": r, "steps": len(x), "mean": float(np.mean(x)), "q05": q05,
-                    "q95": q95, "band_low": lo / k, "band_high": hi / k,
-                    "inside_band": float(np.mean((grp["k_hat"] >= lo) & (grp["k_hat"] <= hi)))})
+        out.append(
+            {
+                "estimator": label,
+                "ratio": r,
+                "steps": len(x),
+                "mean": float(np.mean(x)),
+                "q05": q05,
+                "q95": q95,
+                "band_low": lo / k,
+                "band_high": hi / k,
+                "inside_band": float(np.mean((grp["k_hat"] >= lo) & (grp["k_hat"] <= hi))),
+            }
+        )
     summary = pd.DataFrame(out)
     summary.attrs["missing"] = missing
     return per_step, summary
 
 
-def run(dump: Any, out: Path, steps: Sequence[int], ratios: Sequence[float], worker: int,
-               estimators: Sequence[str] | None, device: torch.device, seed: int = 0,
-               progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+def run(
+    dump: Any,
+    out: Path,
+    steps: Sequence[int],
+    ratios: Sequence[float],
+    worker: int,
+    estimators: Sequence[str] | None,
+    device: torch.device,
+    seed: int = 0,
+    progress: bool = True,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Threshold quality (``analysis.studies.thresholds``) and its figure."""
     from gradstat.analysis.plots.thresholds import k_ratio
 
     log = CsvLog(out / "threshold_steps.csv")
     try:
-        per_step, summary = threshold_study(dump, steps, ratios, worker, estimators, seed, device, progress,
-                                            on_rows=log.add)
+        per_step, summary = threshold_study(
+            dump, steps, ratios, worker, estimators, seed, device, progress, on_rows=log.add
+        )
     finally:
         log.close()
     write_table(summary, out, "threshold_summary")

@@ -5,8 +5,10 @@ The expectation is over the compressor's randomness only (the bounds are conditi
 ``g`` with ``Context(seed, step=t)``, so trials are independent and reproducible. The closed form that applies is
 named by the compressor's ``properties.bound`` and computed by :mod:`gradstat.analysis.studies.bounds` (one home for that mapping).
 """
+
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -15,12 +17,11 @@ import torch
 from tqdm.auto import tqdm
 
 from gradstat import compressors
-from gradstat.analysis.studies.bounds import closed_form_bound
-from gradstat.analysis.measure.verdicts import verdict
 from gradstat.analysis.measure.intervals import DEFAULT_LEVEL, mean_ci
-from gradstat.compressors import Compressor, Context
-from pathlib import Path
 from gradstat.analysis.measure.tables import write_table
+from gradstat.analysis.measure.verdicts import verdict
+from gradstat.analysis.studies.bounds import closed_form_bound
+from gradstat.compressors import Compressor, Context
 
 
 def _decoded(comp: Compressor, g: torch.Tensor, seed: int, trial: int) -> torch.Tensor:
@@ -40,12 +41,14 @@ def error_samples(comp: Compressor, g: torch.Tensor, trials: int, seed: int = 0)
     gg = float(g.double().square().sum())
     if gg == 0.0:
         raise ValueError("the gradient vector is all zeros: the relative error is undefined")
-    return np.array([float((_decoded(comp, g, seed, t).double() - g.double()).square().sum()) / gg
-                     for t in range(trials)])
+    return np.array(
+        [float((_decoded(comp, g, seed, t).double() - g.double()).square().sum()) / gg for t in range(trials)]
+    )
 
 
-def bias_samples(comp: Compressor, g: torch.Tensor, trials: int, seed: int = 0,
-                 direction: torch.Tensor | None = None) -> np.ndarray:
+def bias_samples(
+    comp: Compressor, g: torch.Tensor, trials: int, seed: int = 0, direction: torch.Tensor | None = None
+) -> np.ndarray:
     """Projected bias ``<C(g) - g, v> / <g, v>`` per trial, ``v = direction`` (default ``g``).
 
     Its mean is 0 for an unbiased compressor, ``alpha - 1`` for one that scales an unbiased estimate by alpha.
@@ -54,12 +57,19 @@ def bias_samples(comp: Compressor, g: torch.Tensor, trials: int, seed: int = 0,
     denom = float((g.double() * v).sum())
     if denom == 0.0:
         raise ValueError("the projection direction is orthogonal to g: the projected bias is undefined")
-    return np.array([float(((_decoded(comp, g, seed, t).double() - g.double()) * v).sum()) / denom
-                     for t in range(trials)])
+    return np.array(
+        [float(((_decoded(comp, g, seed, t).double() - g.double()) * v).sum()) / denom for t in range(trials)]
+    )
 
 
-def variance_table(specs: Sequence[str], vectors: Sequence[tuple[str, torch.Tensor]], trials: int,
-                   seed: int = 0, level: float = DEFAULT_LEVEL, progress: bool = False) -> pd.DataFrame:
+def variance_table(
+    specs: Sequence[str],
+    vectors: Sequence[tuple[str, torch.Tensor]],
+    trials: int,
+    seed: int = 0,
+    level: float = DEFAULT_LEVEL,
+    progress: bool = False,
+) -> pd.DataFrame:
     """Monte Carlo relative error vs closed-form bound for every (compressor spec, vector).
 
     Parameters
@@ -82,20 +92,35 @@ def variance_table(specs: Sequence[str], vectors: Sequence[tuple[str, torch.Tens
         for label, g in vectors:
             est = mean_ci(error_samples(comp, g, trials, seed), level)
             b = closed_form_bound(comp, g)
-            rows.append({
-                "compressor": spec, "vector": label, "d": g.numel(), "empirical": est.mean, "ci_low": est.low,
-                "ci_high": est.high, "level": level, "trials": trials,
-                "bound": np.nan if b.value is None else b.value, "bound_name": b.name,
-                "theory_over_empirical": np.nan if b.value is None or est.mean == 0 else b.value / est.mean,
-                "verdict": verdict(b.claim, b.value, est),
-            })
+            rows.append(
+                {
+                    "compressor": spec,
+                    "vector": label,
+                    "d": g.numel(),
+                    "empirical": est.mean,
+                    "ci_low": est.low,
+                    "ci_high": est.high,
+                    "level": level,
+                    "trials": trials,
+                    "bound": np.nan if b.value is None else b.value,
+                    "bound_name": b.name,
+                    "theory_over_empirical": np.nan if b.value is None or est.mean == 0 else b.value / est.mean,
+                    "verdict": verdict(b.claim, b.value, est),
+                }
+            )
             bar.update(1)
     bar.close()
     return pd.DataFrame(rows)
 
 
-def run(vectors: Sequence[tuple[str, torch.Tensor]], specs: Sequence[str], out: Path, trials: int,
-             seed: int = 0, progress: bool = True) -> pd.DataFrame:
+def run(
+    vectors: Sequence[tuple[str, torch.Tensor]],
+    specs: Sequence[str],
+    out: Path,
+    trials: int,
+    seed: int = 0,
+    progress: bool = True,
+) -> pd.DataFrame:
     """Monte Carlo relative error vs closed-form bound (``analysis.studies.variance``)."""
     df = variance_table(specs, vectors, trials, seed, progress=progress)
     write_table(df, out, "variance")

@@ -14,9 +14,11 @@ Measured points: the Monte Carlo relative error of the same compressors at the s
 pair, QSGD with bucket n, Wangni with the optimal p) on blocks of n coordinates of a dump's gradient or of
 synthetic gradients, with the exact gain from the payload bits (mean over up to 20 seeds) next to the nominal one.
 """
+
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -24,11 +26,10 @@ import pandas as pd
 import torch
 
 from gradstat import compressors
-from gradstat.compressors import Context
 from gradstat.analysis.measure.intervals import DEFAULT_LEVEL, mean_ci
 from gradstat.analysis.measure.sources import GradientSource
 from gradstat.analysis.studies.variance import error_samples
-from pathlib import Path
+from gradstat.compressors import Context
 
 GAINS = tuple(float(x) for x in np.geomspace(2, 1000, 40))
 POINT_GAINS = (4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
@@ -49,20 +50,42 @@ def theory_curves(n: int = 256, gains: Sequence[float] = GAINS) -> pd.DataFrame:
         raise ValueError(f"block length n must be >= 2, got {n}")
     g = np.asarray(gains, dtype=np.float64)
     gam, k, q, achieved = min_gamma_curve(n, g)
-    rows = [{"method": "QCS (min over k, Q)", "gain": float(a), "gamma": float(v), "setting": f"k={int(kk)},Q={int(qq)}"}
-            for a, v, kk, qq in zip(achieved, gam, k, q) if np.isfinite(v)]
-    rows += [{"method": "QSGD (Lemma 3.1)", "gain": 32 / math.log2(2 * s + 1), "gamma": variance_bound(n, s),
-              "setting": f"s={s}"} for s in range(1, 65)]
+    rows = [
+        {"method": "QCS (min over k, Q)", "gain": float(a), "gamma": float(v), "setting": f"k={int(kk)},Q={int(qq)}"}
+        for a, v, kk, qq in zip(achieved, gam, k, q)
+        if np.isfinite(v)
+    ]
+    rows += [
+        {
+            "method": "QSGD (Lemma 3.1)",
+            "gain": 32 / math.log2(2 * s + 1),
+            "gamma": variance_bound(n, s),
+            "setting": f"s={s}",
+        }
+        for s in range(1, 65)
+    ]
     ones = np.ones(n)
     for k_ in sorted({_wangni_k(n, x) for x in g}):
-        rows.append({"method": "Wangni (uniform p)", "gain": 32 * n / (k_ * (32 + math.ceil(math.log2(n)))),
-                     "gamma": variance(ones, np.full(n, k_ / n)) / n, "setting": f"k={k_}"})
+        rows.append(
+            {
+                "method": "Wangni (uniform p)",
+                "gain": 32 * n / (k_ * (32 + math.ceil(math.log2(n)))),
+                "gamma": variance(ones, np.full(n, k_ / n)) / n,
+                "setting": f"k={k_}",
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def empirical_points(n: int = 256, source: GradientSource | None = None, trials: int = 50, seed: int = 0,
-                     gains: Sequence[float] = POINT_GAINS, device: torch.device | str = "cpu",
-                     level: float = DEFAULT_LEVEL) -> pd.DataFrame:
+def empirical_points(
+    n: int = 256,
+    source: GradientSource | None = None,
+    trials: int = 50,
+    seed: int = 0,
+    gains: Sequence[float] = POINT_GAINS,
+    device: torch.device | str = "cpu",
+    level: float = DEFAULT_LEVEL,
+) -> pd.DataFrame:
     """Measured ``E||C(g) - g||^2/||g||^2`` on one block of n coordinates for each compressor setting.
 
     Returns ``method, spec, gain (nominal), exact_gain (payload bits), empirical, ci_low, ci_high, trials``.
@@ -87,9 +110,18 @@ def empirical_points(n: int = 256, source: GradientSource | None = None, trials:
         comp = compressors.create(spec)
         est = mean_ci(error_samples(comp, g, trials, seed), level)
         bits = np.mean([comp.encode(g, Context(seed=seed, step=t)).bits for t in range(min(trials, 20))])
-        rows.append({"method": method, "spec": spec, "gain": nominal,
-                     "exact_gain": 32 * n / bits if bits > 0 else math.inf, "empirical": est.mean, "ci_low": est.low,
-                     "ci_high": est.high, "trials": trials})
+        rows.append(
+            {
+                "method": method,
+                "spec": spec,
+                "gain": nominal,
+                "exact_gain": 32 * n / bits if bits > 0 else math.inf,
+                "empirical": est.mean,
+                "ci_low": est.low,
+                "ci_high": est.high,
+                "trials": trials,
+            }
+        )
     return pd.DataFrame(rows)
 
 

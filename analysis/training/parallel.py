@@ -8,6 +8,7 @@ With a compressor in the loop, every worker compresses its whole flat gradient (
 error-feedback state (``z = g + compensation*h``, see :mod:`gradstat.compressors.feedback`), and the model is updated
 with the average of the decoded messages.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -44,9 +45,16 @@ class DataParallel:
     seed : base seed of the compressor's randomness (context seed; step and worker are mixed in).
     """
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
-                 loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], workers: int = 1,
-                 compressor: Compressor | None = None, feedback: ErrorFeedback | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        workers: int = 1,
+        compressor: Compressor | None = None,
+        feedback: ErrorFeedback | None = None,
+        seed: int = 0,
+    ) -> None:
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be a positive integer, got {workers!r}")
         if feedback is not None and compressor is None:
@@ -84,8 +92,11 @@ class DataParallel:
         grads, loss = self.worker_gradients(x, y)
         extras: dict[str, list[Grads]] = {}
         if self.compressor is None:
-            update = grads[0] if self.workers == 1 else {
-                n: torch.stack([g[n] for g in grads]).mean(0) for n, _ in self.named}
+            update = (
+                grads[0]
+                if self.workers == 1
+                else {n: torch.stack([g[n] for g in grads]).mean(0) for n, _ in self.named}
+            )
         else:
             update, extras = self._compressed_round(step, grads)
         for n, p in self.named:

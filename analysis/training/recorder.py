@@ -7,6 +7,7 @@ steps, after backward and before the optimizer step (through an optimizer step p
 :func:`record` trains a built-in workload with P simulated workers (:mod:`gradstat.analysis.training.parallel`), optionally with a
 compressor and error feedback in the loop, and records it.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -41,13 +42,22 @@ class Recorder:
         self._step = 0
 
     @classmethod
-    def create(cls, path: str | Path, model: nn.Module, workload: str, every: int = 1, workers: int = 1,
-               dtype: str = "float32", **manifest: Any) -> "Recorder":
+    def create(
+        cls,
+        path: str | Path,
+        model: nn.Module,
+        workload: str,
+        every: int = 1,
+        workers: int = 1,
+        dtype: str = "float32",
+        **manifest: Any,
+    ) -> "Recorder":
         """A recorder writing a new dump at ``path`` of ``model``'s trainable parameters (model order).
         ``manifest`` keywords (optimizer, seeds, metadata, extras, compression) go to :class:`DumpWriter`."""
         params = [(n, tuple(p.shape)) for n, p in model.named_parameters() if p.requires_grad]
-        writer = DumpWriter(path, workload=workload, params=params, workers=workers, dtype=dtype, every=every,
-                            **manifest)
+        writer = DumpWriter(
+            path, workload=workload, params=params, workers=workers, dtype=dtype, every=every, **manifest
+        )
         return cls(writer, every)
 
     def wants(self, step: int) -> bool:
@@ -61,8 +71,9 @@ class Recorder:
         self.writer.write_step(step, grads, extras)
         return True
 
-    def attach(self, model: nn.Module, optimizer: torch.optim.Optimizer, start: int = 0
-               ) -> torch.utils.hooks.RemovableHandle:
+    def attach(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, start: int = 0
+    ) -> torch.utils.hooks.RemovableHandle:
         """Record ``model``'s gradients (one worker) before every ``optimizer.step()``, counting steps from
         ``start``. Returns the hook handle (``.remove()`` detaches)."""
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -79,10 +90,20 @@ class Recorder:
         return optimizer.register_step_pre_hook(hook)
 
 
-def record(workload: str, steps: int, every: int = 1, workers: int = 1, out: str | Path = "dump", seed: int = 0,
-           dtype: str = "float32", compressor: str | None = None, feedback: str | None = None,
-           progress: bool = True, metadata: Mapping[str, Any] | None = None,
-           device: torch.device | str = "cpu") -> Path:
+def record(
+    workload: str,
+    steps: int,
+    every: int = 1,
+    workers: int = 1,
+    out: str | Path = "dump",
+    seed: int = 0,
+    dtype: str = "float32",
+    compressor: str | None = None,
+    feedback: str | None = None,
+    progress: bool = True,
+    metadata: Mapping[str, Any] | None = None,
+    device: torch.device | str = "cpu",
+) -> Path:
     """Train workload ``workload`` (a name or spec, see :func:`gradstat.analysis.training.workloads.get_workload`) for ``steps``
     steps with ``workers`` simulated workers and record every ``every``-th step into a new dump at ``out``.
 
@@ -111,11 +132,23 @@ def record(workload: str, steps: int, every: int = 1, workers: int = 1, out: str
     seeds = {"seed": seed, "model": derive_seed(seed, 0), "data": derive_seed(seed, 1), "compressor": seed}
     model = wl.model(seeds["model"], device)
     dp = DataParallel(model, wl.optimizer(model), wl.loss, workers, comp, fb, seed=seeds["compressor"])
-    compression = {"compressor": comp.spec(), "feedback": feedback or "none", "granularity": "whole model"} if comp else None
+    compression = (
+        {"compressor": comp.spec(), "feedback": feedback or "none", "granularity": "whole model"} if comp else None
+    )
     meta = {"workload_config": wl.config(), "workload_spec": wl.spec(), **wl.metadata(), **dict(metadata or {})}
-    rec = Recorder.create(out, model, wl.name, every=every, workers=workers, dtype=dtype,
-                          optimizer=wl.optimizer_config(), seeds=seeds, metadata=meta, extras=dp.extras,
-                          compression=compression)
+    rec = Recorder.create(
+        out,
+        model,
+        wl.name,
+        every=every,
+        workers=workers,
+        dtype=dtype,
+        optimizer=wl.optimizer_config(),
+        seeds=seeds,
+        metadata=meta,
+        extras=dp.extras,
+        compression=compression,
+    )
     batches = wl.batches(seeds["data"], device)
     bar = tqdm(range(steps), desc=f"record {wl.name}", unit="step", disable=not progress, leave=False)
     for t in bar:

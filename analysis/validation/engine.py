@@ -7,6 +7,7 @@ compares the interval with the theory value by the rule of :mod:`gradstat.analys
 
 The same engine backs the pytest regression suite, ``gradstat validate`` and the report.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,19 @@ import torch
 from gradstat.analysis.measure.intervals import Estimate
 from gradstat.analysis.measure.verdicts import VERDICTS, Claim, Size, Verdict, verdict
 
-__all__ = ["Check", "Claim", "Measurement", "NotApplicable", "Result", "Setting", "Size", "Verdict", "VERDICTS", "run_checks",
-           "verdict"]
+__all__ = [
+    "Check",
+    "Claim",
+    "Measurement",
+    "NotApplicable",
+    "Result",
+    "Setting",
+    "Size",
+    "Verdict",
+    "VERDICTS",
+    "run_checks",
+    "verdict",
+]
 
 
 class NotApplicable(Exception):
@@ -72,8 +84,9 @@ class Check:
     tolerance: float = 0.0
     must_hold: bool = True
 
-    def run(self, size: Size = "quick", seed: int = 0, device: torch.device | str = "cpu",
-            source: object = None) -> "Result":
+    def run(
+        self, size: Size = "quick", seed: int = 0, device: torch.device | str = "cpu", source: object = None
+    ) -> "Result":
         """Run the experiment and return its verdict (exceptions other than :class:`NotApplicable` propagate)."""
         if size not in self.trials:
             raise ValueError(f"size must be one of {', '.join(self.trials)}, got {size!r}")
@@ -83,8 +96,14 @@ class Check:
             m = self.measure(setting)
         except NotApplicable as exc:
             return Result(self, None, None, "not applicable", str(exc), time.perf_counter() - t0)
-        return Result(self, m.theory, m.estimate, verdict(self.claim, m.theory, m.estimate, self.tolerance), m.note,
-                      time.perf_counter() - t0)
+        return Result(
+            self,
+            m.theory,
+            m.estimate,
+            verdict(self.claim, m.theory, m.estimate, self.tolerance),
+            m.note,
+            time.perf_counter() - t0,
+        )
 
 
 @dataclass(frozen=True)
@@ -114,19 +133,32 @@ class Result:
         e = self.estimate
         nan = math.nan
         return {
-            "check": self.check.name, "source": self.check.source, "claim": self.check.claim,
+            "check": self.check.name,
+            "source": self.check.source,
+            "claim": self.check.claim,
             "quantity": self.check.quantity,
             "theory": nan if self.theory is None else self.theory,
-            "empirical": nan if e is None else e.mean, "ci_low": nan if e is None else e.low,
-            "ci_high": nan if e is None else e.high, "level": nan if e is None else e.level,
-            "trials": 0 if e is None else e.trials, "theory_over_empirical": self.ratio,
-            "verdict": self.verdict, "must_hold": self.check.must_hold, "note": self.note,
+            "empirical": nan if e is None else e.mean,
+            "ci_low": nan if e is None else e.low,
+            "ci_high": nan if e is None else e.high,
+            "level": nan if e is None else e.level,
+            "trials": 0 if e is None else e.trials,
+            "theory_over_empirical": self.ratio,
+            "verdict": self.verdict,
+            "must_hold": self.check.must_hold,
+            "note": self.note,
             "seconds": round(self.seconds, 3),
         }
 
 
-def run_checks(checks: Iterable[Check], size: Size = "quick", seed: int = 0, device: torch.device | str = "cpu",
-               source: object = None, on_result: Callable[[Result], None] | None = None) -> list[Result]:
+def run_checks(
+    checks: Iterable[Check],
+    size: Size = "quick",
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    source: object = None,
+    on_result: Callable[[Result], None] | None = None,
+) -> list[Result]:
     """Run ``checks`` in order; ``on_result`` is called after each (progress, writing the table as we go)."""
     results = []
     for c in checks:

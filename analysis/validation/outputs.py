@@ -1,4 +1,5 @@
 """The validation table: run the selected checks and write ``validation.csv`` (and its Markdown twin) as they finish."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,8 +14,15 @@ from gradstat.analysis.validation.engine import run_checks
 from gradstat.analysis.validation.registry import select
 
 
-def run(out: Path, size: str, source: GradientSource | None, device: torch.device, seed: int = 0,
-               checks: str | None = None, echo: Callable[[str], None] | None = None) -> pd.DataFrame:
+def run(
+    out: Path,
+    size: str,
+    source: GradientSource | None,
+    device: torch.device,
+    seed: int = 0,
+    checks: str | None = None,
+    echo: Callable[[str], None] | None = None,
+) -> pd.DataFrame:
     """Run the checks (``analysis.validation``), writing ``validation.csv`` after each one."""
     rows: list[dict] = []
 
@@ -23,8 +31,10 @@ def run(out: Path, size: str, source: GradientSource | None, device: torch.devic
         atomic_write_text(out / "validation.csv", pd.DataFrame(rows).to_csv(index=False))
         if echo is not None:
             e = r.estimate
-            echo(f"  {r.check.name:28s} {r.verdict:9s} theory={_fmt(r.theory)} empirical="
-                 f"{'-' if e is None else f'{e.mean:.4g} [{e.low:.4g}, {e.high:.4g}]'} ({r.seconds:.1f}s)")
+            echo(
+                f"  {r.check.name:28s} {r.verdict:9s} theory={_fmt(r.theory)} empirical="
+                f"{'-' if e is None else f'{e.mean:.4g} [{e.low:.4g}, {e.high:.4g}]'} ({r.seconds:.1f}s)"
+            )
 
     run_checks(select(checks), size, seed, device, source, on_result=done)
     df = pd.DataFrame(rows)

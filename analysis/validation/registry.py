@@ -1,11 +1,18 @@
 """Every check the project knows, in the order of the validation table."""
+
 from __future__ import annotations
 
 from gradstat.analysis.validation.checks import feedback, gmc, ndqsg, quantizers, sidco, sparsifiers
 from gradstat.analysis.validation.engine import Check
 
-CHECKS: tuple[Check, ...] = (*quantizers.CHECKS, *sparsifiers.CHECKS, *ndqsg.CHECKS, *sidco.CHECKS, *gmc.CHECKS,
-                             *feedback.CHECKS)
+CHECKS: tuple[Check, ...] = (
+    *quantizers.CHECKS,
+    *sparsifiers.CHECKS,
+    *ndqsg.CHECKS,
+    *sidco.CHECKS,
+    *gmc.CHECKS,
+    *feedback.CHECKS,
+)
 
 
 def names() -> list[str]:

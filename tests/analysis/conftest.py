@@ -1,5 +1,6 @@
 """A tiny dump recorded once per test session: fc300, 3 steps, 2 workers, Top-k with error feedback in the loop
 (so the extras ``residual`` and ``compensated`` exist)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """The analysis commands on a tiny dump: files written and the numbers in them, exit statuses, error messages."""
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,7 @@ def run(*args: str) -> int:
 
 def test_fit_writes_fits_for_every_family_step_and_scope(tiny_dump, tmp_path):
     out = tmp_path / "fit"
-    assert run("fit", tiny_dump, "--out", out, "--steps", "0-1", "--workers", "0", "--layers", "fc3.*",
-               "--quiet") == 0
+    assert run("fit", tiny_dump, "--out", out, "--steps", "0-1", "--workers", "0", "--layers", "fc3.*", "--quiet") == 0
     df = pd.read_csv(out / "fits.csv")
     model = df[df["scope"] == "model"]
     assert len(model) == 2 * 3 * 2  # steps x families x methods
@@ -32,8 +32,26 @@ def test_fit_writes_fits_for_every_family_step_and_scope(tiny_dump, tmp_path):
 
 def test_fit_compensated_and_normalized(tiny_dump, tmp_path):
     out = tmp_path / "fitc"
-    assert run("fit", tiny_dump, "--out", out, "--scope", "model", "--method", "closed_form", "--compensated",
-               "--normalize", "--steps", "2", "--workers", "1", "--quiet") == 0
+    assert (
+        run(
+            "fit",
+            tiny_dump,
+            "--out",
+            out,
+            "--scope",
+            "model",
+            "--method",
+            "closed_form",
+            "--compensated",
+            "--normalize",
+            "--steps",
+            "2",
+            "--workers",
+            "1",
+            "--quiet",
+        )
+        == 0
+    )
     df = pd.read_csv(out / "fits.csv")
     assert set(df["variant"]) == {"compensated, l2-normalised"}
     assert df["scale"].max() < 1  # |g|/||g|| of 266k values
@@ -41,8 +59,20 @@ def test_fit_compensated_and_normalized(tiny_dump, tmp_path):
 
 def test_threshold_summary_has_topk_exact_and_binomial_band(tiny_dump, tmp_path):
     out = tmp_path / "thr"
-    assert run("threshold", tiny_dump, "--out", out, "--ratio", "0.01,0.001",
-               "--estimators", "topk,dgc,sidco-exp-M2", "--quiet") == 0
+    assert (
+        run(
+            "threshold",
+            tiny_dump,
+            "--out",
+            out,
+            "--ratio",
+            "0.01,0.001",
+            "--estimators",
+            "topk,dgc,sidco-exp-M2",
+            "--quiet",
+        )
+        == 0
+    )
     s = pd.read_csv(out / "threshold_summary.csv")
     topk = s[s["estimator"] == "topk"]
     assert (topk["mean"] == 1.0).all() and (topk["inside_band"] == 1.0).all()
@@ -54,8 +84,22 @@ def test_threshold_summary_has_topk_exact_and_binomial_band(tiny_dump, tmp_path)
 
 def test_compress_replays_with_feedback_and_counts_bits(tiny_dump, tmp_path):
     out = tmp_path / "cmp"
-    assert run("compress", tiny_dump, "--out", out, "--compressor", "topk:ratio=0.01", "--feedback", "ef",
-               "--seeds", "2", "--quiet") == 0
+    assert (
+        run(
+            "compress",
+            tiny_dump,
+            "--out",
+            out,
+            "--compressor",
+            "topk:ratio=0.01",
+            "--feedback",
+            "ef",
+            "--seeds",
+            "2",
+            "--quiet",
+        )
+        == 0
+    )
     df = pd.read_csv(out / "compress_steps.csv")
     assert len(df) == 3 * 2
     assert (df["k_ratio"] == 1.0).all()
@@ -71,23 +115,72 @@ def test_compress_replays_with_feedback_and_counts_bits(tiny_dump, tmp_path):
 
 def test_variance_on_dump_and_synthetic(tiny_dump, tmp_path):
     out = tmp_path / "var"
-    assert run("variance", tiny_dump, "--out", out, "--compressor", "dqsg:M=2", "--compressor", "qsgd:s=4",
-               "--n", "512", "--trials", "100", "--quiet") == 0
+    assert (
+        run(
+            "variance",
+            tiny_dump,
+            "--out",
+            out,
+            "--compressor",
+            "dqsg:M=2",
+            "--compressor",
+            "qsgd:s=4",
+            "--n",
+            "512",
+            "--trials",
+            "100",
+            "--quiet",
+        )
+        == 0
+    )
     df = pd.read_csv(out / "variance.csv")
     assert len(df) == 4 and set(df["verdict"]) <= {"holds", "tight"}
     dq = df[df["compressor"] == "dqsg:M=2"]
     assert ((dq["ci_low"] <= dq["bound"]) & (dq["bound"] <= dq["ci_high"])).all()
     for law in ("laplace", "gamma", "genpareto", "normal"):
-        assert run("variance", "--synthetic", law, "--out", tmp_path / law, "--compressor", "randk:ratio=0.1",
-                   "--trials", "50", "--vectors", "1", "--n", "500", "--quiet") == 0
+        assert (
+            run(
+                "variance",
+                "--synthetic",
+                law,
+                "--out",
+                tmp_path / law,
+                "--compressor",
+                "randk:ratio=0.1",
+                "--trials",
+                "50",
+                "--vectors",
+                "1",
+                "--n",
+                "500",
+                "--quiet",
+            )
+            == 0
+        )
         syn = pd.read_csv(tmp_path / law / "variance.csv")
         assert syn["vector"].iloc[0] == f"synthetic {law} #0" and syn["bound"].iloc[0] == pytest.approx(0.9)
 
 
 def test_feedback_reports_eta_per_beta(tiny_dump, tmp_path):
     out = tmp_path / "fb"
-    assert run("feedback", tiny_dump, "--out", out, "--beta", "0.2,1", "--n", "1024", "--length", "6",
-               "--seeds", "3", "--quiet") == 0
+    assert (
+        run(
+            "feedback",
+            tiny_dump,
+            "--out",
+            out,
+            "--beta",
+            "0.2,1",
+            "--n",
+            "1024",
+            "--length",
+            "6",
+            "--seeds",
+            "3",
+            "--quiet",
+        )
+        == 0
+    )
     df = pd.read_csv(out / "feedback.csv")
     assert list(df["beta"]) == [0.2, 1.0]
     assert math.isfinite(df["eta"].iloc[0]) and math.isinf(df["eta"].iloc[1])  # beta = 1 is outside (15)'s range
@@ -117,8 +210,7 @@ def test_validate_exit_status_follows_the_verdicts(tmp_path, monkeypatch):
 
 def test_validate_on_a_dump(tiny_dump, tmp_path):
     out = tmp_path / "vald"
-    assert run("validate", "--quick", "--dump", tiny_dump, "--checks", "qcs-gamma,dqsg", "--out", out,
-               "--quiet") == 0
+    assert run("validate", "--quick", "--dump", tiny_dump, "--checks", "qcs-gamma,dqsg", "--out", out, "--quiet") == 0
     assert set(pd.read_csv(out / "validation.csv")["verdict"]) <= {"holds", "tight"}
 
 
@@ -126,9 +218,16 @@ def test_report_puts_every_section_together(tiny_dump, tmp_path):
     out = tmp_path / "rep"
     assert run("report", "--dump", tiny_dump, "--out", out, "--quick", "--checks", "qcs-gamma,gmc", "--quiet") == 0
     text = (out / "report.md").read_text()
-    for heading in ("## Distribution of gradient magnitudes", "## Threshold quality", "## Compressors replayed",
-                    "## Variance vs closed-form bounds", "## Error feedback", "## Variance vs compression gain",
-                    "## Validation", "## Known disagreements"):
+    for heading in (
+        "## Distribution of gradient magnitudes",
+        "## Threshold quality",
+        "## Compressors replayed",
+        "## Variance vs closed-form bounds",
+        "## Error feedback",
+        "## Variance vs compression gain",
+        "## Validation",
+        "## Known disagreements",
+    ):
         assert heading in text
     for png in ("fit_pdf_cdf", "threshold_k_ratio", "feedback_eta_vs_beta", "variance_vs_gain"):
         assert f"({png}.png)" in text and (out / f"{png}.png").exists() and (out / f"{png}.csv").exists()
@@ -144,17 +243,20 @@ def test_demo_records_and_reports(tmp_path):
     assert "workload **fc300**" in (out / "report.md").read_text() and not (out / "dump").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["fit", "/nonexistent/dump"], "nonexistent"),
-    (["threshold", "{dump}", "--ratio", "1.5"], "--ratio: 1.5"),
-    (["fit", "{dump}", "--steps", "99"], "--steps: 99 is not available"),
-    (["compress", "{dump}", "--compressor", "nosuch"], "unknown compressor 'nosuch'"),
-    (["compress", "{dump}", "--compressor", "topk:ratio=2"], "ratio"),
-    (["feedback", "{dump}", "--beta", "0"], "(0, 1]"),
-    (["fit", "{dump}", "--layers", "conv*"], "matches no parameter"),
-    (["variance"], "exactly one"),
-    (["validate", "--checks", "nosuch"], "matches no check"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["fit", "/nonexistent/dump"], "nonexistent"),
+        (["threshold", "{dump}", "--ratio", "1.5"], "--ratio: 1.5"),
+        (["fit", "{dump}", "--steps", "99"], "--steps: 99 is not available"),
+        (["compress", "{dump}", "--compressor", "nosuch"], "unknown compressor 'nosuch'"),
+        (["compress", "{dump}", "--compressor", "topk:ratio=2"], "ratio"),
+        (["feedback", "{dump}", "--beta", "0"], "(0, 1]"),
+        (["fit", "{dump}", "--layers", "conv*"], "matches no parameter"),
+        (["variance"], "exactly one"),
+        (["validate", "--checks", "nosuch"], "matches no check"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tiny_dump, tmp_path, capsys, args, message):
     args = [a.replace("{dump}", str(tiny_dump)) for a in args] + ["--out", str(tmp_path / "x")]
     assert run(*args) == 2

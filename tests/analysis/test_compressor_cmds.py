@@ -1,4 +1,5 @@
 """``gradstat compressors`` and the compressor benchmark module."""
+
 from __future__ import annotations
 
 import json

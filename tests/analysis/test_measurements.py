@@ -1,4 +1,5 @@
 """Measurement building blocks: goodness of fit, relative error and bias samples, bounds map, replay metrics."""
+
 from __future__ import annotations
 
 import math
@@ -75,7 +76,9 @@ def test_bounds_map_reads_theory():
     b = closed_form_bound(compressors.create("topk:ratio=0.1"), g)
     assert b.value == pytest.approx(1 - math.ceil(102.4) / 1024)
     b = closed_form_bound(compressors.create("dqsg:M=2"), g)
-    assert b.claim == "equal" and b.value == pytest.approx(float(g.abs().max()) ** 2 * 1024 / 48 / float(g.square().sum()))
+    assert b.claim == "equal" and b.value == pytest.approx(
+        float(g.abs().max()) ** 2 * 1024 / 48 / float(g.square().sum())
+    )
 
 
 def test_variance_table_gives_a_verdict_per_compressor():

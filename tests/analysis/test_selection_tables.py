@@ -1,4 +1,5 @@
 """Selections (--steps/--layers/--workers/--device) and table output."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -20,8 +21,16 @@ def test_step_selection_grammar():
     assert parse_indices("20,0", avail) == [0, 20]
 
 
-@pytest.mark.parametrize("spec, match", [("7", "not available"), ("x", "not an integer"), ("9-1", "empty"),
-                                         ("100-200", "selects nothing"), ("first:0", "N must be")])
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ("7", "not available"),
+        ("x", "not an integer"),
+        ("9-1", "empty"),
+        ("100-200", "selects nothing"),
+        ("first:0", "N must be"),
+    ],
+)
 def test_bad_step_selections_name_the_problem(spec, match):
     with pytest.raises(ValueError, match=match):
         parse_indices(spec, [0, 5, 10])

@@ -1,4 +1,5 @@
 """Vectors and small checks shared by the sparsifier tests (seeded, CPU or any device)."""
+
 from __future__ import annotations
 
 import math

@@ -15,6 +15,7 @@ deliberately broken compressor):
   a timeout (never a hang); a ``ratio`` outside (0, 1) is rejected at construction.
 Compressors that need side information (``needs_side``) are decoded with the exact gradient as side information.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -38,8 +39,8 @@ NAMES = compressors.names()
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 TIMEOUT_S = 30.0
 
-MC_DIM = 8192          # Monte Carlo checks: vector length,
-MC_TRIALS = 600        # number of independent draws (seeds),
+MC_DIM = 8192  # Monte Carlo checks: vector length,
+MC_TRIALS = 600  # number of independent draws (seeds),
 MC_CONFIDENCE = 0.999  # overall confidence of each Monte Carlo verdict.
 
 
@@ -87,8 +88,9 @@ def contraction_constant(c: Compressor, g: torch.Tensor, out: torch.Tensor) -> t
     if claim == "1 - 1/m":  # one reconstruction pair per group of m elements (1-bit SGD)
         rows, cols = c.matrix_shape(g.shape)
         return 1.0 - 1.0 / (rows if c.axis == "column" else cols), True
-    raise AssertionError(f"{c.name}: the battery does not know how to check contraction {claim!r}; "
-                         f"add it to contraction_constant()")
+    raise AssertionError(
+        f"{c.name}: the battery does not know how to check contraction {claim!r}; add it to contraction_constant()"
+    )
 
 
 # -- the checks -------------------------------------------------------------------------------------------
@@ -105,8 +107,10 @@ def check_unbiased(c: Compressor, trials: int = MC_TRIALS, d: int = MC_DIM) -> l
     z = mean / torch.where(se > 0, se, torch.ones_like(se))
     crit = z_critical(directions.shape[0])
     bad = (z.abs() > crit) | ((se == 0) & (mean.abs() > 1e-6 * g.norm().double()))
-    return [f"{c.name}: mean error along direction {i} is {mean[i]:.4g} (z = {z[i]:.2f}, |z| > {crit:.2f}): biased"
-            for i in torch.nonzero(bad).flatten().tolist()]
+    return [
+        f"{c.name}: mean error along direction {i} is {mean[i]:.4g} (z = {z[i]:.2f}, |z| > {crit:.2f}): biased"
+        for i in torch.nonzero(bad).flatten().tolist()
+    ]
 
 
 def check_contraction(c: Compressor, trials: int = 200, d: int = MC_DIM) -> list[str]:
@@ -114,8 +118,11 @@ def check_contraction(c: Compressor, trials: int = 200, d: int = MC_DIM) -> list
     a randomized compressor), else the one-sided 99.9 % lower confidence limit of the Monte Carlo mean of
     ``trials`` draws stays below the bound."""
     problems = []
-    for name, g in (("laplace", laplace(d, seed=21)), ("constant", torch.full((d,), 0.5)),
-                    ("half zeros", laplace(d, seed=22) * (torch.arange(d) % 2))):
+    for name, g in (
+        ("laplace", laplace(d, seed=21)),
+        ("constant", torch.full((d,), 0.5)),
+        ("half zeros", laplace(d, seed=22) * (torch.arange(d) % 2)),
+    ):
         energy = float((g.double() ** 2).sum())
         errors, bounds, draws, t = [], [], 1, 0
         while t < draws:
@@ -129,14 +136,18 @@ def check_contraction(c: Compressor, trials: int = 200, d: int = MC_DIM) -> list
         if per_draw:
             worst = max(range(len(errors)), key=lambda i: errors[i] - bounds[i])
             if errors[worst] > bounds[worst] + 1e-5:
-                problems.append(f"{c.name} on {name}: ||C(g)-g||^2/||g||^2 = {errors[worst]:.6f} > "
-                                f"{c.properties.contraction} = {bounds[worst]:.6f}")
+                problems.append(
+                    f"{c.name} on {name}: ||C(g)-g||^2/||g||^2 = {errors[worst]:.6f} > "
+                    f"{c.properties.contraction} = {bounds[worst]:.6f}"
+                )
         else:
             e = torch.tensor(errors, dtype=torch.float64)
             low = float(e.mean() - NormalDist().inv_cdf(MC_CONFIDENCE) * e.std() / math.sqrt(len(errors)))
             if low > max(bounds) + 1e-9:
-                problems.append(f"{c.name} on {name}: mean ||C(g)-g||^2/||g||^2 >= {low:.6f} (99.9 % lower limit) "
-                                f"> {c.properties.contraction} = {max(bounds):.6f}")
+                problems.append(
+                    f"{c.name} on {name}: mean ||C(g)-g||^2/||g||^2 >= {low:.6f} (99.9 % lower limit) "
+                    f"> {c.properties.contraction} = {max(bounds):.6f}"
+                )
     return problems
 
 
@@ -161,8 +172,9 @@ def check_no_global_rng(c: Compressor, g: torch.Tensor) -> list[str]:
         outs.append(roundtrip(c, g, Context(seed=7))[1])
         if not torch.equal(before, torch.random.get_rng_state()):
             problems.append(f"{c.name}: the global CPU RNG state was changed")
-        if cuda_before is not None and any(not torch.equal(a, b) for a, b in
-                                           zip(cuda_before, torch.cuda.get_rng_state_all())):
+        if cuda_before is not None and any(
+            not torch.equal(a, b) for a, b in zip(cuda_before, torch.cuda.get_rng_state_all())
+        ):
             problems.append(f"{c.name}: the global CUDA RNG state was changed")
     if not torch.equal(outs[0], outs[1]):
         problems.append(f"{c.name}: the output depends on the global RNG seed")
@@ -187,15 +199,15 @@ def test_named_tensors_are_compressed_per_layer_and_decoded_back(name, device):
     c = compressors.create(name)
     if c.properties.needs_side:
         pytest.skip(f"{name} decodes with side information, which encode_named/decode_named do not carry")
-    grads = {"conv.weight": laplace(16 * 3 * 5 * 5, 1, device).reshape(16, 3, 5, 5),
-             "fc.bias": laplace(512, 2, device)}
+    grads = {"conv.weight": laplace(16 * 3 * 5 * 5, 1, device).reshape(16, 3, 5, 5), "fc.bias": laplace(512, 2, device)}
     payloads = compressors.encode_named(c, grads, Context(seed=4))
     decoded = compressors.decode_named(compressors.create(c.spec()), payloads, Context(seed=4))
     for key, g in grads.items():
         assert decoded[key].shape == g.shape
         block = list(grads).index(key)
-        assert torch.equal(decoded[key], c.decode(c.encode(g, Context(seed=4, block=block)),
-                                                  Context(seed=4, block=block)))
+        assert torch.equal(
+            decoded[key], c.decode(c.encode(g, Context(seed=4, block=block)), Context(seed=4, block=block))
+        )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -218,17 +230,22 @@ def test_declared_unbiasedness_or_contraction_holds(name):
     if c.properties.contraction is not None:
         assert check_contraction(c) == []
     if not c.properties.unbiased and c.properties.contraction is None:
-        pytest.skip(f"{name} declares neither unbiasedness nor a contraction (its bound "
-                    f"{c.properties.bound!r} is checked by its own tests)")
+        pytest.skip(
+            f"{name} declares neither unbiasedness nor a contraction (its bound "
+            f"{c.properties.bound!r} is checked by its own tests)"
+        )
 
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("bad", ["empty", "nan", "inf", "integer"])
 def test_invalid_input_is_rejected_clearly(name, bad, device):
     c = compressors.create(name)
-    g = {"empty": torch.zeros(0, device=device), "integer": torch.arange(500, device=device),
-         "nan": laplace(500, 1, device).index_fill(0, torch.tensor([3], device=device), math.nan),
-         "inf": laplace(500, 1, device).index_fill(0, torch.tensor([3], device=device), -math.inf)}[bad]
+    g = {
+        "empty": torch.zeros(0, device=device),
+        "integer": torch.arange(500, device=device),
+        "nan": laplace(500, 1, device).index_fill(0, torch.tensor([3], device=device), math.nan),
+        "inf": laplace(500, 1, device).index_fill(0, torch.tensor([3], device=device), -math.inf),
+    }[bad]
     with pytest.raises((ValueError, TypeError)) as err:
         run_with_timeout(lambda: roundtrip(c, g, Context()))
     assert c.name in str(err.value) or "gradient" in str(err.value) or "tensor" in str(err.value)
@@ -238,9 +255,15 @@ def test_invalid_input_is_rejected_clearly(name, bad, device):
 @pytest.mark.parametrize("case", ["size1", "short", "constant", "zeros", "half_zeros", "tiny", "huge"])
 def test_degenerate_input_gives_an_error_or_a_correct_result(name, case, device):
     c = compressors.create(name)
-    g = {"size1": torch.tensor([0.7]), "short": laplace(37, 5), "constant": torch.full((1000,), -0.25),
-         "zeros": torch.zeros(1000), "half_zeros": laplace(1000, 6) * (torch.arange(1000) < 500),
-         "tiny": laplace(1000, 7) * 1e-30, "huge": laplace(1000, 8) * 1e30}[case].to(device)
+    g = {
+        "size1": torch.tensor([0.7]),
+        "short": laplace(37, 5),
+        "constant": torch.full((1000,), -0.25),
+        "zeros": torch.zeros(1000),
+        "half_zeros": laplace(1000, 6) * (torch.arange(1000) < 500),
+        "tiny": laplace(1000, 7) * 1e-30,
+        "huge": laplace(1000, 8) * 1e30,
+    }[case].to(device)
 
     def attempt():
         try:
@@ -258,7 +281,9 @@ def test_degenerate_input_gives_an_error_or_a_correct_result(name, case, device)
         assert not bool(out.any()), f"{name} decodes an all-zero gradient to something nonzero"
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if "ratio" in {f.name for f in dataclasses.fields(compressors.get(n))}])
+@pytest.mark.parametrize(
+    "name", [n for n in NAMES if "ratio" in {f.name for f in dataclasses.fields(compressors.get(n))}]
+)
 @pytest.mark.parametrize("ratio", [0.0, 1.0, 1.5, -0.1, math.nan])
 def test_ratio_outside_the_open_unit_interval_is_rejected(name, ratio):
     with pytest.raises(ValueError, match="ratio"):

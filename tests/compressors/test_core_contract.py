@@ -1,4 +1,5 @@
 """The compressor contract itself: payload accounting, seeded contexts, registry spec strings, feedback algebra."""
+
 from __future__ import annotations
 
 import math
@@ -16,7 +17,7 @@ from gradstat.compressors.registry import create, parse_spec
 # -- payload ------------------------------------------------------------------------------------------------
 def test_payload_bits_are_the_sum_of_parts_at_their_widths():
     p = Payload(shape=torch.Size([1000]), dtype=torch.float32)
-    p.add("indices", torch.zeros(7, dtype=torch.int64), 10, "index")   # 7 indices into d=1000 at 10 bits
+    p.add("indices", torch.zeros(7, dtype=torch.int64), 10, "index")  # 7 indices into d=1000 at 10 bits
     p.add("values", torch.zeros(7), 32, "value")
     p.add("codes", torch.zeros(5, dtype=torch.int8), math.log2(3), "code")  # ternary, fractional width
     assert p.bits == math.ceil(7 * 10 + 7 * 32 + 5 * math.log2(3))
@@ -86,15 +87,18 @@ def test_parse_spec_splits_name_and_arguments():
     assert parse_spec(" qcs : k=64, Q=4 ") == ("qcs", {"k": "64", "Q": "4"})
 
 
-@pytest.mark.parametrize("spec,message", [
-    ("nosuch", "unknown compressor 'nosuch'"),
-    ("topk:bogus=1", "unknown parameter 'bogus'"),
-    ("topk:ratio=abc", "expected float"),
-    ("topk:ratio", "expected key=value"),
-    ("topk:packed=maybe", "expected a boolean"),
-    ("topk:ratio=1.5", r"ratio must lie in \(0, 1\)"),
-    ("", "empty compressor spec"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("nosuch", "unknown compressor 'nosuch'"),
+        ("topk:bogus=1", "unknown parameter 'bogus'"),
+        ("topk:ratio=abc", "expected float"),
+        ("topk:ratio", "expected key=value"),
+        ("topk:packed=maybe", "expected a boolean"),
+        ("topk:ratio=1.5", r"ratio must lie in \(0, 1\)"),
+        ("", "empty compressor spec"),
+    ],
+)
 def test_bad_specs_are_rejected_with_a_clear_message(spec, message):
     with pytest.raises(ValueError, match=message):
         create(spec)
@@ -118,7 +122,7 @@ def _run_feedback(fb: ErrorFeedback, grads, compress):
 
 def _half(z):  # a deterministic lossy "compressor": keep the first half of the coordinates
     out = z.clone()
-    out[len(z) // 2:] = 0
+    out[len(z) // 2 :] = 0
     return out
 
 
@@ -135,9 +139,9 @@ def test_qcs_feedback_follows_eq_14():
     beta = 0.3
     g1, g2 = torch.tensor([1.0, 2.0]), torch.tensor([3.0, -1.0])
     sent, r = _run_feedback(ErrorFeedback.qcs(beta), [g1, g2], _half)
-    r1 = torch.tensor([0.0, 2.0])              # e_1 = z_1 - C(z_1) with z_1 = g_1
-    z2 = g2 + beta * r1                         # [3.0, -0.4]
-    r2 = (1 - beta) * r1 + (z2 - _half(z2))     # [0, 1.4 - 0.4]
+    r1 = torch.tensor([0.0, 2.0])  # e_1 = z_1 - C(z_1) with z_1 = g_1
+    z2 = g2 + beta * r1  # [3.0, -0.4]
+    r2 = (1 - beta) * r1 + (z2 - _half(z2))  # [0, 1.4 - 0.4]
     assert torch.allclose(sent[1], _half(z2))
     assert torch.allclose(r, r2)
 
@@ -148,7 +152,7 @@ def test_ecq_feedback_is_decayed_accumulated_error():
     alpha, beta = 0.5, 0.9
     g1, g2 = torch.tensor([1.0, 2.0]), torch.tensor([3.0, -1.0])
     sent, h = _run_feedback(ErrorFeedback.ecq(alpha, beta), [g1, g2], _half)
-    h1 = g1 - _half(g1)                        # h_1 = g_0 - g~_0 (h_0 = 0)
+    h1 = g1 - _half(g1)  # h_1 = g_0 - g~_0 (h_0 = 0)
     gt2 = _half(g2 + alpha * h1)
     assert torch.allclose(sent[1], gt2)
     assert torch.allclose(h, beta * h1 + (g2 - gt2))
@@ -168,10 +172,15 @@ def test_no_feedback_compresses_the_raw_gradient():
     assert torch.equal(sent[1], _half(torch.ones(4)))
 
 
-@pytest.mark.parametrize("spec,expected", [
-    ("none", ErrorFeedback(0.0, 0.0)), ("ef", ErrorFeedback(1.0, 0.0)),
-    ("qcs:beta=0.25", ErrorFeedback(0.25, 0.75)), ("ecq:alpha=1,beta=0.9", ErrorFeedback(1.0, 0.9 - 1.0)),
-])
+@pytest.mark.parametrize(
+    "spec,expected",
+    [
+        ("none", ErrorFeedback(0.0, 0.0)),
+        ("ef", ErrorFeedback(1.0, 0.0)),
+        ("qcs:beta=0.25", ErrorFeedback(0.25, 0.75)),
+        ("ecq:alpha=1,beta=0.9", ErrorFeedback(1.0, 0.9 - 1.0)),
+    ],
+)
 def test_feedback_specs(spec, expected):
     assert parse_feedback(spec) == expected
 

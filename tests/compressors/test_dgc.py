@@ -1,12 +1,13 @@
 """DGC's sampled threshold with exact top-k fallback; GMC's approximate top-K."""
+
 from __future__ import annotations
 
 import math
 from statistics import NormalDist
 
 import torch
-
 from _sparse_checks import kept_fraction, laplace, sparse_bits
+
 from gradstat.compressors import create
 from gradstat.compressors.context import Context
 from gradstat.compressors.dgc import sampled_threshold

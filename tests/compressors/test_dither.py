@@ -1,13 +1,13 @@
 """The shared dithered quantization step (002_87c17e3716ede1d0.txt Sec. 2.1, Theorem 1, Lemma 2)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from _quant_checks import check_mean_equals
 
 from gradstat.compressors.dither import ScaledQuantizer, bucket_norm, draw_dither, quantize, reconstruct, to_buckets
 from gradstat.compressors.payload import Payload
-
-from _quant_checks import check_mean_equals
 
 N = 200_000  # dither draws per check
 
@@ -32,7 +32,7 @@ def test_half_dithered_error_depends_on_the_input():
         err = reconstruct(quantize(y, u, -3, 3), None) - y
         assert check_mean_equals(err, 0.0) == []
         assert check_mean_equals(err**2, var) == []
-    y = torch.full((N,), 0.25, dtype=torch.float64)                    # the dithered check rejects it
+    y = torch.full((N,), 0.25, dtype=torch.float64)  # the dithered check rejects it
     assert check_mean_equals((reconstruct(quantize(y, u, -3, 3), None) - y) ** 2, 1 / 12) != []
 
 
@@ -47,7 +47,7 @@ def test_literal_one_bit_reading_of_eq_5_6_is_biased_and_the_midrise_reading_is_
     u = draw_dither(N, seed=3, device=torch.device("cpu")).double()
     y = torch.full((N,), 0.3, dtype=torch.float64)
     q = torch.where(y + u > 0, 1.0, -1.0).double()
-    assert check_mean_equals(q - u, 0.6) == []                          # literal: 2y
+    assert check_mean_equals(q - u, 0.6) == []  # literal: 2y
     mid = reconstruct(quantize(y, u, -1, 0, offset=0.5), u, offset=0.5)
     assert torch.equal(mid, q / 2 - u)
     assert check_mean_equals(mid, 0.3) == [] and check_mean_equals((mid - y) ** 2, 1 / 12) == []

@@ -1,15 +1,15 @@
 """DQSG and half-dithered DQSG (002_87c17e3716ede1d0.txt Sec. 3.1, eq. (2), Lemma 3, App. B)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 
 import gradstat.compressors.dither as dither
 from gradstat.compressors import Context, create
 from gradstat.compressors.dqsg import DQSG
 from gradstat.theory.dqsg import conditional_error
-
-from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 
 TRIALS = 400
 
@@ -47,13 +47,16 @@ def test_dqsg_is_unbiased(half):
     assert check_unbiased(DQSG(M=2, half=half), laplace(1024, 3), trials=TRIALS) == []
 
 
-@pytest.mark.parametrize("M,K,half,expected", [
-    (2, 1, False, 1000 * 3 + 32 + 64),       # 5 levels -> 3 bits, one kappa, the seed
-    (2, 1, True, 1000 * 3 + 32),             # half-dithered: the receiver needs no seed
-    (1, 4, False, 1000 * 2 + 4 * 32 + 64),   # ternary, 4 partitions of 250
-    (4, 3, False, 1000 * 4 + 3 * 32 + 64),   # 9 levels -> 4 bits, partitions of 334, 334, 332
-    (2, 2000, False, 1000 * 3 + 1000 * 32 + 64),  # more partitions than elements: one per element
-])
+@pytest.mark.parametrize(
+    "M,K,half,expected",
+    [
+        (2, 1, False, 1000 * 3 + 32 + 64),  # 5 levels -> 3 bits, one kappa, the seed
+        (2, 1, True, 1000 * 3 + 32),  # half-dithered: the receiver needs no seed
+        (1, 4, False, 1000 * 2 + 4 * 32 + 64),  # ternary, 4 partitions of 250
+        (4, 3, False, 1000 * 4 + 3 * 32 + 64),  # 9 levels -> 4 bits, partitions of 334, 334, 332
+        (2, 2000, False, 1000 * 3 + 1000 * 32 + 64),  # more partitions than elements: one per element
+    ],
+)
 def test_bits_hand_count(M, K, half, expected):
     assert DQSG(M=M, partitions=K, half=half).encode(torch.randn(1000)).bits == expected
 
@@ -63,7 +66,7 @@ def test_reconstruction_is_the_dithered_formula_of_algorithm_1():
     g = torch.tensor([0.3, -1.2, 0.05, 0.9])
     ctx = Context(seed=4)
     p = DQSG(M=2).encode(g, ctx)
-    u = dither.draw_dither(4, ctx.call_seed, torch.device("cpu")) / 2     # U[-Delta/2, Delta/2], Delta = 1/2
+    u = dither.draw_dither(4, ctx.call_seed, torch.device("cpu")) / 2  # U[-Delta/2, Delta/2], Delta = 1/2
     q = torch.floor((g / 1.2 + u) * 2 + 0.5)
     assert torch.equal(p["codes"].float(), q)
     assert torch.allclose(DQSG(M=2).decode(p, ctx), 1.2 * (0.5 * q - u))

@@ -1,16 +1,16 @@
 """ECQ-SGD's quantizer (003_da514025a9ec0a1c.txt) and its error compensation (ErrorFeedback.ecq)."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
+from _quant_checks import check_mean_at_most, check_unbiased, laplace, relative_errors
 
 from gradstat.compressors import Context, ErrorFeedback, create
 from gradstat.compressors.ecq import ECQ
 from gradstat.theory.qsgd import variance_bound
-
-from _quant_checks import check_mean_at_most, check_unbiased, laplace, relative_errors
 
 
 @pytest.mark.parametrize("s,width", [(4, 4), (1, 2), (2, 3), (7, 4), (8, 5)])

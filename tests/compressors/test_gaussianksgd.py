@@ -1,9 +1,10 @@
 """GaussianKSGD: Gaussian fit, then adjustment towards [2/3 k, 4/3 k], on |g| (both signs), bounded."""
+
 from __future__ import annotations
 
 import torch
-
 from _sparse_checks import kept_fraction, laplace
+
 from gradstat.compressors import create
 from gradstat.compressors.context import Context
 

@@ -1,15 +1,34 @@
 """Hadamard matrices (Sylvester, Paley I/II over GF(p) and GF(p^2), Kronecker products) and the fast transform."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from gradstat.compressors.hadamard import (factor, first_rows, first_rows_transpose, fwht, hadamard_matrix, hadamard_transform,
-                                  is_supported)
+from gradstat.compressors.hadamard import (
+    factor,
+    first_rows,
+    first_rows_transpose,
+    fwht,
+    hadamard_matrix,
+    hadamard_transform,
+    is_supported,
+)
 
-PAPER_SIZES = [96, 100, 192, 200, 288, 320, 384]      # 000_4b111efa75352b2d.txt Sec. 6
+PAPER_SIZES = [96, 100, 192, 200, 288, 320, 384]  # 000_4b111efa75352b2d.txt Sec. 6
 POWERS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
-PALEY_BASES = [12, 20, 24, 28, 36, 44, 52, 60, 72, 100]  # q = 11, 19, 23, 13 (II), 17 (II), 43, 25 (II, GF(5^2)), 59, 71, 49 (II, GF(7^2))
+PALEY_BASES = [
+    12,
+    20,
+    24,
+    28,
+    36,
+    44,
+    52,
+    60,
+    72,
+    100,
+]  # q = 11, 19, 23, 13 (II), 17 (II), 43, 25 (II, GF(5^2)), 59, 71, 49 (II, GF(7^2))
 
 
 @pytest.mark.parametrize("n", PAPER_SIZES + POWERS + PALEY_BASES)

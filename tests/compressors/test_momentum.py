@@ -1,10 +1,11 @@
 """DGC local momentum correction and GMC global momentum memory (004_8d479783bc85b5d8.txt)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from _sparse_checks import laplace
+
 from gradstat.compressors import create
 from gradstat.compressors.momentum import GlobalMomentumCompression, LocalMomentumCorrection
 

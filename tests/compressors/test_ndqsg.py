@@ -1,16 +1,16 @@
 """NDQSG: nested dithered quantization with side information (002_87c17e3716ede1d0.txt Sec. 3.2, Alg. 2)."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+from _quant_checks import check_mean_equals, laplace
 
 from gradstat.compressors import Context, create
 from gradstat.compressors.dqsg import DQSG
 from gradstat.compressors.ndqsg import NDQSG, nested_decode, nested_encode
 from gradstat.theory import dqsg as theory_dqsg
-
-from _quant_checks import check_mean_equals, laplace
 
 F64 = torch.float64
 
@@ -23,11 +23,14 @@ def test_worked_example_of_fig_3():
     assert x_hat.tolist() == pytest.approx([-4.3], abs=1e-12)
     # the values with the same s and dither, -4.3 + 3j, are resolved by the side information's coarse bin. (The
     # paper lists "-4.3, -1.3, 2.7, ...": 2.7 is a misprint for 1.7; 2.7 + 0.3 = 3 encodes to s = 0.)
-    assert nested_encode(torch.tensor([1.7, 2.7], dtype=F64), torch.tensor([0.3, 0.3], dtype=F64), 1.0, 3).tolist() \
-        == [-1.0, 0.0]
+    assert nested_encode(torch.tensor([1.7, 2.7], dtype=F64), torch.tensor([0.3, 0.3], dtype=F64), 1.0, 3).tolist() == [
+        -1.0,
+        0.0,
+    ]
     for y, expected in ((-1.0, -1.3), (2.5, 1.7)):
-        assert nested_decode(s, torch.tensor([0.3], dtype=F64), torch.tensor([y], dtype=F64), 1.0, 3).item() == \
-            pytest.approx(expected, abs=1e-12)
+        assert nested_decode(
+            s, torch.tensor([0.3], dtype=F64), torch.tensor([y], dtype=F64), 1.0, 3
+        ).item() == pytest.approx(expected, abs=1e-12)
 
 
 @pytest.mark.parametrize("k", [2, 3, 4, 5])
@@ -68,8 +71,9 @@ def test_decoding_failures_are_counted():
     grads = _workers(4, noise=3.0)
     c = NDQSG(p1=1, delta1=0.25, delta2=0.5)
     res = c.round(grads, Context(seed=2))
-    far = sum(int(((res.decoded[w] - grads[w]).abs() > grads[w].abs().max() * 0.125 * (1 + 1e-5)).sum())
-              for w in range(1, 4))
+    far = sum(
+        int(((res.decoded[w] - grads[w]).abs() > grads[w].abs().max() * 0.125 * (1 + 1e-5)).sum()) for w in range(1, 4)
+    )
     assert far > 100 and int(res.info["decoding_failures"]) == far
     assert sum(int(v) for v in res.info["failures_per_worker"].values()) == far
 
@@ -105,10 +109,17 @@ def test_p1_payload_is_dqsg_and_p2_payload_needs_side_information():
         c.decode(p2, Context(worker=1, seed=5), side=torch.zeros(3))
 
 
-@pytest.mark.parametrize("spec,msg", [
-    ("ndqsg:delta1=0.3,delta2=1", "integer k > 1"), ("ndqsg:delta1=1,delta2=1", "integer k > 1"),
-    ("ndqsg:alpha=0", "alpha"), ("ndqsg:alpha=1.5", "alpha"), ("ndqsg:p1=0", "p1"), ("ndqsg:delta1=-1", "delta1"),
-])
+@pytest.mark.parametrize(
+    "spec,msg",
+    [
+        ("ndqsg:delta1=0.3,delta2=1", "integer k > 1"),
+        ("ndqsg:delta1=1,delta2=1", "integer k > 1"),
+        ("ndqsg:alpha=0", "alpha"),
+        ("ndqsg:alpha=1.5", "alpha"),
+        ("ndqsg:p1=0", "p1"),
+        ("ndqsg:delta1=-1", "delta1"),
+    ],
+)
 def test_bad_parameters_are_rejected(spec, msg):
     with pytest.raises(ValueError, match=msg):
         create(spec)

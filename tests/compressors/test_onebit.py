@@ -1,13 +1,13 @@
 """1-bit SGD (Seide et al. 2014): sign bits and per-column (or per-row) mean reconstruction values."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from _quant_checks import laplace
 
 from gradstat.compressors import Context, ErrorFeedback, create
 from gradstat.compressors.onebit import OneBit
-
-from _quant_checks import laplace
 
 
 def test_hand_example_per_column():
@@ -28,7 +28,7 @@ def test_hand_example_per_row():
 def test_one_dimensional_input_is_one_column_or_the_given_columns():
     g = torch.tensor([1.0, 2.0, -3.0, -5.0, 4.0, 0.0])
     assert OneBit().decode(OneBit().encode(g)).tolist() == [7 / 4, 7 / 4, -4.0, -4.0, 7 / 4, 7 / 4]
-    c = OneBit(columns=2)                                               # view (3, 2): columns [1,-3,4], [2,-5,0]
+    c = OneBit(columns=2)  # view (3, 2): columns [1,-3,4], [2,-5,0]
     assert c.encode(g).bits == 6 + 2 * 2 * 32
     assert c.decode(c.encode(g)).tolist() == [2.5, 1.0, -3.0, -5.0, 2.5, 1.0]
     with pytest.raises(ValueError, match="columns=4 must divide"):
@@ -36,7 +36,7 @@ def test_one_dimensional_input_is_one_column_or_the_given_columns():
 
 
 def test_error_is_a_contraction_by_one_over_group_size():
-    g = laplace(4000, 3).reshape(40, 100)                               # per column: groups of m = 40
+    g = laplace(4000, 3).reshape(40, 100)  # per column: groups of m = 40
     err = float(((OneBit()(g) - g) ** 2).sum() / (g**2).sum())
     assert err <= 1 - 1 / 40
     assert OneBit().contraction_constant(g) == 1 - 1 / 40

@@ -1,9 +1,10 @@
 """The worker send step with error feedback and its round over P workers."""
+
 from __future__ import annotations
 
 import torch
-
 from _sparse_checks import laplace
+
 from gradstat.compressors import create
 from gradstat.compressors.context import Context
 from gradstat.compressors.feedback import ErrorFeedback

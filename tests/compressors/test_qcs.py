@@ -1,4 +1,5 @@
 """QCS: unbiased, MMSE and 1-bit (000_4b111efa75352b2d.txt eq. (1)-(14), Lemma 1, Theorem 2, Lemma 3-4)."""
+
 from __future__ import annotations
 
 import itertools
@@ -6,12 +7,11 @@ import math
 
 import pytest
 import torch
+from _quant_checks import check_mean_at_most, check_unbiased, laplace, relative_errors
 
 from gradstat.compressors import Context, ErrorFeedback, create
 from gradstat.compressors.qcs import QCS, mix, rademacher, unmix
 from gradstat.theory import qcs as theory_qcs
-
-from _quant_checks import check_mean_at_most, check_unbiased, laplace, relative_errors
 
 F64 = torch.float64
 
@@ -48,13 +48,16 @@ def test_unmix_is_the_transpose_of_mix():
 
 
 # -- bits -----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("spec,d,expected", [
-    ("qcs:k=64,Q=4,block=256", 1000, 4 * 64 * 4 + 4 * 32 + 64),         # 4 blocks (last padded), 9 levels: 4 bits
-    ("qcs:k=64,Q=1,block=256", 1024, 4 * 64 * 2 + 4 * 32 + 64),         # ternary codes: 2 bits
-    ("qcs:k=128,block=256,onebit=true", 1000, 4 * 128 * 1 + 4 * 32 + 64),
-    ("qcs:k=40,Q=7,block=96", 96, 40 * 4 + 32 + 64),                    # 15 levels: 4 bits
-    ("qcs:k=100,Q=2,block=100", 250, 3 * 100 * 3 + 3 * 32 + 64),
-])
+@pytest.mark.parametrize(
+    "spec,d,expected",
+    [
+        ("qcs:k=64,Q=4,block=256", 1000, 4 * 64 * 4 + 4 * 32 + 64),  # 4 blocks (last padded), 9 levels: 4 bits
+        ("qcs:k=64,Q=1,block=256", 1024, 4 * 64 * 2 + 4 * 32 + 64),  # ternary codes: 2 bits
+        ("qcs:k=128,block=256,onebit=true", 1000, 4 * 128 * 1 + 4 * 32 + 64),
+        ("qcs:k=40,Q=7,block=96", 96, 40 * 4 + 32 + 64),  # 15 levels: 4 bits
+        ("qcs:k=100,Q=2,block=100", 250, 3 * 100 * 3 + 3 * 32 + 64),
+    ],
+)
 def test_bits_hand_count(spec, d, expected):
     p = create(spec).encode(torch.randn(d))
     assert p.bits == expected
@@ -63,6 +66,7 @@ def test_bits_hand_count(spec, d, expected):
 
 def test_bits_match_the_theory_count():
     from gradstat.theory.bits import qcs_bits
+
     c = QCS(k=64, Q=4, block=256)
     assert c.encode(torch.randn(256)).bits == qcs_bits(256, 64, 4, scale_bits=32, seed_bits=64)
     onebit = QCS(k=128, block=256, onebit=True)
@@ -70,14 +74,24 @@ def test_bits_match_the_theory_count():
 
 
 # -- Theorem 2, Lemma 3 -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("spec", ["qcs:k=64,Q=4,block=256", "qcs:k=32,Q=2,block=96", "qcs:k=128,block=256,onebit=true",
-                                  "qcs:k=1,Q=1,block=64"])
+@pytest.mark.parametrize(
+    "spec",
+    ["qcs:k=64,Q=4,block=256", "qcs:k=32,Q=2,block=96", "qcs:k=128,block=256,onebit=true", "qcs:k=1,Q=1,block=64"],
+)
 def test_unbiased_qcs_is_unbiased(spec):
     assert check_unbiased(create(spec), laplace(512, 1), trials=400) == []
 
 
-@pytest.mark.parametrize("spec", ["qcs:k=64,Q=4,block=256", "qcs:k=16,Q=1,block=256", "qcs:k=50,Q=3,block=100",
-                                  "qcs:k=128,block=256,onebit=true", "qcs:k=2,Q=1,block=32"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "qcs:k=64,Q=4,block=256",
+        "qcs:k=16,Q=1,block=256",
+        "qcs:k=50,Q=3,block=100",
+        "qcs:k=128,block=256,onebit=true",
+        "qcs:k=2,Q=1,block=32",
+    ],
+)
 def test_unbiased_error_within_gamma(spec):
     """Theorem 2 (10): E||e||^2 / ||g||^2 <= gamma (99.9 % one-sided lower confidence limit)."""
     c = create(spec)
@@ -91,8 +105,14 @@ def test_gamma_is_the_theory_value_and_the_one_bit_range_is_one_half():
     assert onebit == pytest.approx(256 / 64 - 1 + 256 / (4 * 0.25) * math.log(64) / 63)
 
 
-@pytest.mark.parametrize("spec", ["qcs:k=64,Q=4,block=256,alpha=mmse", "qcs:k=16,Q=1,block=96,alpha=mmse",
-                                  "qcs:k=128,block=256,onebit=true,alpha=mmse"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "qcs:k=64,Q=4,block=256,alpha=mmse",
+        "qcs:k=16,Q=1,block=96,alpha=mmse",
+        "qcs:k=128,block=256,onebit=true,alpha=mmse",
+    ],
+)
 def test_mmse_error_within_one_minus_alpha(spec):
     """Lemma 3 (13): E||e||^2 <= (1 - alpha) ||g||^2 with alpha = 1/(gamma + 1) (99.9 % one-sided)."""
     c = create(spec)
@@ -109,9 +129,11 @@ def test_mmse_is_biased_and_shrinks_the_gradient():
 
 def test_alpha_1_1_fails_the_unbiasedness_check():
     """A QCS reconstructing with alpha = 1.1 while claiming to be unbiased is caught."""
+
     class Wrong(QCS):
         def reconstruction_scale(self) -> float:
             return 1.1
+
     assert check_unbiased(Wrong(k=64, Q=4, block=256), laplace(512, 1), trials=400) != []
 
 
@@ -161,10 +183,17 @@ def test_plain_error_feedback_with_unbiased_qcs_and_gamma_above_one_diverges():
 
 
 # -- errors -----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("spec,msg", [
-    ("qcs:block=6", "order 6"), ("qcs:k=0", "qcs k"), ("qcs:k=300,block=256", r"\[1, block=256\]"),
-    ("qcs:Q=0", "qcs Q"), ("qcs:alpha=half", "not one of"), ("qcs:block=0", "qcs block"),
-])
+@pytest.mark.parametrize(
+    "spec,msg",
+    [
+        ("qcs:block=6", "order 6"),
+        ("qcs:k=0", "qcs k"),
+        ("qcs:k=300,block=256", r"\[1, block=256\]"),
+        ("qcs:Q=0", "qcs Q"),
+        ("qcs:alpha=half", "not one of"),
+        ("qcs:block=0", "qcs block"),
+    ],
+)
 def test_bad_parameters_are_rejected(spec, msg):
     with pytest.raises(ValueError, match=msg):
         create(spec)

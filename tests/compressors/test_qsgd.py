@@ -1,23 +1,26 @@
 """QSGD: s levels, l2 scale per bucket (Alistarh et al. 2017; 002_87c17e3716ede1d0.txt Lemma 2)."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
+from _quant_checks import check_mean_at_most, check_mean_equals, check_unbiased, draws, laplace, relative_errors
 
 from gradstat.compressors import Context, create
 from gradstat.compressors.qsgd import QSGD
 from gradstat.theory.qsgd import variance_bound
 
-from _quant_checks import check_mean_at_most, check_mean_equals, check_unbiased, draws, laplace, relative_errors
 
-
-@pytest.mark.parametrize("d,s,bucket,expected", [
-    (1000, 4, 512, 1000 * 4 + 2 * 32),     # codes in {-4..4}: ceil(log2 9) = 4 bits; 2 buckets
-    (1000, 1, 0, 1000 * 2 + 32),           # ternary codes, one scale
-    (7, 2, 3, 7 * 3 + 3 * 32),             # 5 levels -> 3 bits; buckets of 3, 3, 1
-])
+@pytest.mark.parametrize(
+    "d,s,bucket,expected",
+    [
+        (1000, 4, 512, 1000 * 4 + 2 * 32),  # codes in {-4..4}: ceil(log2 9) = 4 bits; 2 buckets
+        (1000, 1, 0, 1000 * 2 + 32),  # ternary codes, one scale
+        (7, 2, 3, 7 * 3 + 3 * 32),  # 5 levels -> 3 bits; buckets of 3, 3, 1
+    ],
+)
 def test_bits_are_codes_plus_one_scale_per_bucket_and_no_seed(d, s, bucket, expected):
     p = QSGD(s=s, bucket=bucket).encode(torch.randn(d))
     assert p.bits == expected and "seed" not in p.parts
@@ -26,9 +29,9 @@ def test_bits_are_codes_plus_one_scale_per_bucket_and_no_seed(d, s, bucket, expe
 def test_levels_follow_the_stochastic_rounding_probabilities():
     """Eq. (1) of 002_87c17e3716ede1d0.txt: |x|/||g|| in [l/s, (l+1)/s] goes up with probability s|x|/||g|| - l
     (99.9 % z-test over 4000 draws)."""
-    g = torch.tensor([3.0, -4.0, 0.0])                                  # ||g|| = 5: |x| = 0.6, 0.8, 0
+    g = torch.tensor([3.0, -4.0, 0.0])  # ||g|| = 5: |x| = 0.6, 0.8, 0
     out = draws(QSGD(s=2, bucket=0), g, 4000)
-    up0 = (out[:, 0] > 2.5 + 1e-6).double()                             # 0.6 = 1/2 + 0.1: level 1 w.p. 0.8
+    up0 = (out[:, 0] > 2.5 + 1e-6).double()  # 0.6 = 1/2 + 0.1: level 1 w.p. 0.8
     assert set(out[:, 0].tolist()) <= {2.5, 5.0} and set(out[:, 2].tolist()) == {0.0}
     assert check_mean_equals(up0, 0.2) == []
     assert set(out[:, 1].tolist()) <= {-2.5, -5.0}
@@ -69,9 +72,11 @@ def test_bad_parameters_are_rejected(spec, msg):
 
 def test_variance_check_detects_a_wrong_scale():
     """A QSGD whose codes are decoded at twice the scale violates the bound check (so the check can fail)."""
+
     class Doubled(QSGD):
         def _decode(self, payload, ctx, side):
             return 2 * super()._decode(payload, ctx, side)
+
     g = laplace(2048, 2)
     assert check_mean_at_most(relative_errors(Doubled(s=16, bucket=0), g, 50), variance_bound(2048, 16)) != []
     assert math.isfinite(variance_bound(2048, 16))
@@ -79,4 +84,5 @@ def test_variance_check_detects_a_wrong_scale():
 
 def test_bits_match_the_theory_count():
     from gradstat.theory.bits import qsgd_bits
+
     assert QSGD(s=4, bucket=512).encode(torch.randn(512)).bits == qsgd_bits(512, 4)

@@ -1,12 +1,13 @@
 """Random-k: seeded indices (values and a seed only on the wire), exact expected error, unbiased scaling."""
+
 from __future__ import annotations
 
 import math
 from statistics import NormalDist
 
 import torch
-
 from _sparse_checks import laplace
+
 from gradstat.compressors import create
 from gradstat.compressors.context import SEED_BITS, Context
 from gradstat.compressors.randk import random_subset
@@ -50,7 +51,8 @@ def test_unbiased_variant_scales_by_d_over_k_and_has_the_wangni_variance():
     energy = float((g.double() ** 2).sum())
     for name, expected, should_pass in (("randk_unbiased", 200 / 20 - 1, True), ("randk", 200 / 20 - 1, False)):
         c = create(f"{name}:ratio=0.1")
-        err = torch.tensor([float(((c(g, Context(seed=s)) - g) ** 2).sum()) / energy for s in range(2000)],
-                           dtype=torch.float64)
+        err = torch.tensor(
+            [float(((c(g, Context(seed=s)) - g) ** 2).sum()) / energy for s in range(2000)], dtype=torch.float64
+        )
         z = (err.mean() - expected) / (err.std() / math.sqrt(err.numel()))
         assert (abs(float(z)) < NormalDist().inv_cdf(1 - 0.001 / 2)) == should_pass

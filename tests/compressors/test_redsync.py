@@ -1,11 +1,12 @@
 """RedSync: bisection between mean and max of |g|, moving the right way; the authors' variant moves the wrong way."""
+
 from __future__ import annotations
 
 import math
 
 import torch
-
 from _sparse_checks import kept_fraction, laplace
+
 from gradstat.compressors import create
 from gradstat.compressors.context import Context
 

@@ -1,10 +1,11 @@
 """SIDCo: estimation quality k_hat/k, the three variants, the anchor option, spec strings and stage adaptation."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from _sparse_checks import double_gamma, laplace, sparse_bits
+
 from gradstat.compressors import create
 from gradstat.compressors.context import Context
 from gradstat.compressors.sidco import SIDCoState

@@ -1,13 +1,13 @@
 """signSGD and EF-signSGD's scaled sign."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from _quant_checks import laplace
 
 from gradstat.compressors import Context, ErrorFeedback, create
 from gradstat.compressors.sign import SignSGD
-
-from _quant_checks import laplace
 
 
 def test_scaled_sign_hand_example():

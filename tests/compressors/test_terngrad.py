@@ -1,13 +1,13 @@
 """TernGrad (Wen et al. 2017): ternary codes, l_inf scale, optional clipping at c * std."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 
 from gradstat.compressors import create
 from gradstat.compressors.terngrad import TernGrad
-
-from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 
 
 def test_bits_are_two_per_element_plus_the_scale():
@@ -51,4 +51,5 @@ def test_bad_parameters_are_rejected(spec):
 
 def test_bits_match_the_theory_count():
     from gradstat.theory.bits import terngrad_bits
+
     assert TernGrad().encode(torch.randn(1000)).bits == terngrad_bits(1000)

@@ -1,10 +1,11 @@
 """The shared threshold step: selection, wire format and bits, the threshold search, the fixed threshold."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from _sparse_checks import laplace, sparse_bits
+
 from gradstat.compressors import create
 from gradstat.compressors.context import Context
 from gradstat.compressors.threshold import count_at_least, search_threshold, select_at_least
@@ -35,12 +36,14 @@ def test_fixed_threshold_rejects_a_non_positive_or_non_finite_eta(eta):
 def test_search_raises_the_threshold_when_too_many_pass_and_lowers_it_when_too_few():
     abs_g = torch.arange(1, 1001, dtype=torch.float32)  # count(>= eta) = 1001 - eta
     k = 100
-    too_many, _ = search_threshold(abs_g, k, torch.tensor(500.0), (1.0, 2.0), max_iter=2,
-                                   low=torch.tensor(0.0), high=torch.tensor(1000.0))
+    too_many, _ = search_threshold(
+        abs_g, k, torch.tensor(500.0), (1.0, 2.0), max_iter=2, low=torch.tensor(0.0), high=torch.tensor(1000.0)
+    )
     assert float(too_many) > 500.0
     # 75 pass (between k/2 and k): the SIDCo authors' RedSync search raised the threshold here; it must fall
-    too_few, _ = search_threshold(abs_g, k, torch.tensor(926.0), (1.0, 2.0), max_iter=2,
-                                  low=torch.tensor(500.0), high=torch.tensor(1000.0))
+    too_few, _ = search_threshold(
+        abs_g, k, torch.tensor(926.0), (1.0, 2.0), max_iter=2, low=torch.tensor(500.0), high=torch.tensor(1000.0)
+    )
     assert float(too_few) < 926.0
 
 

@@ -1,5 +1,6 @@
 """Wangni et al. unbiased sparsification: optimal probabilities (against theory/'s numpy closed form), variance,
 bits."""
+
 from __future__ import annotations
 
 import math
@@ -8,9 +9,9 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 import torch
+from _sparse_checks import laplace, sparse_bits
 
 import gradstat.theory.wangni
-from _sparse_checks import laplace, sparse_bits
 from gradstat.compressors import create
 from gradstat.compressors.context import Context
 from gradstat.compressors.wangni import optimal_probabilities

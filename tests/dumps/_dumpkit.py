@@ -1,4 +1,5 @@
 """Helpers for the dump tests: deterministic gradients and a small dump with two workers and one extra."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,9 +19,18 @@ def make_grads(step: int, workers: int = 2, scale: float = 1.0) -> list[dict[str
 
 def write_dump(path: Path, steps=(0, 5, 10), dtype: str = "float32", workers: int = 2, extras: bool = True) -> dict:
     """Write a dump and return what was written: {step: (grads, extras)}."""
-    w = DumpWriter(path, workload="toy", params=PARAMS, workers=workers, dtype=dtype, every=5,
-                   optimizer={"name": "sgd", "lr": 0.1}, seeds={"seed": 3}, metadata={"note": "test"},
-                   extras=["residual"] if extras else [])
+    w = DumpWriter(
+        path,
+        workload="toy",
+        params=PARAMS,
+        workers=workers,
+        dtype=dtype,
+        every=5,
+        optimizer={"name": "sgd", "lr": 0.1},
+        seeds={"seed": 3},
+        metadata={"note": "test"},
+        extras=["residual"] if extras else [],
+    )
     written = {}
     for s in steps:
         g = make_grads(s, workers)

@@ -1,10 +1,10 @@
 """Fixtures for the dump tests."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from _dumpkit import write_dump
 
 

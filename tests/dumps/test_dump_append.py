@@ -1,11 +1,11 @@
 """Reopening a dump appends; leftovers of an interrupted write are ignored by readers and cleaned on append."""
+
 from __future__ import annotations
 
 import pytest
+from _dumpkit import make_grads, write_dump
 
 from gradstat.analysis.dumps import DumpError, DumpWriter, open_dump
-
-from _dumpkit import make_grads, write_dump
 
 
 def test_append_adds_steps_and_keeps_old_ones(dump_path):

@@ -1,4 +1,5 @@
 """The dump commands end to end: output content, exit status 2 with a one-line error, data never destroyed."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,25 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 @pytest.fixture(scope="module")
 def fc300_dump(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli") / "fc300"
-    assert main(["record", "--workload", "fc300:batch_size=8", "--steps", "4", "--every", "2", "--workers", "2",
-                 "--out", str(path), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "record",
+                "--workload",
+                "fc300:batch_size=8",
+                "--steps",
+                "4",
+                "--every",
+                "2",
+                "--workers",
+                "2",
+                "--out",
+                str(path),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return path
 
 
@@ -49,19 +67,31 @@ def test_info_json(fc300_dump, capsys):
 def test_workloads_lists_counts(capsys):
     code, out, _ = run(capsys, "workloads")
     assert code == 0
-    for name, count in [("fc300", "266,610"), ("lenet", "1,663,370"), ("resnet20", "269,722"), ("logreg", "7,850"),
-                        ("linreg", "3,200"), ("lstm", "222,285")]:
+    for name, count in [
+        ("fc300", "266,610"),
+        ("lenet", "1,663,370"),
+        ("resnet20", "269,722"),
+        ("logreg", "7,850"),
+        ("linreg", "3,200"),
+        ("lstm", "222,285"),
+    ]:
         assert any(line.startswith(name) and count in line for line in out.splitlines()), (name, out)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["record", "--workload", "nope", "--steps", "2", "--out", "{tmp}/a"], "unknown workload 'nope'"),
-    (["record", "--workload", "fc300", "--steps", "0", "--out", "{tmp}/a"], "steps must be a positive integer"),
-    (["record", "--workload", "fc300", "--steps", "2", "--workers", "-1", "--out", "{tmp}/a"], "workers must be"),
-    (["record", "--workload", "fc300", "--steps", "2", "--feedback", "ef", "--out", "{tmp}/a"], "needs a compressor"),
-    (["info", "{tmp}/missing"], "not a directory"),
-    (["import", "{tmp}/missing.pt", "--out", "{tmp}/a"], "no such file"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["record", "--workload", "nope", "--steps", "2", "--out", "{tmp}/a"], "unknown workload 'nope'"),
+        (["record", "--workload", "fc300", "--steps", "0", "--out", "{tmp}/a"], "steps must be a positive integer"),
+        (["record", "--workload", "fc300", "--steps", "2", "--workers", "-1", "--out", "{tmp}/a"], "workers must be"),
+        (
+            ["record", "--workload", "fc300", "--steps", "2", "--feedback", "ef", "--out", "{tmp}/a"],
+            "needs a compressor",
+        ),
+        (["info", "{tmp}/missing"], "not a directory"),
+        (["import", "{tmp}/missing.pt", "--out", "{tmp}/a"], "no such file"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, message):
     code, out, err = run(capsys, *[a.format(tmp=tmp_path) for a in argv])
     assert code == 2
@@ -92,9 +122,25 @@ def test_info_on_a_corrupt_dump(tmp_path, capsys):
 
 
 def test_record_with_compressor_in_the_loop(tmp_path, capsys):
-    code, out, _ = run(capsys, "record", "--workload", "linreg", "--steps", "3", "--workers", "2", "--out",
-                       str(tmp_path / "d"), "--compressor", "topk:ratio=0.1", "--feedback", "ef", "--quiet",
-                       "--dtype", "bfloat16")
+    code, out, _ = run(
+        capsys,
+        "record",
+        "--workload",
+        "linreg",
+        "--steps",
+        "3",
+        "--workers",
+        "2",
+        "--out",
+        str(tmp_path / "d"),
+        "--compressor",
+        "topk:ratio=0.1",
+        "--feedback",
+        "ef",
+        "--quiet",
+        "--dtype",
+        "bfloat16",
+    )
     assert code == 0 and "3 steps x 2 workers x 1 tensors" in out
     d = open_dump(tmp_path / "d")
     assert d.extras == ["residual", "compensated"] and d.dtype == torch.bfloat16
@@ -118,8 +164,21 @@ def test_import_export_commands(fc300_dump, tmp_path, capsys):
 @pytest.mark.slow
 def test_done_when_lenet(tmp_path, capsys):
     """The issue's acceptance check, verbatim."""
-    code, _, _ = run(capsys, "record", "--workload", "lenet", "--steps", "20", "--every", "5", "--workers", "4",
-                     "--out", str(tmp_path / "X"), "--quiet")
+    code, _, _ = run(
+        capsys,
+        "record",
+        "--workload",
+        "lenet",
+        "--steps",
+        "20",
+        "--every",
+        "5",
+        "--workers",
+        "4",
+        "--out",
+        str(tmp_path / "X"),
+        "--quiet",
+    )
     assert code == 0
     code, out, _ = run(capsys, "info", str(tmp_path / "X"))
     assert "4 steps x 4 workers x 8 tensors" in out and "1,663,370" in out

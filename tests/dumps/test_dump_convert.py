@@ -1,4 +1,5 @@
 """Import of .pt/.npz/.npy files and directories, export to .npz, and refusal of anything pickled."""
+
 from __future__ import annotations
 
 import collections
@@ -108,11 +109,14 @@ def test_object_npz_is_refused(tmp_path):
         import_dump(tmp_path / "o.npz", tmp_path / "d")
 
 
-@pytest.mark.parametrize("obj, message", [
-    ({"w": torch.arange(3)}, "must be a floating-point tensor"),
-    ({}, "must be a non-empty dict"),
-    (collections.OrderedDict(w=torch.ones(2), v=torch.tensor([float("nan")])), "NaN/Inf"),
-])
+@pytest.mark.parametrize(
+    "obj, message",
+    [
+        ({"w": torch.arange(3)}, "must be a floating-point tensor"),
+        ({}, "must be a non-empty dict"),
+        (collections.OrderedDict(w=torch.ones(2), v=torch.tensor([float("nan")])), "NaN/Inf"),
+    ],
+)
 def test_bad_content_is_refused(tmp_path, obj, message):
     torch.save(obj, tmp_path / "g.pt")
     with pytest.raises(DumpError, match=message):

@@ -1,16 +1,16 @@
 """Format round trip: what is written is read back, for every storage dtype, on every device."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
+from _dumpkit import PARAMS, write_dump
 from safetensors import safe_open
 
 from gradstat.analysis.dumps import STORAGE_DTYPES, open_dump
 from gradstat.analysis.dumps.format import FORMAT_VERSION
-
-from _dumpkit import PARAMS, write_dump
 
 
 @pytest.mark.parametrize("dtype", list(STORAGE_DTYPES))
@@ -53,8 +53,9 @@ def test_flat_is_model_order_concatenation(dump_path):
     flat = d.flat(5, 1, dtype=torch.float64)
     assert flat.shape == (16,) and flat.dtype == torch.float64
     assert torch.equal(flat, torch.cat([parts["layer.weight"].reshape(-1), parts["layer.bias"]]).double())
-    assert torch.equal(d.flat_extra("residual", 5, 1),
-                       torch.cat([t.reshape(-1) for t in d.read_extra("residual", 5, 1).values()]))
+    assert torch.equal(
+        d.flat_extra("residual", 5, 1), torch.cat([t.reshape(-1) for t in d.read_extra("residual", 5, 1).values()])
+    )
 
 
 def test_read_selects_parameters(dump_path):

@@ -1,5 +1,6 @@
 """A recording killed with SIGKILL at an arbitrary moment leaves a dump that opens, verifies and holds every step
 finished before the kill; reopening it appends."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ import time
 
 import pytest
 
-from gradstat.analysis.dumps import DumpWriter, open_dump
+from gradstat.analysis.dumps import open_dump
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL (POSIX)")
 
@@ -76,28 +77,49 @@ CRASH_POINTS = textwrap.dedent("""
 def test_sigkill_at_every_point_of_a_write(tmp_path):
     """SIGKILL at each file-system operation of write_step (mid-write included): the dump always opens and
     verifies, holds every step committed before, and holds the new step only if the kill came after its commit."""
-    proc = subprocess.run([sys.executable, "-c", CRASH_POINTS, str(tmp_path / "dump")], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH_POINTS, str(tmp_path / "dump")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)
     committed = [0]
     for r in results:
         assert "error" not in r, r
-        assert r["steps"][:len(committed)] == committed and len(r["steps"]) - len(committed) in (0, 1), r
+        assert r["steps"][: len(committed)] == committed and len(r["steps"]) - len(committed) in (0, 1), r
         assert r["values"] == [float(s) for s in r["steps"]]
         committed = r["steps"]
     kills = [r for r in results if r["killed"]]
-    assert len(kills) >= 8, results   # step file: write (killed halfway), fsync, rename, dir fsync; manifest: same
+    assert len(kills) >= 8, results  # step file: write (killed halfway), fsync, rename, dir fsync; manifest: same
     assert not results[-1]["killed"] and committed[-1] >= 1
 
 
 def test_sigkill_of_gradstat_record(tmp_path):
     """The real command: kill `gradstat record` once it has committed a step."""
     path = tmp_path / "rec"
-    proc = subprocess.Popen([sys.executable, "-m", "gradstat", "record", "--workload", "fc300:batch_size=8",
-                             "--steps", "100000", "--workers", "2", "--out", str(path), "--quiet"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gradstat",
+            "record",
+            "--workload",
+            "fc300:batch_size=8",
+            "--steps",
+            "100000",
+            "--workers",
+            "2",
+            "--out",
+            str(path),
+            "--quiet",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     try:
         deadline = time.time() + 120
         while time.time() < deadline:

@@ -1,4 +1,5 @@
 """Every validation error: each is a DumpError (a ValueError) naming the file and the problem."""
+
 from __future__ import annotations
 
 import errno
@@ -7,11 +8,10 @@ import os
 
 import pytest
 import torch
+from _dumpkit import PARAMS, flip_byte, make_grads, tensor_byte_range
 
 from gradstat.analysis.dumps import DumpError, DumpWriter, open_dump
 from gradstat.analysis.dumps.format import FORMAT_VERSION
-
-from _dumpkit import PARAMS, flip_byte, make_grads, tensor_byte_range
 
 
 def _edit_manifest(path, change):
@@ -106,7 +106,10 @@ def test_verify_catches_a_changed_file_whose_tensors_still_match(dump_path):
 
 def test_wrong_shape(dump_path):
     _edit_manifest(dump_path, lambda m: m["params"][1].update(shape=[5]))
-    with pytest.raises(DumpError, match=r"step-00000000\.safetensors: tensor 'w0/layer.bias' has shape \(4,\), manifest\.json declares \(5,\)"):
+    with pytest.raises(
+        DumpError,
+        match=r"step-00000000\.safetensors: tensor 'w0/layer.bias' has shape \(4,\), manifest\.json declares \(5,\)",
+    ):
         open_dump(dump_path).read(0)
 
 
@@ -115,6 +118,7 @@ def test_wrong_dtype(dump_path):
         m["dtype"] = "float16"
         for p in m["params"]:
             p["dtype"] = "float16"
+
     _edit_manifest(dump_path, to_f16)
     with pytest.raises(DumpError, match=r"has dtype F32, manifest\.json declares F16"):
         open_dump(dump_path).read(0)
@@ -126,12 +130,15 @@ def test_missing_tensor_in_file(dump_path):
         open_dump(dump_path).read(0)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda d: d.read(7), r"step 7 was not recorded; recorded steps: \[0, 5, 10\]"),
-    (lambda d: d.read(0, worker=2), r"worker 2 out of range"),
-    (lambda d: d.read(0, params="nope"), r"unknown parameter\(s\) \['nope'\]"),
-    (lambda d: d.read_extra("momentum", 0), r"no extra 'momentum'"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda d: d.read(7), r"step 7 was not recorded; recorded steps: \[0, 5, 10\]"),
+        (lambda d: d.read(0, worker=2), r"worker 2 out of range"),
+        (lambda d: d.read(0, params="nope"), r"unknown parameter\(s\) \['nope'\]"),
+        (lambda d: d.read_extra("momentum", 0), r"no extra 'momentum'"),
+    ],
+)
 def test_bad_requests(dump_path, call, message):
     with pytest.raises(DumpError, match=message):
         call(open_dump(dump_path))
@@ -151,12 +158,18 @@ def test_writer_refuses_an_existing_dump(dump_path):
     assert (dump_path / "manifest.json").read_bytes() == before
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"layer.weight": torch.full((3, 4), float("nan")), "layer.bias": torch.zeros(4)}, "NaN/Inf"),
-    ({"layer.weight": torch.zeros(4, 3), "layer.bias": torch.zeros(4)}, r"shape \(4, 3\), the dump declares \(3, 4\)"),
-    ({"layer.weight": torch.zeros(3, 4)}, r"missing parameters \['layer.bias'\]"),
-    ({"layer.weight": torch.zeros(3, 4, dtype=torch.int64), "layer.bias": torch.zeros(4)}, "floating-point"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"layer.weight": torch.full((3, 4), float("nan")), "layer.bias": torch.zeros(4)}, "NaN/Inf"),
+        (
+            {"layer.weight": torch.zeros(4, 3), "layer.bias": torch.zeros(4)},
+            r"shape \(4, 3\), the dump declares \(3, 4\)",
+        ),
+        ({"layer.weight": torch.zeros(3, 4)}, r"missing parameters \['layer.bias'\]"),
+        ({"layer.weight": torch.zeros(3, 4, dtype=torch.int64), "layer.bias": torch.zeros(4)}, "floating-point"),
+    ],
+)
 def test_writer_rejects_bad_gradients(tmp_path, bad, message):
     w = DumpWriter(tmp_path / "d", workload="toy", params=PARAMS)
     with pytest.raises((ValueError, TypeError), match=message):
@@ -179,7 +192,9 @@ def test_steps_must_increase(tmp_path):
 
 
 def test_unknown_storage_dtype(tmp_path):
-    with pytest.raises(ValueError, match=r"dtype 'float64' is not a storage dtype; accepted: float32, float16, bfloat16"):
+    with pytest.raises(
+        ValueError, match=r"dtype 'float64' is not a storage dtype; accepted: float32, float16, bfloat16"
+    ):
         DumpWriter(tmp_path / "d", workload="toy", params=PARAMS, dtype="float64")
     assert not (tmp_path / "d").exists()
 

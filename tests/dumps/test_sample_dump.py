@@ -1,5 +1,6 @@
 """The sample dump shipped in data/samples stays readable and self-consistent (a format-compatibility guard: a
 change of the format that breaks existing dumps fails here)."""
+
 from __future__ import annotations
 
 from pathlib import Path

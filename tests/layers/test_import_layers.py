@@ -4,6 +4,7 @@ import-linter walks a package's folder; gradstat's three layers live beside ``gr
 install puts them inside it), so the contracts are checked on a staging folder that arranges the checkout as installed:
 ``gradstat/__init__.py`` with ``theory``, ``compressors`` and ``analysis`` linked (or, for the planted arrow, copied).
 """
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,14 @@ def lint_imports(staging: Path) -> subprocess.CompletedProcess:
     if not Path(LINT).exists():
         pytest.fail("lint-imports is not installed: install the test extras (pip install -e '.[test]')")
     env = {**os.environ, "PYTHONPATH": str(staging)}
-    return subprocess.run([LINT, "--config", str(ROOT / "pyproject.toml"), "--no-cache"], cwd=staging, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [LINT, "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=staging,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_every_import_contract_is_kept(tmp_path):

@@ -1,5 +1,6 @@
 """Sparsity-inducing distributions: agreement with scipy.stats, signed (double) forms, the torch gamma quantile,
 sampling, input handling. One battery runs over every distribution (like scipy's test_continuous_basic)."""
+
 from __future__ import annotations
 
 import math
@@ -9,8 +10,7 @@ import pytest
 import torch
 from scipy import special, stats
 
-from gradstat.theory.distributions import Double, Exponential, Gamma, GenPareto
-from gradstat.theory.distributions import incgamma
+from gradstat.theory.distributions import Double, Exponential, Gamma, GenPareto, incgamma
 
 # (ours, scipy's frozen equivalent): scipy's gamma a = shape, genpareto c = shape (the paper's alpha), loc 0.
 CASES = {
@@ -31,8 +31,11 @@ RTOL = 1e-9  # float64: "to float precision" up to the conditioning of the quant
 def grid(ref) -> np.ndarray:
     """Points from the body to the far tail (sf down to ~1e-30), plus 0 and the support's end."""
     upper = ref.isf(np.array([1e-30, 1e-12, 1e-7, 1e-3, 0.1, 0.5, 0.9]))
-    return np.unique(np.concatenate([[0.0, 1e-12 * ref.std()], upper[np.isfinite(upper)],
-                                     ref.mean() * np.array([0.01, 0.3, 1.0, 2.0])]))
+    return np.unique(
+        np.concatenate(
+            [[0.0, 1e-12 * ref.std()], upper[np.isfinite(upper)], ref.mean() * np.array([0.01, 0.3, 1.0, 2.0])]
+        )
+    )
 
 
 def assert_close(ours, ref, rtol=RTOL, atol=0.0):
@@ -118,8 +121,10 @@ def test_tensor_parameters_broadcast_and_stay_on_device(device):
     assert torch.allclose(dist.mean().cpu(), torch.tensor([0.6, 1.2, 1.8], dtype=torch.float64))
 
 
-@pytest.mark.parametrize("bad, error", [(0.0, ValueError), (-1.0, ValueError), (math.nan, ValueError),
-                                        (math.inf, ValueError), ("1", TypeError)])
+@pytest.mark.parametrize(
+    "bad, error",
+    [(0.0, ValueError), (-1.0, ValueError), (math.nan, ValueError), (math.inf, ValueError), ("1", TypeError)],
+)
 def test_invalid_parameters_are_rejected_naming_them(bad, error):
     with pytest.raises(error, match="scale"):
         Exponential(bad)
@@ -166,8 +171,12 @@ def test_double_generalized_pareto_follows_sidco_30():
     want = (1 / (2 * beta)) * (1 + alpha * np.abs(g) / beta) ** (-(1 / alpha + 1))
     dist = Double(GenPareto(alpha, beta))
     assert_close(dist.pdf(g), want)
-    assert_close(dist.cdf(g), np.where(g < 0, 0.5 * stats.genpareto(alpha, scale=beta).sf(-g),
-                                       1 - 0.5 * stats.genpareto(alpha, scale=beta).sf(g)))
+    assert_close(
+        dist.cdf(g),
+        np.where(
+            g < 0, 0.5 * stats.genpareto(alpha, scale=beta).sf(-g), 1 - 0.5 * stats.genpareto(alpha, scale=beta).sf(g)
+        ),
+    )
 
 
 @pytest.mark.parametrize("dist", [Exponential(1.0), Gamma(0.5, 1.0), GenPareto(0.2, 1.0)])

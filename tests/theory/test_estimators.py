@@ -1,6 +1,7 @@
 """Estimators of the sparsity-inducing distributions: every registered (dist, method) pair on one battery,
 agreement with scipy's MLE, recovery of true parameters within confidence intervals, zeros, errors, and
 checks that detect deliberately wrong estimators."""
+
 from __future__ import annotations
 
 import math
@@ -59,10 +60,16 @@ def test_exact_zeros_are_left_out_and_counted(dist, method):
 
 
 @pytest.mark.parametrize("dist, method", PAIRS)
-@pytest.mark.parametrize("bad, message", [
-    ([], "empty"), ([0.0, 0.0], "all zeros"), ([1.0, math.nan], "NaN"), ([1.0, math.inf], "infinite"),
-    ([1.0, -0.5], r"\|g\|"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ([], "empty"),
+        ([0.0, 0.0], "all zeros"),
+        ([1.0, math.nan], "NaN"),
+        ([1.0, math.inf], "infinite"),
+        ([1.0, -0.5], r"\|g\|"),
+    ],
+)
 def test_invalid_input_is_rejected_with_a_clear_message(dist, method, bad, message):
     with pytest.raises(ValueError, match=message):
         fit(np.array(bad, dtype=float), dist, method)
@@ -98,10 +105,18 @@ def loglik(dist: str, params: dict, x: np.ndarray) -> float:
     return float(np.sum(SCIPY[dist].logpdf(x, *shape, scale=float(params["scale"]))))
 
 
-@pytest.mark.parametrize("dist, true", [("gamma", Gamma(0.35, 1e-4)), ("gamma", Gamma(0.8, 2.0)),
-                                        ("genpareto", GenPareto(-0.2, 1.0)), ("genpareto", GenPareto(0.1, 1e-3)),
-                                        ("genpareto", GenPareto(0.4, 5.0)), ("genpareto", GenPareto(0.9, 1.0)),
-                                        ("exponential", Exponential(3e-4))])
+@pytest.mark.parametrize(
+    "dist, true",
+    [
+        ("gamma", Gamma(0.35, 1e-4)),
+        ("gamma", Gamma(0.8, 2.0)),
+        ("genpareto", GenPareto(-0.2, 1.0)),
+        ("genpareto", GenPareto(0.1, 1e-3)),
+        ("genpareto", GenPareto(0.4, 5.0)),
+        ("genpareto", GenPareto(0.9, 1.0)),
+        ("exponential", Exponential(3e-4)),
+    ],
+)
 def test_mle_matches_scipy_fit_well_within_standard_errors(dist, true):
     """Both are the MLE of the same sample: parameters agree to 2 % of the asymptotic standard error (far inside
     it), and the likelihood of ours is at least scipy's (scipy runs a generic optimiser; ours solves the score
@@ -113,9 +128,11 @@ def test_mle_matches_scipy_fit_well_within_standard_errors(dist, true):
     ref_params = {"scale": ref[-1]} if dist == "exponential" else {"shape": ref[0], "scale": ref[-1]}
     assert loglik(dist, ours.params, x) >= loglik(dist, ref_params, x) - 1e-6
     shape, scale = float(true.shape or 0.0), float(true.scale)
-    se = {"exponential": lambda: {"scale": scale / math.sqrt(n)},
-          "gamma": lambda: dict(zip(("shape", "scale"), gamma_se(shape, scale, n))),
-          "genpareto": lambda: dict(zip(("shape", "scale"), gp_se(shape, scale, n)))}[dist]()
+    se = {
+        "exponential": lambda: {"scale": scale / math.sqrt(n)},
+        "gamma": lambda: dict(zip(("shape", "scale"), gamma_se(shape, scale, n))),
+        "genpareto": lambda: dict(zip(("shape", "scale"), gp_se(shape, scale, n))),
+    }[dist]()
     for key, value in ref_params.items():
         assert abs(float(ours.params[key]) - value) < 0.02 * se[key], key
     assert ours.converged
@@ -125,7 +142,8 @@ def test_mle_matches_scipy_fit_well_within_standard_errors(dist, true):
 def gamma_se(shape: float, scale: float, n: int) -> tuple[float, float]:
     """Asymptotic standard errors of the gamma MLE from the Fisher information [[psi'(a), 1/b], [1/b, a/b^2]]."""
     from scipy.special import polygamma
-    info = np.array([[polygamma(1, shape), 1 / scale], [1 / scale, shape / scale ** 2]])
+
+    info = np.array([[polygamma(1, shape), 1 / scale], [1 / scale, shape / scale**2]])
     cov = np.linalg.inv(info) / n
     return math.sqrt(cov[0, 0]), math.sqrt(cov[1, 1])
 

@@ -1,6 +1,7 @@
 """Multi-stage peak over threshold (SIDCo Sec. 2.4, Lemma 2, Cor. 2.1): stage ratios, the stage arithmetic against
 an independent numpy transcription of (7)-(11), k_hat/k on Laplace and gamma(0.5) samples, anchors, zeros,
 degenerate stages, errors, and a check that detects a wrong implementation."""
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,16 @@ def test_one_stage_is_the_target_ratio():
     assert stage_ratios(0.01, 2, first_ratio=0.1) == pytest.approx([0.1, 0.1])
 
 
-@pytest.mark.parametrize("args, match", [((0.0, 2), "ratio"), ((0.01, 0), "stages"), ((0.01, 1.5), "stages"),
-                                         ((0.3, 2), "below first_ratio"), ((0.01, 2, 1.0), "first_ratio")])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((0.0, 2), "ratio"),
+        ((0.01, 0), "stages"),
+        ((0.01, 1.5), "stages"),
+        ((0.3, 2), "below first_ratio"),
+        ((0.01, 2, 1.0), "first_ratio"),
+    ],
+)
 def test_stage_ratio_errors(args, match):
     with pytest.raises(ValueError, match=match):
         stage_ratios(*args)
@@ -43,28 +52,29 @@ def numpy_pot(x: np.ndarray, deltas: list[float], first: str, later: str, anchor
     """Direct transcription of SIDCo (6), (28)-(29) for stage 1 and (7)-(11) for later stages, in numpy."""
     etas = []
     if first == "exponential":
-        eta = x.mean() * math.log(1 / deltas[0])                               # (6)
+        eta = x.mean() * math.log(1 / deltas[0])  # (6)
     else:
         mu, var = x.mean(), x.var(ddof=1)
-        a, b = 0.5 * (1 - mu ** 2 / var), 0.5 * mu * (mu ** 2 / var + 1)      # (29)
-        eta = b / a * (math.exp(-a * math.log(deltas[0])) - 1)                  # (28)
+        a, b = 0.5 * (1 - mu**2 / var), 0.5 * mu * (mu**2 / var + 1)  # (29)
+        eta = b / a * (math.exp(-a * math.log(deltas[0])) - 1)  # (28)
     etas.append(eta)
     for delta in deltas[1:]:
         bar = x[x > eta]
         shift = eta if anchor == "threshold" else bar.min()
         y = bar - shift
         if later == "exponential":
-            eta = y.mean() * math.log(1 / delta) + shift                        # (10)-(11)
+            eta = y.mean() * math.log(1 / delta) + shift  # (10)-(11)
         else:
             mu, var = y.mean(), y.var(ddof=1)
-            a, b = 0.5 * (1 - mu ** 2 / var), 0.5 * mu * (mu ** 2 / var + 1)  # (8)-(9)
-            eta = b / a * (math.exp(-a * math.log(delta)) - 1) + shift          # (7)
+            a, b = 0.5 * (1 - mu**2 / var), 0.5 * mu * (mu**2 / var + 1)  # (8)-(9)
+            eta = b / a * (math.exp(-a * math.log(delta)) - 1) + shift  # (7)
         etas.append(eta)
     return etas
 
 
-@pytest.mark.parametrize("first, later", [("exponential", "exponential"), ("genpareto", "genpareto"),
-                                          ("exponential", "genpareto")])
+@pytest.mark.parametrize(
+    "first, later", [("exponential", "exponential"), ("genpareto", "genpareto"), ("exponential", "genpareto")]
+)
 @pytest.mark.parametrize("anchor", ["threshold", "min_survivor"])
 def test_stage_thresholds_follow_lemma_2_and_corollary_2_1(first, later, anchor, device):
     x = Gamma(0.5, 1.0).sample(200_000, torch.Generator().manual_seed(0))
@@ -101,7 +111,7 @@ def test_explicit_ratios_are_used():
 
 
 # ---- realized ratio on Laplace and gamma(0.5) samples --------------------------------------------------------------
-def khat_over_k(sample_of, ratio: float, stages: int, first: str, seeds=range(3), d: int = 2 ** 18, **kw) -> list:
+def khat_over_k(sample_of, ratio: float, stages: int, first: str, seeds=range(3), d: int = 2**18, **kw) -> list:
     out = []
     for seed in seeds:
         x = sample_of(d, seed)
@@ -138,8 +148,11 @@ def test_the_ratio_check_detects_single_stage_exponential_on_gamma_half():
 def test_the_ratio_check_detects_stages_that_forget_the_shift(monkeypatch):
     """A deliberately wrong PoT that fits the exceedances without subtracting eta_{m-1} (so the fitted law
     describes |g| rather than |g| - eta_{m-1}) misses the target."""
-    monkeypatch.setattr(Exceedances, "_shifted",
-                        lambda self: self.x if self.above is None else torch.where(self.x > self.above, self.x, 0))
+    monkeypatch.setattr(
+        Exceedances,
+        "_shifted",
+        lambda self: self.x if self.above is None else torch.where(self.x > self.above, self.x, 0),
+    )
     ratios = khat_over_k(laplace, 1e-3, 3, "exponential", seeds=range(1))
     assert all(abs(r - 1) > TOLERANCE for r in ratios)
 
@@ -149,14 +162,13 @@ def test_anchor_at_smallest_survivor_also_reaches_the_target():
 
 
 def test_mle_stages_also_reach_the_target():
-    assert all(abs(r - 1) <= TOLERANCE for r in khat_over_k(gamma_half, 1e-3, 3, "gamma", seeds=range(1),
-                                                            method="mle"))
+    assert all(abs(r - 1) <= TOLERANCE for r in khat_over_k(gamma_half, 1e-3, 3, "gamma", seeds=range(1), method="mle"))
 
 
 # ---- zeros --------------------------------------------------------------------------------------------------------
 def test_zeros_count_toward_the_whole_vector():
     """90 % exact zeros: the stage-1 ratio is conditional on the non-zeros, so the final count is near delta d."""
-    d, ratio = 2 ** 20, 1e-3
+    d, ratio = 2**20, 1e-3
     nonzero = laplace(d // 10, 4)
     x = torch.cat([nonzero, torch.zeros(d - nonzero.numel())])
     result = multistage_threshold(x, ratio, 2)
@@ -217,20 +229,33 @@ def test_later_stage_can_stop_after_earlier_ones_completed():
 
 
 # ---- errors -------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(first="laplace"), "first must be one of"), (dict(later="gamma"), "later must be one of"),
-    (dict(anchor="median"), "anchor must be one of"), (dict(quantile="x"), "quantile must be one of"),
-    (dict(method="newton"), "method"), (dict(ratio=1.0), "ratio"), (dict(stages=0), "stages"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(first="laplace"), "first must be one of"),
+        (dict(later="gamma"), "later must be one of"),
+        (dict(anchor="median"), "anchor must be one of"),
+        (dict(quantile="x"), "quantile must be one of"),
+        (dict(method="newton"), "method"),
+        (dict(ratio=1.0), "ratio"),
+        (dict(stages=0), "stages"),
+    ],
+)
 def test_invalid_arguments_are_rejected(kwargs, match):
     args = dict(abs_g=torch.rand(10_000), ratio=0.01, stages=2) | kwargs
     with pytest.raises(ValueError, match=match):
         multistage_threshold(**args)
 
 
-@pytest.mark.parametrize("bad, match", [(torch.tensor([]), "empty"), (torch.zeros(100), "all zeros"),
-                                        (torch.tensor([1.0, -1.0] * 100), r"\|g\|"),
-                                        (torch.tensor([1.0, math.nan] * 100), "NaN")])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (torch.tensor([]), "empty"),
+        (torch.zeros(100), "all zeros"),
+        (torch.tensor([1.0, -1.0] * 100), r"\|g\|"),
+        (torch.tensor([1.0, math.nan] * 100), "NaN"),
+    ],
+)
 def test_invalid_input_is_rejected(bad, match):
     with pytest.raises(ValueError, match=match):
         multistage_threshold(bad, 0.01, 2)

@@ -1,4 +1,5 @@
 """Bit counts against the papers' tables (002_87c17e3716ede1d0.txt, Table 1) and Elias coding of QSGD."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """``gradstat theory ...`` commands: tables with sources, JSON output, and one-line errors with exit status 2."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Convergence terms: QCS Lemma 5/6, (22), (23) (000_4b111efa75352b2d.txt); DQSG Theorem 5, (5) (002)."""
+
 from __future__ import annotations
 
 import math

@@ -1,5 +1,6 @@
 """DQSG / NDQSG (002_87c17e3716ede1d0.txt): the worked example, nested decoding, Theorem 6 (bound, exact
 closed form against numerical integration and against a Monte Carlo run of the encoder/decoder), (9), Lemma 3."""
+
 from __future__ import annotations
 
 import itertools
@@ -49,9 +50,7 @@ def test_decoding_is_exact_inside_the_safe_radius():
     assert np.max(np.abs(x_hat - x)) <= d1 / 2 + 1e-12
 
 
-GRID = list(
-    itertools.product([1 / 3, 0.5, 1.0], [2, 3, 5], [0.5, 0.8, 1.0], np.geomspace(0.01, 3.0, 9).tolist())
-)
+GRID = list(itertools.product([1 / 3, 0.5, 1.0], [2, 3, 5], [0.5, 0.8, 1.0], np.geomspace(0.01, 3.0, 9).tolist()))
 
 
 def test_exact_failure_probability_is_below_the_theorem6_bound_on_a_grid():

@@ -1,4 +1,5 @@
 """GMC Theorem 9 and the communication ratio (004_8d479783bc85b5d8.txt)."""
+
 from __future__ import annotations
 
 import numpy as np

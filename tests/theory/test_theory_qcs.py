@@ -1,5 +1,6 @@
 """QCS closed forms (000_4b111efa75352b2d.txt, (10)-(18)): identities, known values, the optimal (k, Q) search
 against brute force, and a Monte Carlo check that (10) bounds the error of a numpy QCS."""
+
 from __future__ import annotations
 
 import math
@@ -39,9 +40,7 @@ def test_gain_formula():
 def test_exact_gain_counts_codes_scale_and_seed():
     # 256 codes of ceil(log2 3) = 2 bits, one 32-bit scale, one 64-bit seed
     assert qcs.exact_gain(256, 256, 1) == pytest.approx(256 * 32 / (256 * 2 + 32 + 64))
-    assert qcs.exact_gain(256, 256, 1, packing="ideal") == pytest.approx(
-        256 * 32 / (256 * math.log2(3) + 96)
-    )
+    assert qcs.exact_gain(256, 256, 1, packing="ideal") == pytest.approx(256 * 32 / (256 * math.log2(3) + 96))
     assert qcs.exact_gain(256, 32, None, seed_bits=0) == pytest.approx(256 * 32 / (32 + 32))
     assert qcs.exact_gain(256, 32, 4) < qcs.gain(256, 32, 4)
 
@@ -138,7 +137,7 @@ def _worst_case_residual(gamma: float, beta: float, steps: int) -> list[float]:
     r, out = np.zeros(2), []
     for _ in range(steps):
         z = g + beta * r
-        r = (1 - beta) * r + s * z          # e = z - C(z) = s z
+        r = (1 - beta) * r + s * z  # e = z - C(z) = s z
         out.append(float(r @ r))
     return out
 
@@ -157,7 +156,8 @@ def test_minkowski_mmse_bound_holds_and_is_attained_by_the_worst_case_compressor
 def test_minkowski_mmse_bound_is_18_at_beta_one_and_finite_where_16_as_printed_is_not():
     for gamma in GAMMAS:
         assert qcs.residual_bound_mmse_minkowski(gamma, 1.0).value == pytest.approx(
-            qcs.optimal_feedback_mmse(gamma)[1], rel=1e-12)
+            qcs.optimal_feedback_mmse(gamma)[1], rel=1e-12
+        )
     assert not qcs.residual_bound_mmse(1.0, 0.2).valid
     assert math.isfinite(qcs.residual_bound_mmse_minkowski(1.0, 0.2).value)
 

@@ -1,4 +1,5 @@
 """QSGD / TernGrad stochastic quantizer (002_87c17e3716ede1d0.txt Sec. 2.1.1, Lemma 2; Alistarh et al. Lemma 3.1)."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """SIDCo closed forms about k_hat and convergence (001_ac87256369ec7547.txt, Sec. 2.2, (13), (43), (45))."""
+
 from __future__ import annotations
 
 import math

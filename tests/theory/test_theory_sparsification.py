@@ -1,5 +1,6 @@
 """Top-k contraction, exact best-k error and the compressibility power-law fits (001_ac87256369ec7547.txt,
 Definition 1, (1), (2), (42))."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Wangni et al. 2018 optimal keep probabilities: hit the density and minimise the variance."""
+
 from __future__ import annotations
 
 import numpy as np

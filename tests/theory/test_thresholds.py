@@ -1,5 +1,6 @@
 """Thresholds for a target ratio (SIDCo Lemma 1): exact quantiles, the realized k_hat/k under the fitted
 distribution (binomial CI), the bias of the paper's gamma approximation (15), zeros, errors."""
+
 from __future__ import annotations
 
 import math
@@ -10,7 +11,7 @@ import pytest
 import torch
 from scipy import special, stats
 
-from gradstat.theory.distributions import Exponential, Gamma, GenPareto
+from gradstat.theory.distributions import Gamma
 from gradstat.theory.estimators import Fit, fit
 from gradstat.theory.thresholds import tail_quantile, threshold
 
@@ -22,11 +23,13 @@ def fit_of(dist: str, n: int = 10**6, n_zeros: int = 0, device="cpu", **params) 
     return Fit(dist=dist, method="closed_form", params=tensors, n=n, n_zeros=n_zeros)
 
 
-CASES = [("exponential", dict(scale=2e-3), stats.expon(scale=2e-3)),
-         ("gamma", dict(shape=0.3, scale=1e-3), stats.gamma(0.3, scale=1e-3)),
-         ("gamma", dict(shape=0.7, scale=5.0), stats.gamma(0.7, scale=5.0)),
-         ("genpareto", dict(shape=0.2, scale=1e-3), stats.genpareto(0.2, scale=1e-3)),
-         ("genpareto", dict(shape=-0.2, scale=1.0), stats.genpareto(-0.2, scale=1.0))]
+CASES = [
+    ("exponential", dict(scale=2e-3), stats.expon(scale=2e-3)),
+    ("gamma", dict(shape=0.3, scale=1e-3), stats.gamma(0.3, scale=1e-3)),
+    ("gamma", dict(shape=0.7, scale=5.0), stats.gamma(0.7, scale=5.0)),
+    ("genpareto", dict(shape=0.2, scale=1e-3), stats.genpareto(0.2, scale=1e-3)),
+    ("genpareto", dict(shape=-0.2, scale=1.0), stats.genpareto(-0.2, scale=1.0)),
+]
 
 
 @pytest.mark.parametrize("dist, params, ref", CASES)
@@ -91,8 +94,9 @@ def test_gamma_approximation_overestimates_the_threshold_by_6_to_36_percent():
     assert bias.max() == pytest.approx(0.364, abs=0.001) and bias.argmax() == 0
     assert np.all(np.diff(bias, axis=0) < 0)  # the bias grows as alpha decreases, at every ratio
     # the independent scipy computation of the same quantity
-    assert bias[0, 0] == pytest.approx(-(math.log(0.1) + special.gammaln(0.3)) / stats.gamma(0.3).isf(0.1) - 1,
-                                       rel=1e-9)
+    assert bias[0, 0] == pytest.approx(
+        -(math.log(0.1) + special.gammaln(0.3)) / stats.gamma(0.3).isf(0.1) - 1, rel=1e-9
+    )
 
 
 def test_gamma_approximation_is_an_upper_bound_for_shape_up_to_1_and_exact_at_1():
@@ -128,10 +132,15 @@ def test_zeros_use_the_conditional_ratio_so_the_whole_vector_hits_its_target():
     f = fit(x, "gamma", "mle")
     assert f.zero_fraction == pytest.approx(0.6)
     eta = threshold(f, ratio)
-    assert float(eta) == pytest.approx(stats.gamma(float(f.params["shape"]), scale=float(f.params["scale"]))
-                                       .isf(ratio / 0.4), rel=1e-9)
-    fresh = torch.cat([f.distribution.sample(nonzero.numel(), torch.Generator().manual_seed(6)),
-                       torch.zeros(d - nonzero.numel(), dtype=torch.float64)])
+    assert float(eta) == pytest.approx(
+        stats.gamma(float(f.params["shape"]), scale=float(f.params["scale"])).isf(ratio / 0.4), rel=1e-9
+    )
+    fresh = torch.cat(
+        [
+            f.distribution.sample(nonzero.numel(), torch.Generator().manual_seed(6)),
+            torch.zeros(d - nonzero.numel(), dtype=torch.float64),
+        ]
+    )
     lo, hi = stats.binom.interval(LEVEL, nonzero.numel(), ratio / 0.4)
     assert lo <= int((fresh > eta).sum()) <= hi
 
@@ -144,8 +153,17 @@ def test_too_many_zeros_for_the_ratio_gives_threshold_zero_with_a_warning():
 
 
 # ---- errors -------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("ratio, error", [(0.0, ValueError), (1.0, ValueError), (-0.1, ValueError),
-                                          (1.5, ValueError), (math.nan, ValueError), ("0.1", TypeError)])
+@pytest.mark.parametrize(
+    "ratio, error",
+    [
+        (0.0, ValueError),
+        (1.0, ValueError),
+        (-0.1, ValueError),
+        (1.5, ValueError),
+        (math.nan, ValueError),
+        ("0.1", TypeError),
+    ],
+)
 def test_ratio_outside_0_1_is_rejected(ratio, error):
     with pytest.raises(error, match="ratio"):
         threshold(fit_of("exponential", scale=1.0), ratio)

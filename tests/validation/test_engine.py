@@ -1,20 +1,22 @@
 """The validation engine: verdict rules, confidence intervals, the check registry."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from gradstat.analysis.measure.intervals import Estimate, mean_ci, proportion_ci, quantile_interval
 from gradstat.analysis.validation import registry
 from gradstat.analysis.validation.engine import Check, Measurement, NotApplicable, verdict
-from gradstat.analysis.measure.intervals import Estimate, mean_ci, proportion_ci, quantile_interval
 
 
 def est(low: float, high: float) -> Estimate:
     return Estimate((low + high) / 2, low, high, 10)
 
 
-@pytest.mark.parametrize("low, high, expected", [(0.1, 0.9, "holds"), (0.5, 1.5, "tight"), (1.1, 2.0, "violated"),
-                                                 (0.5, 1.0, "tight")])
+@pytest.mark.parametrize(
+    "low, high, expected", [(0.1, 0.9, "holds"), (0.5, 1.5, "tight"), (1.1, 2.0, "violated"), (0.5, 1.0, "tight")]
+)
 def test_upper_bound_verdicts(low, high, expected):
     assert verdict("upper", 1.0, est(low, high)) == expected
 
@@ -71,8 +73,7 @@ def test_a_check_that_cannot_run_reports_not_applicable():
 
 
 def test_a_violated_must_hold_check_fails():
-    c = Check("x", "src", "upper", "q", lambda s: Measurement(1.0, mean_ci([2.0, 2.1, 2.2])),
-              {"quick": 3, "full": 3})
+    c = Check("x", "src", "upper", "q", lambda s: Measurement(1.0, mean_ci([2.0, 2.1, 2.2])), {"quick": 3, "full": 3})
     assert c.run().failed
     assert not Check("x", "src", "upper", "q", c.measure, {"quick": 3, "full": 3}, must_hold=False).run().failed
 

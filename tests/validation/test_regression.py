@@ -4,6 +4,7 @@ must not be violated; and for several bounds a deliberately wrong implementation
 All intervals are 99 % (analysis.measure.intervals.DEFAULT_LEVEL); the seeds are fixed, so these tests are
 deterministic.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -60,6 +61,7 @@ def test_topk_that_keeps_the_smallest_values_violates_the_contraction(monkeypatc
 
     def bottom_k(self, g, payload, ctx):
         from gradstat.compressors.threshold import add_sparse
+
         k = max(1, round(self.ratio * g.numel()))
         add_sparse(payload, g, torch.topk(g.abs(), k, largest=False).indices)
 

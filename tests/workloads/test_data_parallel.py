@@ -1,4 +1,5 @@
 """Simulated data parallelism: per-worker shard gradients, update with their average, compression in the loop."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,8 +13,14 @@ from gradstat.compressors import create, parse_feedback
 def _setup(workers, lr=0.1, compressor=None, feedback=None):
     w = get_workload(f"fc300:batch_size=8,lr={lr},momentum=0")
     model = w.model(seed=0)
-    dp = DataParallel(model, w.optimizer(model), w.loss, workers,
-                      create(compressor) if compressor else None, parse_feedback(feedback) if feedback else None)
+    dp = DataParallel(
+        model,
+        w.optimizer(model),
+        w.loss,
+        workers,
+        create(compressor) if compressor else None,
+        parse_feedback(feedback) if feedback else None,
+    )
     return w, model, dp
 
 
@@ -22,10 +29,10 @@ def test_worker_gradients_are_shard_gradients_and_average_to_the_batch_gradient(
     x, y = next(w.batches(seed=0))
     grads, _ = dp.worker_gradients(x, y)
     model.zero_grad()
-    w.loss(model(x[2:4]), y[2:4]).backward()           # worker 2's shard alone
+    w.loss(model(x[2:4]), y[2:4]).backward()  # worker 2's shard alone
     assert torch.allclose(grads[1]["fc1.weight"], model.fc1.weight.grad, atol=1e-7)
     model.zero_grad()
-    w.loss(model(x), y).backward()                     # the whole batch (equal shards: mean of means)
+    w.loss(model(x), y).backward()  # the whole batch (equal shards: mean of means)
     mean = torch.stack([g["fc1.weight"] for g in grads]).mean(0)
     assert torch.allclose(mean, model.fc1.weight.grad, atol=1e-6)
     assert not torch.allclose(grads[0]["fc1.weight"], grads[1]["fc1.weight"])
@@ -71,10 +78,13 @@ def test_compressor_without_feedback_has_no_extras():
     assert dp.extras == []
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"workers": 0}, "workers must be a positive integer"),
-    ({"workers": 1, "feedback": parse_feedback("ef")}, "needs a compressor"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"workers": 0}, "workers must be a positive integer"),
+        ({"workers": 1, "feedback": parse_feedback("ef")}, "needs a compressor"),
+    ],
+)
 def test_bad_arguments(kwargs, message):
     w = get_workload("logreg")
     model = w.model()

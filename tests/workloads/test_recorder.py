@@ -1,4 +1,5 @@
 """The recorder: every K steps, after backward and before the optimizer step, nothing copied otherwise."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,7 +20,7 @@ def _loop(recorder_every, steps, tmp_path, monkeypatch=None):
     for t in range(steps):
         model.zero_grad()
         model(torch.randn(4, 5)).pow(2).mean().backward()
-        seen[t] = model[0].weight.grad.clone()      # the gradient the optimizer is about to apply
+        seen[t] = model[0].weight.grad.clone()  # the gradient the optimizer is about to apply
         opt.step()
     handle.remove()
     return rec, seen
@@ -65,8 +66,16 @@ def test_detached_recorder_stops(tmp_path):
 
 
 def test_record_function_stores_everything_needed_to_reproduce(tmp_path):
-    path = record("linreg:variant=ecq,d=16", steps=5, every=2, workers=2, out=tmp_path / "d", seed=7,
-                  progress=False, metadata={"purpose": "test"})
+    path = record(
+        "linreg:variant=ecq,d=16",
+        steps=5,
+        every=2,
+        workers=2,
+        out=tmp_path / "d",
+        seed=7,
+        progress=False,
+        metadata={"purpose": "test"},
+    )
     d = open_dump(path)
     m = d.manifest
     assert d.steps == [0, 2, 4] and d.workers == 2 and d.numel == 16
@@ -76,15 +85,18 @@ def test_record_function_stores_everything_needed_to_reproduce(tmp_path):
     assert torch.equal(open_dump(again).flat(4, 1), d.flat(4, 1))
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"steps": 0}, "steps must be a positive integer"),
-    ({"steps": 2, "every": 0}, "every must be a positive integer"),
-    ({"steps": 2, "workers": 0}, "workers must be a positive integer"),
-    ({"steps": 2, "workers": 64}, "cannot be split over 64 workers"),
-    ({"steps": 2, "compressor": "nope"}, "unknown compressor 'nope'"),
-    ({"steps": 2, "compressor": "topk", "feedback": "bogus"}, "unknown feedback 'bogus'"),
-    ({"steps": 2, "dtype": "int8"}, "not a storage dtype"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"steps": 0}, "steps must be a positive integer"),
+        ({"steps": 2, "every": 0}, "every must be a positive integer"),
+        ({"steps": 2, "workers": 0}, "workers must be a positive integer"),
+        ({"steps": 2, "workers": 64}, "cannot be split over 64 workers"),
+        ({"steps": 2, "compressor": "nope"}, "unknown compressor 'nope'"),
+        ({"steps": 2, "compressor": "topk", "feedback": "bogus"}, "unknown feedback 'bogus'"),
+        ({"steps": 2, "dtype": "int8"}, "not a storage dtype"),
+    ],
+)
 def test_record_rejects_bad_arguments_before_touching_disk(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         record("linreg", out=tmp_path / "d", progress=False, **kwargs)
@@ -95,7 +107,17 @@ def test_record_rejects_bad_arguments_before_touching_disk(tmp_path, kwargs, mes
 def test_record_on_cuda_matches_cpu(tmp_path):
     """The same code trains on the GPU; float32 results agree with the CPU run to rounding."""
     cpu = open_dump(record("fc300:batch_size=8", steps=3, workers=2, out=tmp_path / "c", progress=False))
-    gpu = open_dump(record("fc300:batch_size=8", steps=3, workers=2, out=tmp_path / "g", progress=False,
-                           device="cuda", compressor="topk:ratio=0.01", feedback="ef"))
+    gpu = open_dump(
+        record(
+            "fc300:batch_size=8",
+            steps=3,
+            workers=2,
+            out=tmp_path / "g",
+            progress=False,
+            device="cuda",
+            compressor="topk:ratio=0.01",
+            feedback="ef",
+        )
+    )
     assert gpu.extras == ["residual", "compensated"]
     assert torch.allclose(gpu.flat(0, 1), cpu.flat(0, 1), rtol=1e-4, atol=1e-6)

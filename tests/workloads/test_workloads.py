@@ -1,24 +1,27 @@
 """Built-in workloads: the papers' architectures with their exact parameter counts, real training (the loss goes
 down), reproducibility from the seed, and spec strings."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 from gradstat.analysis.training.parallel import DataParallel
-from gradstat.analysis.training.workloads import get_workload, workload_names
-from gradstat.analysis.training.workloads import data
+from gradstat.analysis.training.workloads import data, get_workload, workload_names
 
 
-@pytest.mark.parametrize("spec, count", [
-    ("fc300", 266_610),          # NDQSG Table 1
-    ("lenet", 1_663_370),        # NDQSG Table 1
-    ("resnet20", 269_722),       # SIDCo App. B (d = 269,722)
-    ("logreg", 7_850),           # 784 x 10 + 10
-    ("linreg", 3_200),           # QCS: W is 50 x 64
-    ("linreg:variant=ecq,d=512", 512),
-    ("lstm", 222_285),
-])
+@pytest.mark.parametrize(
+    "spec, count",
+    [
+        ("fc300", 266_610),  # NDQSG Table 1
+        ("lenet", 1_663_370),  # NDQSG Table 1
+        ("resnet20", 269_722),  # SIDCo App. B (d = 269,722)
+        ("logreg", 7_850),  # 784 x 10 + 10
+        ("linreg", 3_200),  # QCS: W is 50 x 64
+        ("linreg:variant=ecq,d=512", 512),
+        ("lstm", 222_285),
+    ],
+)
 def test_parameter_counts(spec, count):
     w = get_workload(spec)
     assert w.num_params == count
@@ -56,7 +59,7 @@ def test_loss_goes_down(spec, steps, factor):
     idx = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(5))[:128]
 
     def held_out_loss() -> float:
-        with torch.no_grad():   # train mode: BatchNorm uses batch statistics, as during training
+        with torch.no_grad():  # train mode: BatchNorm uses batch statistics, as during training
             return float(w.loss(model(x[idx]), y[idx]))
 
     before = held_out_loss()
@@ -82,7 +85,7 @@ def test_same_seed_same_gradients_and_global_rng_untouched():
 
 
 def test_batches_are_epochs_of_a_permutation():
-    w = get_workload("logreg:batch_size=599")   # 1797 = 3 x 599
+    w = get_workload("logreg:batch_size=599")  # 1797 = 3 x 599
     seen = torch.cat([y for _, (_, y) in zip(range(3), w.batches(seed=0))])
     assert torch.equal(torch.sort(seen).values, torch.sort(w.dataset()[1]).values)
 
@@ -120,14 +123,17 @@ def test_linreg_ecq_targets_follow_the_true_weights():
     assert x.shape == (10_000, 256) and float(residual.std()) == pytest.approx(0.1, rel=0.05)
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("vgg", "unknown workload 'vgg'; known: fc300, lenet"),
-    ("lenet:depth=3", "bad setting 'depth=3'; accepted keys"),
-    ("lenet:lr=fast", "lenet:lr: expected float, got 'fast'"),
-    ("linreg:variant=big", "linreg:variant: 'big' is not one of qcs, ecq"),
-    ("lenet:batch_size=0", "batch_size must be >= 1"),
-    ("linreg:lambda_min=5", "need 0 < lambda_min <= lambda_max"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("vgg", "unknown workload 'vgg'; known: fc300, lenet"),
+        ("lenet:depth=3", "bad setting 'depth=3'; accepted keys"),
+        ("lenet:lr=fast", "lenet:lr: expected float, got 'fast'"),
+        ("linreg:variant=big", "linreg:variant: 'big' is not one of qcs, ecq"),
+        ("lenet:batch_size=0", "batch_size must be >= 1"),
+        ("linreg:lambda_min=5", "need 0 < lambda_min <= lambda_max"),
+    ],
+)
 def test_bad_specs(spec, message):
     with pytest.raises(ValueError, match=message):
         get_workload(spec)

@@ -4,6 +4,7 @@ SIDCo 001_ac87256369ec7547.txt, Property 2, Lemma 1 and App. B.3. scipy.stats co
 the paper's beta, gamma ``shape`` = scipy's ``a`` = the paper's alpha, generalized Pareto ``shape`` = scipy's ``c`` =
 the paper's alpha. Methods take torch tensors (any device and floating dtype) or numpy arrays (returned as numpy).
 """
+
 from gradstat.theory.distributions.base import SparsityInducingDistribution
 from gradstat.theory.distributions.double import Double
 from gradstat.theory.distributions.exponential import Exponential

@@ -6,6 +6,7 @@ private *standardized* methods (``_logpdf``, ``_cdf``, ``_sf``, ``_ppf``, ``_isf
 implements on z = x / scale >= 0. Location is always 0 (the distributions model magnitudes |g|; SIDCo
 001_ac87256369ec7547.txt, Property 2 and Lemma 1).
 """
+
 from __future__ import annotations
 
 import math
@@ -139,10 +140,12 @@ class SparsityInducingDistribution:
     # ---- public methods -------------------------------------------------------------------------------------
     def logpdf(self, x: ArrayLike) -> ArrayLike:
         """Log density of |G| at x (natural log, -inf outside the support); same shape as x."""
+
         def body(z, scale, c):
             inside, zc = self._inside(z, c)
             val = self._logpdf(zc, c) - torch.log(scale)
             return torch.where(inside & ~torch.isnan(z), val, torch.where(torch.isnan(z), z, -math.inf))
+
         return self._on_x(x, body)
 
     def pdf(self, x: ArrayLike) -> ArrayLike:
@@ -152,20 +155,26 @@ class SparsityInducingDistribution:
 
     def cdf(self, x: ArrayLike) -> ArrayLike:
         """P(|G| <= x)."""
+
         def body(z, scale, c):
             inside, zc = self._inside(z, c)
             val = self._cdf(zc, c)
-            return torch.where(z < 0, torch.zeros_like(val), torch.where(inside | torch.isnan(z), val,
-                                                                         torch.ones_like(val)))
+            return torch.where(
+                z < 0, torch.zeros_like(val), torch.where(inside | torch.isnan(z), val, torch.ones_like(val))
+            )
+
         return self._on_x(x, body)
 
     def sf(self, x: ArrayLike) -> ArrayLike:
         """P(|G| > x), computed directly (accurate in the far tail)."""
+
         def body(z, scale, c):
             inside, zc = self._inside(z, c)
             val = self._sf(zc, c)
-            return torch.where(z < 0, torch.ones_like(val), torch.where(inside | torch.isnan(z), val,
-                                                                        torch.zeros_like(val)))
+            return torch.where(
+                z < 0, torch.ones_like(val), torch.where(inside | torch.isnan(z), val, torch.zeros_like(val))
+            )
+
         return self._on_x(x, body)
 
     def ppf(self, p: ArrayLike) -> ArrayLike:
@@ -184,12 +193,19 @@ class SparsityInducingDistribution:
         """Var |G| (units of x squared); inf where it does not exist."""
         raise NotImplementedError
 
-    def _standard_sample(self, n: int, generator: torch.Generator | None, device: torch.device,
-                         dtype: torch.dtype) -> torch.Tensor:
+    def _standard_sample(
+        self, n: int, generator: torch.Generator | None, device: torch.device, dtype: torch.dtype
+    ) -> torch.Tensor:
         raise NotImplementedError
 
-    def sample(self, n: int, generator: torch.Generator | None = None, *, device: torch.device | str | None = None,
-               dtype: torch.dtype | None = None) -> torch.Tensor:
+    def sample(
+        self,
+        n: int,
+        generator: torch.Generator | None = None,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
         """Draw n independent values of |G|.
 
         Parameters
@@ -220,6 +236,7 @@ class SparsityInducingDistribution:
     def __repr__(self) -> str:
         def show(v: Param) -> str:
             return f"{v.item() if isinstance(v, torch.Tensor) and v.numel() == 1 else v}"
+
         shape = "" if self.shape is None else f"shape={show(self.shape)}, "
         return f"{type(self).__name__}({shape}scale={show(self.scale)})"
 

@@ -4,6 +4,7 @@ SIDCo 001_ac87256369ec7547.txt, Lemma 1 (4)-(5) and (17), (30): f_G(g) = f_|G|(|
 F_G^{-1}(1 - delta/2) = F_|G|^{-1}(1 - delta). Double(Exponential(b)) is scipy.stats.laplace(scale=b),
 Double(Gamma(a, b)) is scipy.stats.dgamma(a, scale=b); Double(GenPareto(c, b)) is the double GP of (30).
 """
+
 from __future__ import annotations
 
 import math
@@ -72,8 +73,14 @@ class Double:
         m = self.dist.mean()
         return self.dist.var() + m * m
 
-    def sample(self, n: int, generator: torch.Generator | None = None, *, device: torch.device | str | None = None,
-               dtype: torch.dtype | None = None) -> torch.Tensor:
+    def sample(
+        self,
+        n: int,
+        generator: torch.Generator | None = None,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
         """n draws of G: magnitudes from ``dist`` times independent fair signs (same generator)."""
         mag = self.dist.sample(n, generator, device=device, dtype=dtype)
         sign = torch.randint(0, 2, (n,), generator=generator, device=mag.device).to(mag.dtype) * 2 - 1

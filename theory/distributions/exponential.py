@@ -3,6 +3,7 @@
 SIDCo 001_ac87256369ec7547.txt, Cor. 1.1 (6): |G| ~ Exp(beta), F(x) = 1 - exp(-x / beta); scipy.stats.expon with
 loc = 0 and scale = beta.
 """
+
 from __future__ import annotations
 
 import torch

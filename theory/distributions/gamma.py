@@ -4,6 +4,7 @@ SIDCo 001_ac87256369ec7547.txt, App. B.3.1 (17)-(20): f(x) = x^(alpha-1) e^(-x/b
 F(x) = P(alpha, x/beta). scipy.stats.gamma with a = shape = alpha, loc = 0, scale = beta. The quantile (SIDCo (14))
 is solved in torch by :mod:`gradstat.theory.distributions.incgamma`.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,8 +49,9 @@ class Gamma(SparsityInducingDistribution):
         return standard_gamma(a, n, generator, device, dtype)
 
 
-def standard_gamma(a: float, n: int, generator: torch.Generator | None, device: torch.device,
-                   dtype: torch.dtype) -> torch.Tensor:
+def standard_gamma(
+    a: float, n: int, generator: torch.Generator | None, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
     """n draws of gamma(a, 1) by Marsaglia & Tsang's squeeze-free rejection method (ACM TOMS 26(3), 2000).
 
     For a < 1 it samples gamma(a + 1) and multiplies by U^(1/a) (in log space, so tiny shapes do not underflow

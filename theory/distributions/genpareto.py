@@ -5,6 +5,7 @@ on x >= 0 (and x <= -beta/alpha when alpha < 0). This is scipy.stats.genpareto w
 loc = 0 and scale = beta; alpha = 0 is the exponential distribution. The paper restricts 0 < alpha < 1/2 for single
 stage fits and -1/2 < alpha < 1/2 for peak-over-threshold stages; any real shape is accepted here.
 """
+
 from __future__ import annotations
 
 import math

@@ -10,6 +10,7 @@ a good guess (Numerical Recipes' ``invgammp`` guess for a <= 1, Wilson-Hilferty 
 without any host synchronisation. The branch solved is the one of the smaller of p and q, so tail probabilities
 down to the smallest normal float keep full relative precision.
 """
+
 from __future__ import annotations
 
 import math

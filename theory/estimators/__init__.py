@@ -2,6 +2,7 @@
 
 SIDCo 001_ac87256369ec7547.txt, Cor. 1.1-1.3 and App. B.3. ``fit(x, dist, method)`` returns a :class:`Fit`.
 """
+
 from gradstat.theory.estimators.fit import fit
 from gradstat.theory.estimators.result import DISTRIBUTIONS, Fit
 

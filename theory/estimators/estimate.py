@@ -1,4 +1,5 @@
 """What an estimator returns before diagnostics are read back: parameters and deferred flags, all on device."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

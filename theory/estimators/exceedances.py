@@ -7,6 +7,7 @@ its own dtype (float32 reductions in torch are pairwise, accurate to ~1e-7 relat
 promoted to float64; nothing is read back to the host here. Only the exact generalized Pareto MLE needs the
 values themselves (:meth:`Exceedances.values`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -85,8 +86,9 @@ class Exceedances:
             m = self.mean()
             spread = sum_sq - n * m * m
             # below the rounding of the reductions (a few ulps of sum_sq in y's dtype) the data are constant
-            spread = torch.where(spread > _RELATIVE_NOISE * torch.finfo(y.dtype).eps * sum_sq, spread,
-                                 torch.zeros_like(spread))
+            spread = torch.where(
+                spread > _RELATIVE_NOISE * torch.finfo(y.dtype).eps * sum_sq, spread, torch.zeros_like(spread)
+            )
             self._cache["var"] = spread / (n - 1).clamp_min(1)
         return self._cache["var"]
 

@@ -3,6 +3,7 @@
 SIDCo 001_ac87256369ec7547.txt, Cor. 1.1 (6): beta_hat = (1/d) sum |g_j|, the maximum likelihood estimate; for
 peak-over-threshold stages Cor. 2.1 (11): beta_m = mean(|g_bar| - eta_{m-1}).
 """
+
 from __future__ import annotations
 
 from gradstat.theory.estimators.estimate import Estimate

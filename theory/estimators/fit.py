@@ -1,4 +1,5 @@
 """fit(): validate |g|, run one estimator, read its diagnostics back once, return a :class:`Fit`."""
+
 from __future__ import annotations
 
 import torch
@@ -18,8 +19,16 @@ def resolve(estimate: Estimate, dist: str, method: str, n: int, n_zeros: int) ->
     values = torch.stack(tensors).tolist() if tensors else []
     converged = bool(values.pop(0)) if isinstance(conv, torch.Tensor) else bool(conv)
     warnings = [message for (_, message), on in zip(estimate.flags, values) if on]
-    return Fit(dist=dist, method=method, params=estimate.params, n=n, n_zeros=n_zeros, converged=converged,
-               iterations=estimate.iterations, warnings=warnings)
+    return Fit(
+        dist=dist,
+        method=method,
+        params=estimate.params,
+        n=n,
+        n_zeros=n_zeros,
+        converged=converged,
+        iterations=estimate.iterations,
+        warnings=warnings,
+    )
 
 
 def fit(x: object, dist: str, method: str = "closed_form") -> Fit:

@@ -7,6 +7,7 @@ approximation alpha = (3 - s + sqrt((s - 3)^2 + 24 s)) / (12 s). Newton's steps 
 converges quadratically from his start (error about 1.5 % -> 1e-4 -> 1e-8 -> 1e-16). Everything works from the two
 sufficient statistics (mean and mean log), so the MLE costs no more passes over the data than the closed form.
 """
+
 from __future__ import annotations
 
 import torch

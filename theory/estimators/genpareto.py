@@ -13,6 +13,7 @@ evaluation of l on a grid of theta over a strided subsample (the start), then by
 the data (closed-form first and second derivatives, backtracking, alpha > -1 kept, where the MLE exists), all in
 torch float64 on the data's device.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,8 +28,10 @@ MM_WARNING = "moment matching is unreliable for shape >= 1/4 (infinite 4th momen
 MLE_MAX_ITER = 60
 MLE_TOLERANCE = 1e-10
 """Newton stops when a step changes theta by less than MLE_TOLERANCE * (|theta| + 1e-3) (normalised data)."""
-BOUNDARY_WARNING = ("no generalized Pareto MLE: the likelihood grows without bound as shape -> -1 (bounded or "
-                    "tied data); the returned shape is the boundary -1")
+BOUNDARY_WARNING = (
+    "no generalized Pareto MLE: the likelihood grows without bound as shape -> -1 (bounded or "
+    "tied data); the returned shape is the boundary -1"
+)
 _BOUNDARY = 1e-6
 _GRID_SAMPLE = 8192
 _THETA_FLOOR = 1e-7  # |theta| (normalised) kept above this: the profile has a removable singularity at 0
@@ -125,7 +128,12 @@ def mle(data: Exceedances) -> Estimate:
     shape = torch.tensor(k, dtype=torch.float64, device=y.device)
     scale = (k / theta) * mean.to(torch.float64)
     at_boundary = k <= -1.0 + _BOUNDARY
-    return Estimate(params={"shape": shape, "scale": scale}, iterations=iterations,
-                    converged=converged and not at_boundary,
-                    flags=[(shape <= -0.5, "generalized Pareto MLE shape <= -1/2: the estimator is not regular there"),
-                           (torch.tensor(at_boundary), BOUNDARY_WARNING)])
+    return Estimate(
+        params={"shape": shape, "scale": scale},
+        iterations=iterations,
+        converged=converged and not at_boundary,
+        flags=[
+            (shape <= -0.5, "generalized Pareto MLE shape <= -1/2: the estimator is not regular there"),
+            (torch.tensor(at_boundary), BOUNDARY_WARNING),
+        ],
+    )

@@ -7,6 +7,7 @@ the non-zero elements only and report how many zeros they left out. A threshold 
 elements is then the conditional quantile at delta / (1 - zero_fraction) among the non-zeros
 (:func:`gradstat.theory.thresholds.threshold`).
 """
+
 from __future__ import annotations
 
 import math
@@ -101,6 +102,8 @@ def check_magnitudes(x: object, name: str = "x", *, spread: bool = False) -> Mag
             raise ValueError(f"{name} has a single non-zero value; the shape of a distribution needs at least two")
         min_nonzero = lo_f if n_nonzero == mags.d else float(torch.where(t > 0, t, hi).min())
         if min_nonzero == hi_f:
-            raise ValueError(f"{name} is constant ({hi_f} on all {n_nonzero} non-zero elements): the shape of a "
-                             "gamma or generalized Pareto fit is undefined (zero variance)")
+            raise ValueError(
+                f"{name} is constant ({hi_f} on all {n_nonzero} non-zero elements): the shape of a "
+                "gamma or generalized Pareto fit is undefined (zero variance)"
+            )
     return mags

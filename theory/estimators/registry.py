@@ -1,4 +1,5 @@
 """Which estimator computes which (distribution, method) pair: one table, so one test battery covers all."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -10,13 +11,13 @@ from gradstat.theory.estimators.exceedances import Exceedances
 Estimator = Callable[[Exceedances], Estimate]
 
 ESTIMATORS: dict[tuple[str, str], Estimator] = {
-    ("exponential", "closed_form"): exponential.mean_scale,   # SIDCo (6)
-    ("exponential", "mle"): exponential.mean_scale,           # the mean is the exponential MLE
-    ("gamma", "closed_form"): gamma.minka,                    # SIDCo (16)
-    ("gamma", "mle"): gamma.mle,                              # SIDCo (26)
-    ("gamma", "minka_newton"): gamma.minka_newton,            # (16) + one Newton step on (26)
+    ("exponential", "closed_form"): exponential.mean_scale,  # SIDCo (6)
+    ("exponential", "mle"): exponential.mean_scale,  # the mean is the exponential MLE
+    ("gamma", "closed_form"): gamma.minka,  # SIDCo (16)
+    ("gamma", "mle"): gamma.mle,  # SIDCo (26)
+    ("gamma", "minka_newton"): gamma.minka_newton,  # (16) + one Newton step on (26)
     ("genpareto", "closed_form"): genpareto.moment_matching,  # SIDCo (35)
-    ("genpareto", "mle"): genpareto.mle,                      # Grimshaw profile likelihood
+    ("genpareto", "mle"): genpareto.mle,  # Grimshaw profile likelihood
 }
 SHAPED = {"gamma", "genpareto"}
 """Distributions with a shape parameter (undefined on constant data)."""

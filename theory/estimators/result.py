@@ -1,4 +1,5 @@
 """The result of fitting a sparsity-inducing distribution to |g|: parameters plus diagnostics."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -5,6 +5,7 @@ A workload is a dataclass whose fields are its hyper-parameters (settable from a
 ``_build`` (the model, initialised from torch's global generator, which :meth:`Workload.model` seeds inside a
 forked RNG state so the caller's state is untouched), ``dataset`` and, where needed, ``loss``.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -76,17 +77,26 @@ class Workload(ABC):
         while True:
             order = torch.randperm(n, generator=gen)
             for start in range(0, n - self.batch_size + 1, self.batch_size):
-                idx = order[start:start + self.batch_size]
+                idx = order[start : start + self.batch_size]
                 yield inputs[idx].to(device), targets[idx].to(device)
 
     def optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         """SGD (momentum SGD when ``momentum`` > 0) over the model's trainable parameters."""
-        return torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=self.lr,
-                               momentum=self.momentum, weight_decay=self.weight_decay)
+        return torch.optim.SGD(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=self.lr,
+            momentum=self.momentum,
+            weight_decay=self.weight_decay,
+        )
 
     def optimizer_config(self) -> dict[str, Any]:
-        return {"name": "sgd", "lr": self.lr, "momentum": self.momentum, "weight_decay": self.weight_decay,
-                "batch_size": self.batch_size}
+        return {
+            "name": "sgd",
+            "lr": self.lr,
+            "momentum": self.momentum,
+            "weight_decay": self.weight_decay,
+            "batch_size": self.batch_size,
+        }
 
     def config(self) -> dict[str, Any]:
         """All hyper-parameters (the dataclass fields)."""

@@ -1,5 +1,6 @@
 """Offline data for the built-in workloads: scikit-learn's digits (shipped with the package) and a text corpus
 shipped with Python itself. Nothing is downloaded; everything is deterministic."""
+
 from __future__ import annotations
 
 import codecs

@@ -11,6 +11,7 @@
 Both draw a fixed training set of ``samples`` examples from ``data_seed`` with noise of standard deviation
 ``noise``; the true weights have i.i.d. N(0, 1/n) entries.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -76,7 +77,7 @@ class LinReg(Workload):
         """W* (m x n, float64) with i.i.d. N(0, 1/n) entries."""
         n, m = self.shape
         gen = torch.Generator().manual_seed(self.data_seed + 1)
-        return torch.randn(m, n, generator=gen, dtype=torch.float64) / n ** 0.5
+        return torch.randn(m, n, generator=gen, dtype=torch.float64) / n**0.5
 
     def dataset(self) -> tuple[torch.Tensor, torch.Tensor]:
         n, m = self.shape

@@ -1,6 +1,7 @@
 """2-layer character-level LSTM language model, the SIDCo/PTB recurrent workload in miniature
 (001_ac87256369ec7547.txt, Table 1: 2-layer LSTM on PTB), trained on the Zen of Python, the text of the
 standard-library module ``this`` (ships with every Python, no download)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,5 +57,8 @@ class LSTMWorkload(Workload):
 
     def metadata(self) -> dict[str, Any]:
         text = data.zen_of_python()
-        return {"corpus": "Zen of Python (stdlib module 'this')", "corpus_chars": len(text),
-                "corpus_sha256": data.corpus_sha256(text)}
+        return {
+            "corpus": "Zen of Python (stdlib module 'this')",
+            "corpus_chars": len(text),
+            "corpus_sha256": data.corpus_sha256(text),
+        }

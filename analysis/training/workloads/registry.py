@@ -1,4 +1,5 @@
 """Registry of built-in workloads, addressed by spec strings ``name`` or ``name:key=value,...``."""
+
 from __future__ import annotations
 
 import dataclasses

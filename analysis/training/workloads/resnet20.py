@@ -2,6 +2,7 @@
 with zero-padding, option A), the SIDCo image workload (001_ac87256369ec7547.txt, Table 1), on 3x32x32 inputs
 built from the digits (upsampled to 32x32, the grey level repeated over 3 channels). 269,722 parameters
 (SIDCo's Table 1 says 269,467; its App. B uses d = 269,722 for the same model)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ class BasicBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
-        shortcut = x[:, :, ::self.stride, ::self.stride] if self.stride > 1 else x
+        shortcut = x[:, :, :: self.stride, :: self.stride] if self.stride > 1 else x
         if self.pad:
             shortcut = F.pad(shortcut, (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
         return F.relu(out + shortcut)

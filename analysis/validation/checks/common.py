@@ -1,15 +1,16 @@
 """Shared steps of the check modules: building a compressor, the check's gradient block, and the factory of the
 most common kind of check, ``E||C(g) - g||^2 / ||g||^2`` of one compressor against its closed-form bound."""
+
 from __future__ import annotations
 
 import torch
 
 from gradstat import compressors
-from gradstat.analysis.studies.bounds import closed_form_bound
-from gradstat.analysis.validation.engine import Check, Claim, Measurement, NotApplicable, Setting
 from gradstat.analysis.measure.intervals import mean_ci
 from gradstat.analysis.measure.sources import GradientSource
+from gradstat.analysis.studies.bounds import closed_form_bound
 from gradstat.analysis.studies.variance import error_samples
+from gradstat.analysis.validation.engine import Check, Claim, Measurement, NotApplicable, Setting
 
 
 def create(spec: str) -> compressors.Compressor:
@@ -26,8 +27,9 @@ def block(setting: Setting, n: int, index: int = 0) -> torch.Tensor:
     return source.vector(n, setting.device, index=index)
 
 
-def variance_check(name: str, spec: str, n: int, claim: Claim, source: str, quick: int, full: int,
-                   must_hold: bool = True) -> Check:
+def variance_check(
+    name: str, spec: str, n: int, claim: Claim, source: str, quick: int, full: int, must_hold: bool = True
+) -> Check:
     """``E||C(g) - g||^2 / ||g||^2`` of ``spec`` on a block of ``n`` vs :func:`gradstat.analysis.studies.bounds.closed_form_bound`."""
 
     def measure(s: Setting) -> Measurement:
@@ -37,5 +39,6 @@ def variance_check(name: str, spec: str, n: int, claim: Claim, source: str, quic
         est = mean_ci(error_samples(comp, g, s.trials, s.seed))
         return Measurement(bound.value, est, f"{spec}, n={n}; bound {bound.name}")
 
-    return Check(name, source, claim, "E||C(g) - g||^2 / ||g||^2", measure, {"quick": quick, "full": full},
-                 must_hold=must_hold)
+    return Check(
+        name, source, claim, "E||C(g) - g||^2 / ||g||^2", measure, {"quick": quick, "full": full}, must_hold=must_hold
+    )

@@ -7,13 +7,14 @@ Each trial replays T steps of a gradient sequence (the check's blocks 0..T-1) fr
 the sample of a trial is ``max_t ||r_t||^2 / B`` with ``B = max_t ||g_t||^2``. Its mean bounds
 ``max_t E||r_t||^2 / B`` from above, so "holds" is conservative (a holds verdict is a real one).
 """
+
 from __future__ import annotations
 
+from gradstat.analysis.measure.intervals import mean_ci
 from gradstat.analysis.studies.feedback import feedback_theory, residual_samples
 from gradstat.analysis.validation.checks.common import block, create
 from gradstat.analysis.validation.checks.quantizers import N_QCS, QCS, QCS_MMSE, QCS_UNBIASED
 from gradstat.analysis.validation.engine import Check, Measurement, Setting
-from gradstat.analysis.measure.intervals import mean_ci
 
 T = 20
 
@@ -32,20 +33,45 @@ def _measure(s: Setting, spec: str, which: str) -> Measurement:
     beta, eta_star = th.optimum()
     if which == "minkowski":
         beta = SMALL_BETA
-    eta = {"karimireddy": lambda: karimireddy_residual_bound(th.gamma),
-           "minkowski": lambda: th.eta_minkowski(beta)}.get(which, lambda: eta_star)()
+    eta = {
+        "karimireddy": lambda: karimireddy_residual_bound(th.gamma),
+        "minkowski": lambda: th.eta_minkowski(beta),
+    }.get(which, lambda: eta_star)()
     r = residual_samples(comp, beta, seq, [s.seed * 1_000_003 + i for i in range(s.trials)]) / B
     return Measurement(eta, mean_ci(r.max(axis=1)), f"{spec}; gamma={th.gamma:.4g}, beta={beta:.4g}, T={T}")
 
 
 CHECKS = [
-    Check("qcs-feedback-unbiased", f"{QCS} Lemma 4 eq. (15) at beta* of (17)", "upper", "max_t E||r_t||^2 / B",
-          lambda s: _measure(s, QCS_UNBIASED, "star"), {"quick": 20, "full": 200}),
-    Check("qcs-feedback-mmse", f"{QCS} Lemma 4 eq. (16) at beta* = 1 of (18)", "upper", "max_t E||r_t||^2 / B",
-          lambda s: _measure(s, QCS_MMSE, "star"), {"quick": 20, "full": 200}),
-    Check("qcs-feedback-mmse-minkowski", f"{QCS} (13)-(14) via Minkowski (the reading of (16) that matches (18)), "
-          f"beta = {SMALL_BETA}", "upper", "max_t E||r_t||^2 / B",
-          lambda s: _measure(s, QCS_MMSE, "minkowski"), {"quick": 20, "full": 200}),
-    Check("qcs-feedback-karimireddy", f"{QCS} Remark 3 (eta_k = 4 gamma (gamma + 1)), beta = 1", "upper",
-          "max_t E||r_t||^2 / B", lambda s: _measure(s, QCS_MMSE, "karimireddy"), {"quick": 20, "full": 200}),
+    Check(
+        "qcs-feedback-unbiased",
+        f"{QCS} Lemma 4 eq. (15) at beta* of (17)",
+        "upper",
+        "max_t E||r_t||^2 / B",
+        lambda s: _measure(s, QCS_UNBIASED, "star"),
+        {"quick": 20, "full": 200},
+    ),
+    Check(
+        "qcs-feedback-mmse",
+        f"{QCS} Lemma 4 eq. (16) at beta* = 1 of (18)",
+        "upper",
+        "max_t E||r_t||^2 / B",
+        lambda s: _measure(s, QCS_MMSE, "star"),
+        {"quick": 20, "full": 200},
+    ),
+    Check(
+        "qcs-feedback-mmse-minkowski",
+        f"{QCS} (13)-(14) via Minkowski (the reading of (16) that matches (18)), beta = {SMALL_BETA}",
+        "upper",
+        "max_t E||r_t||^2 / B",
+        lambda s: _measure(s, QCS_MMSE, "minkowski"),
+        {"quick": 20, "full": 200},
+    ),
+    Check(
+        "qcs-feedback-karimireddy",
+        f"{QCS} Remark 3 (eta_k = 4 gamma (gamma + 1)), beta = 1",
+        "upper",
+        "max_t E||r_t||^2 / B",
+        lambda s: _measure(s, QCS_MMSE, "karimireddy"),
+        {"quick": 20, "full": 200},
+    ),
 ]

@@ -8,13 +8,14 @@ construction. The memory bound is checked with momentum beta = 0, where its cons
 trajectory. On a dump the blocks cycle through the dump's few steps, so every trial replays the same gradients
 with deterministic top-K masks and the interval has zero width.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
+from gradstat.analysis.measure.intervals import mean_ci
 from gradstat.analysis.validation.checks.common import block, create
 from gradstat.analysis.validation.engine import Check, Measurement, Setting
-from gradstat.analysis.measure.intervals import mean_ci
 from gradstat.compressors import Context
 
 GMC = "004_8d479783bc85b5d8.txt"
@@ -46,21 +47,32 @@ def _memory(s: Setting) -> Measurement:
     runs = [_run(s, t, 0.0) for t in range(s.trials)]
     g2 = max(r[1] for r in runs)
     est = mean_ci([r[0] for r in runs])
-    return Measurement(memory_bound(D, S, g2 ** 0.5, 0.0, 0.0), est,
-                       f"d={D}, s={S}, p={P}, T={T}, beta=0; sample = max_t ||u_tilde_t||^2 per run")
+    return Measurement(
+        memory_bound(D, S, g2**0.5, 0.0, 0.0),
+        est,
+        f"d={D}, s={S}, p={P}, T={T}, beta=0; sample = max_t ||u_tilde_t||^2 per run",
+    )
 
 
 def _ratio(s: Setting) -> Measurement:
     from gradstat.theory.gmc import communication_ratio_bound
 
     runs = [_run(s, t, 0.9) for t in range(s.trials)]
-    return Measurement(communication_ratio_bound(P, S, D), mean_ci([r[2] for r in runs]),
-                       f"d={D}, s={S}, p={P}, T={T}, beta=0.9")
+    return Measurement(
+        communication_ratio_bound(P, S, D), mean_ci([r[2] for r in runs]), f"d={D}, s={S}, p={P}, T={T}, beta=0.9"
+    )
 
 
 CHECKS = [
-    Check("gmc-memory", f"{GMC} Thm 9", "upper", "max_t ||sum_k u_t,k||^2 (beta = 0)", _memory,
-          {"quick": 5, "full": 30}),
-    Check("gmc-cr", f"{GMC} Sec. 5 (CR <= (1 + p) s / d)", "upper", "communication ratio CR", _ratio,
-          {"quick": 5, "full": 30}),
+    Check(
+        "gmc-memory", f"{GMC} Thm 9", "upper", "max_t ||sum_k u_t,k||^2 (beta = 0)", _memory, {"quick": 5, "full": 30}
+    ),
+    Check(
+        "gmc-cr",
+        f"{GMC} Sec. 5 (CR <= (1 + p) s / d)",
+        "upper",
+        "communication ratio CR",
+        _ratio,
+        {"quick": 5, "full": 30},
+    ),
 ]

@@ -7,14 +7,15 @@ compressor sends). The theorem's sigma_z^2 = E z_i^2 is taken in those units, av
 each trial draws a fresh Gaussian z and dither. The bound is Chebyshev's, so it is expected to be loose; the note
 gives the exact Gaussian probability (:func:`gradstat.theory.dqsg.nested_failure_probability`) for comparison.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from gradstat.analysis.measure.intervals import mean_ci
 from gradstat.analysis.validation.checks.common import block, create
 from gradstat.analysis.validation.engine import Check, Measurement, Setting
-from gradstat.analysis.measure.intervals import mean_ci
 from gradstat.compressors import Context
 
 DQSG = "002_87c17e3716ede1d0.txt"
@@ -42,10 +43,20 @@ def _failure(s: Setting) -> Measurement:
         sz2.append(float((z / kappa).square().mean()))
     sigma_z = float(np.sqrt(np.mean(sz2)))
     exact = nested_failure_probability(DELTA1, DELTA2, ALPHA, sigma_z)
-    return Measurement(nested_failure_bound(DELTA1, DELTA2, ALPHA, sigma_z), mean_ci(fractions),
-                       f"Delta1=1/3, Delta2=1, alpha=1, n={N}, sigma_z={sigma_z:.3g}; "
-                       f"exact Gaussian probability {exact:.3g}")
+    return Measurement(
+        nested_failure_bound(DELTA1, DELTA2, ALPHA, sigma_z),
+        mean_ci(fractions),
+        f"Delta1=1/3, Delta2=1, alpha=1, n={N}, sigma_z={sigma_z:.3g}; exact Gaussian probability {exact:.3g}",
+    )
 
 
-CHECKS = [Check("ndqsg-failure", f"{DQSG} Thm 6 eq. (8)", "upper", "Pr(element decoded in the wrong coarse bin)",
-                _failure, {"quick": 50, "full": 500})]
+CHECKS = [
+    Check(
+        "ndqsg-failure",
+        f"{DQSG} Thm 6 eq. (8)",
+        "upper",
+        "Pr(element decoded in the wrong coarse bin)",
+        _failure,
+        {"quick": 50, "full": 500},
+    )
+]

@@ -1,12 +1,13 @@
 """Checks of the quantizers' variance claims: QCS (000), DQSG and its half-dithered form (002), QSGD."""
+
 from __future__ import annotations
 
 import torch
 
-from gradstat.analysis.validation.checks.common import block, create, variance_check
-from gradstat.analysis.validation.engine import Check, Measurement, Setting
 from gradstat.analysis.measure.intervals import mean_ci
 from gradstat.analysis.studies.variance import bias_samples
+from gradstat.analysis.validation.checks.common import block, create, variance_check
+from gradstat.analysis.validation.engine import Check, Measurement, Setting
 
 QCS = "000_4b111efa75352b2d.txt"
 DQSG = "002_87c17e3716ede1d0.txt"
@@ -42,13 +43,31 @@ def _lemma1(s: Setting) -> Measurement:
 CHECKS = [
     variance_check("qcs-gamma", QCS_UNBIASED, N_QCS, "upper", f"{QCS} Thm 2 eq. (10)", 300, 3000),
     variance_check("qcs-mmse", QCS_MMSE, N_QCS, "upper", f"{QCS} Lemma 3 eq. (13)", 300, 3000),
-    Check("qcs-unbiased", f"{QCS} eq. (9), Thm 2", "equal", "E<g_hat - g, g> / ||g||^2", _qcs_unbiased,
-          {"quick": 300, "full": 3000}),
-    Check("qcs-lemma1", f"{QCS} Lemma 1 eq. (3)", "equal", "E||T x||^2 / ||x||^2 (= x^T E[T^T T] x / ||x||^2)",
-          _lemma1, {"quick": 300, "full": 3000}),
+    Check(
+        "qcs-unbiased",
+        f"{QCS} eq. (9), Thm 2",
+        "equal",
+        "E<g_hat - g, g> / ||g||^2",
+        _qcs_unbiased,
+        {"quick": 300, "full": 3000},
+    ),
+    Check(
+        "qcs-lemma1",
+        f"{QCS} Lemma 1 eq. (3)",
+        "equal",
+        "E||T x||^2 / ||x||^2 (= x^T E[T^T T] x / ||x||^2)",
+        _lemma1,
+        {"quick": 300, "full": 3000},
+    ),
     variance_check("dqsg-exact", "dqsg:M=4", 1024, "equal", f"{DQSG} Lemma 3 / App. B", 300, 3000),
-    variance_check("half-dither-exact", "dqsg:M=4,half=true", 1024, "equal", f"{DQSG} Sec. 2.1.1, Lemma 2",
-                   300, 3000),
-    variance_check("qsgd-bound", "qsgd:s=4,bucket=512", 1024, "upper",
-                   "Alistarh et al. 2017 Lemma 3.1 (000 Fig. 3; 002 Lemma 2)", 300, 3000),
+    variance_check("half-dither-exact", "dqsg:M=4,half=true", 1024, "equal", f"{DQSG} Sec. 2.1.1, Lemma 2", 300, 3000),
+    variance_check(
+        "qsgd-bound",
+        "qsgd:s=4,bucket=512",
+        1024,
+        "upper",
+        "Alistarh et al. 2017 Lemma 3.1 (000 Fig. 3; 002 Lemma 2)",
+        300,
+        3000,
+    ),
 ]

@@ -9,13 +9,14 @@ fails, which the regression tests use to show it can.
 Tolerance: the parameters are estimated from the same d values, so E[k_hat/k] deviates from 1 by O(1/d) even for
 an exact estimator; the equality is accepted within ``TOLERANCE`` (absolute, in k_hat/k).
 """
+
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from gradstat.analysis.validation.engine import Check, Measurement, Setting
 from gradstat.analysis.measure.intervals import mean_ci
+from gradstat.analysis.validation.engine import Check, Measurement, Setting
 from gradstat.theory.estimators import fit
 from gradstat.theory.thresholds import threshold
 
@@ -36,8 +37,16 @@ def _dist(name: str, **params: float):
     return getattr(td, name)(**params)
 
 
-def k_ratio_samples(family: str, method: str, quantile: str, trials: int, seed: int, device: torch.device,
-                    d: int = D, ratio: float = RATIO) -> np.ndarray:
+def k_ratio_samples(
+    family: str,
+    method: str,
+    quantile: str,
+    trials: int,
+    seed: int,
+    device: torch.device,
+    d: int = D,
+    ratio: float = RATIO,
+) -> np.ndarray:
     """k_hat/(d delta) for ``trials`` vectors of d i.i.d. |g| from the family's genie distribution."""
     dist = FAMILIES[family]()
     k = d * ratio
@@ -59,17 +68,32 @@ def sidco_check(family: str, method: str = "closed_form", quantile: str = "exact
         x = k_ratio_samples(family, method, quantile, s.trials, s.seed, s.device)
         lo, hi = exceedance_count_interval(D, RATIO, 0.99)
         inside = float(np.mean((x * D * RATIO >= lo) & (x * D * RATIO <= hi)))
-        return Measurement(1.0, mean_ci(x), f"d={D}, delta={RATIO}, {method} fit, {quantile} quantile; "
-                           f"{inside:.0%} of trials inside the 99% binomial band [{lo}, {hi}]")
+        return Measurement(
+            1.0,
+            mean_ci(x),
+            f"d={D}, delta={RATIO}, {method} fit, {quantile} quantile; "
+            f"{inside:.0%} of trials inside the 99% binomial band [{lo}, {hi}]",
+        )
 
     suffix = "" if method == "closed_form" else f"-{method}"
-    return Check(f"sidco-binomial-{family}{suffix}", f"{SIDCO} Lemma 1, Cor. 1.{'123'[list(FAMILIES).index(family)]}, "
-                 "App. C", "equal", "E[k_hat] / (d delta) under the genie distribution", measure,
-                 {"quick": 30, "full": 300}, tolerance=TOLERANCE, must_hold=must_hold)
+    return Check(
+        f"sidco-binomial-{family}{suffix}",
+        f"{SIDCO} Lemma 1, Cor. 1.{'123'[list(FAMILIES).index(family)]}, App. C",
+        "equal",
+        "E[k_hat] / (d delta) under the genie distribution",
+        measure,
+        {"quick": 30, "full": 300},
+        tolerance=TOLERANCE,
+        must_hold=must_hold,
+    )
 
 
 # The closed-form gamma fit (Cor. 1.2's shape approximation) is biased: about -2 % in k_hat/k at delta = 0.01,
 # shape 0.5 (measured: 0.9785, 99 % CI [0.965, 0.992] over 100 trials). It is reported, not required; the exact
 # MLE is held to the binomial law.
-CHECKS = [sidco_check("exponential"), sidco_check("gamma", "mle"), sidco_check("gamma", must_hold=False),
-          sidco_check("genpareto")]
+CHECKS = [
+    sidco_check("exponential"),
+    sidco_check("gamma", "mle"),
+    sidco_check("gamma", must_hold=False),
+    sidco_check("genpareto"),
+]

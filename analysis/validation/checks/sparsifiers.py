@@ -1,13 +1,14 @@
 """Checks of the sparsifiers: Top-k contraction (SIDCo App. C), Random-k, Wangni's unbiased sparsification."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
+from gradstat.analysis.measure.intervals import mean_ci
 from gradstat.analysis.validation.checks.common import block, create, variance_check
 from gradstat.analysis.validation.engine import Check, Measurement, Setting
-from gradstat.analysis.measure.intervals import mean_ci
 
 SIDCO = "001_ac87256369ec7547.txt"
 N = 1000
@@ -27,10 +28,18 @@ def _topk(s: Setting) -> Measurement:
 
 
 CHECKS = [
-    Check("topk-contraction", f"{SIDCO} Lemma 3 / App. C", "upper", "||T_k(g) - g||^2 / ||g||^2", _topk,
-          {"quick": 100, "full": 1000}),
-    variance_check("randk-contraction", f"randk:ratio={RATIO}", N, "equal",
-                   f"{SIDCO} Sec. 1 (Random-k); E = 1 - k/d", 300, 3000),
-    variance_check("wangni-variance", f"wangni:ratio={RATIO}", N, "equal",
-                   "Wangni et al. 2018 Sec. 3 (000 Fig. 3)", 300, 3000),
+    Check(
+        "topk-contraction",
+        f"{SIDCO} Lemma 3 / App. C",
+        "upper",
+        "||T_k(g) - g||^2 / ||g||^2",
+        _topk,
+        {"quick": 100, "full": 1000},
+    ),
+    variance_check(
+        "randk-contraction", f"randk:ratio={RATIO}", N, "equal", f"{SIDCO} Sec. 1 (Random-k); E = 1 - k/d", 300, 3000
+    ),
+    variance_check(
+        "wangni-variance", f"wangni:ratio={RATIO}", N, "equal", "Wangni et al. 2018 Sec. 3 (000 Fig. 3)", 300, 3000
+    ),
 ]
