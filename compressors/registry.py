@@ -45,7 +45,7 @@ def get(name: str) -> type[Compressor]:
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
-    """Split ``name:k=v,k=v`` into the name and raw string arguments."""
+    """Split ``name:k=v,k=v`` into the name and raw string arguments; a key given twice is an error."""
     spec = spec.strip()
     if not spec:
         raise ValueError("empty compressor spec")
@@ -55,7 +55,13 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"bad argument {item!r} in spec {spec!r}: expected key=value")
-        args[key.strip()] = value.strip()
+        key = key.strip()
+        if key in args:
+            raise ValueError(
+                f"duplicate parameter {key!r} in spec {spec!r} ({key}={args[key]} and {key}={value.strip()}); "
+                "give each parameter once"
+            )
+        args[key] = value.strip()
     return name.strip(), args
 
 
