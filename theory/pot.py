@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from gradstat.theory.estimators.estimate import Estimate
-from gradstat.theory.estimators.exceedances import Exceedances
+from gradstat.theory.estimators.exceedances import Exceedances, unit_for
 from gradstat.theory.estimators.fit import resolve
 from gradstat.theory.estimators.magnitudes import check_magnitudes
 from gradstat.theory.estimators.registry import SHAPED, estimator
@@ -168,9 +168,10 @@ def multistage_threshold(
     mags = check_magnitudes(abs_g, "abs_g", spread=first in SHAPED)
     check_length(mags.d, ratio)
     x = mags.values
+    unit = unit_for(mags.max)  # statistics normalised by a power of two near max |g| (scale-free arithmetic)
 
     # stage 1: fit the non-zeros, threshold at the conditional ratio
-    est = run_first(Exceedances(x, n_hint=mags.n_nonzero))
+    est = run_first(Exceedances(x, n_hint=mags.n_nonzero, unit=unit))
     tail = conditional_ratio(deltas[0], mags.d, mags.n_nonzero)
     note = None
     if tail >= 1.0:
@@ -201,7 +202,7 @@ def multistage_threshold(
             shift = prev
         else:
             shift = torch.where(x > prev.to(x.dtype), x, math.inf).amin().to(torch.float64)
-        data = Exceedances(x, above=prev, shift=shift, workspace=workspace)
+        data = Exceedances(x, above=prev, shift=shift, workspace=workspace, unit=unit)
         count = data.count()
         if later_method == "mle" and int(count) < 2:  # the MLE compacts: stop before it sees < 2 values
             done.append(
@@ -218,7 +219,7 @@ def multistage_threshold(
             )
             break
         est = run_later(data)
-        candidate = shift + tail_quantile(later, est.params, delta)
+        candidate = shift + tail_quantile(later, est.params, delta) if delta < 1.0 else shift.clone()
         ok = done[-1].ok & (count >= 2) & est.valid() & torch.isfinite(candidate)
         eta = torch.where(ok, candidate, prev)
         done.append(_Stage(delta, eta, est, count, ok, 0, later_method, later))

@@ -23,6 +23,7 @@ from gradstat.theory.distributions.incgamma import gammainccinv
 from gradstat.theory.estimators.result import Fit
 
 QUANTILES = ("exact", "approx")
+_DISTS = ("exponential", "gamma", "genpareto")
 
 
 def check_ratio(ratio: object, name: str = "ratio") -> float:
@@ -57,30 +58,36 @@ def tail_quantile(
     ----------
     dist : {'exponential', 'gamma', 'genpareto'}
     params : dict of 0-d tensors ('scale', and 'shape' for gamma / generalized Pareto)
-    tail : float or 0-d tensor in (0, 1)
-        Tail probability delta (no validation here: NaN parameters give NaN, never an exception).
+    tail : float or one-element tensor, strictly inside (0, 1)
+        Tail probability delta (validated: bool, strings, NaN, inf, 0, 1 and values outside raise; NaN
+        parameters give NaN, never an exception).
     quantile : {'exact', 'approx'}
         'approx' changes only the gamma: SIDCo (15) -beta (log(delta) + lgamma(alpha)), clipped at 0; the
         exponential (6) and generalized Pareto (28) quantiles are already closed forms.
 
     Returns
     -------
-    0-d float64 tensor (units of |g|). Sources: SIDCo (6), (14), (15), (28).
+    0-d float64 tensor (units of |g|), clipped at the dtype's largest finite value (a quantile beyond it keeps
+    nothing either way). Sources: SIDCo (6), (14), (15), (28).
     """
     if quantile not in QUANTILES:
         raise ValueError(f"quantile must be one of {list(QUANTILES)}, got {quantile!r}")
+    if dist not in _DISTS:
+        raise ValueError(f"dist must be one of {list(_DISTS)}, got {dist!r}")
+    tail = check_ratio(tail, "tail")
     scale = params["scale"]
     q = torch.as_tensor(tail, dtype=scale.dtype, device=scale.device)
     if dist == "exponential":
-        return scale * -torch.log(q)
-    if dist == "gamma":
+        eta = scale * -torch.log(q)
+    elif dist == "gamma":
         shape = params["shape"]
         if quantile == "approx":
-            return (-scale * (torch.log(q) + torch.lgamma(shape))).clamp_min(0)
-        return scale * gammainccinv(shape, q)
-    if dist == "genpareto":
-        return scale * expm1_over(params["shape"], -torch.log(q))
-    raise ValueError(f"dist must be one of ['exponential', 'gamma', 'genpareto'], got {dist!r}")
+            eta = (-scale * (torch.log(q) + torch.lgamma(shape))).clamp_min(0)
+        else:
+            eta = scale * gammainccinv(shape, q)
+    else:
+        eta = scale * expm1_over(params["shape"], -torch.log(q))
+    return eta.clamp_max(torch.finfo(eta.dtype).max)  # NaN stays NaN (clamp propagates it)
 
 
 def conditional_ratio(ratio: float, d: int, n: int) -> float:

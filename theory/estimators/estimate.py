@@ -21,19 +21,21 @@ class Estimate:
         0-d bool tensor (read back once with the flags) or a plain bool.
     flags : list of (Tensor, str)
         Diagnostics to report when the 0-d bool tensor is true (read back in one synchronisation by the caller).
-    valid : Tensor or None
-        0-d bool: the parameters are usable (finite, scale > 0); used by the peak-over-threshold stages to stop
-        cleanly instead of producing NaN.
+    degenerate : Tensor or bool
+        0-d bool (or plain bool): the data are constant within the rounding of the reductions, so the shape is not
+        identifiable; the parameters are then a finite clipped value, ``converged`` is false and a flag says why.
+        Peak-over-threshold stages treat a degenerate fit as invalid (they stop and keep the previous threshold).
     """
 
     params: dict[str, torch.Tensor]
     iterations: int = 0
     converged: torch.Tensor | bool = True
     flags: list[tuple[torch.Tensor, str]] = field(default_factory=list)
+    degenerate: torch.Tensor | bool = False
 
     def valid(self) -> torch.Tensor:
-        """0-d bool tensor: every parameter finite and the scale > 0."""
+        """0-d bool tensor: every parameter finite, the scale > 0 and the fit not degenerate."""
         ok = self.params["scale"] > 0
         for value in self.params.values():
             ok = ok & torch.isfinite(value)
-        return ok
+        return ok & ~torch.as_tensor(self.degenerate, device=ok.device)

@@ -6,15 +6,47 @@ y = |g| - a over the elements with |g| > eta_{m-1}, a being the anchor (SIDCo 00
 its own dtype (float32 reductions in torch are pairwise, accurate to ~1e-7 relative) and only the 0-d results are
 promoted to float64; nothing is read back to the host here. Only the exact generalized Pareto MLE needs the
 values themselves (:meth:`Exceedances.values`).
+
+Scale: every statistic is of the normalised values z = y / unit, ``unit`` a power of two near the largest |g|
+(:func:`unit_for`), so that squares, sums and logarithms neither overflow (float32 |g| up to 3.4e38, float64 up to
+1.8e308) nor underflow (denormals), and the estimators' shapes are invariant and their scales equivariant (times
+``unit``) under scaling by powers of two. Where squares and sums of y itself stay far from the dtype's limits the
+reductions run on y directly (no copy) and are divided by unit afterwards, which is the same arithmetic scaled by a
+power of two; otherwise z is materialised once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import math
+
 import torch
 
 _RELATIVE_NOISE = 32.0
+
+
+def unit_for(top: float) -> float:
+    """The power of two 2^(e-1) with top / 2^(e-1) in [1, 2) (1.0 for top <= 0 or non-finite top).
+
+    Representable in every floating dtype that can hold ``top`` (a float32 denormal unit for denormal data, at most
+    2^127 for float32 data), so dividing by it is exact."""
+    if not (top > 0.0 and math.isfinite(top)):
+        return 1.0
+    return math.ldexp(1.0, math.frexp(top)[1] - 1)
+
+
+def noise_floor(dtype: torch.dtype) -> float:
+    """Relative size below which a difference of two reductions in ``dtype`` is rounding (32 ulps)."""
+    return _RELATIVE_NOISE * torch.finfo(dtype).eps
+
+
+def _direct_ok(unit: float, dtype: torch.dtype) -> bool:
+    """True when reductions of y (values <= 2 unit) and of y * y stay normal and finite in ``dtype``: unit within
+    2^(+-max_exponent/4), so squares are within 2^(+-max_exponent/2) and sums of up to 2^(max_exponent/2) of them
+    cannot overflow."""
+    limit = math.frexp(torch.finfo(dtype).max)[1] // 4
+    return 2.0**-limit <= unit <= 2.0**limit
 
 
 @dataclass
@@ -32,6 +64,9 @@ class Exceedances:
         (the previous threshold, or the smallest survivor). None means ``above``.
     n_hint : int or None
         Number of used elements when the caller already knows it (saves a pass).
+    unit : float
+        Power of two the statistics are normalised by (:func:`unit_for` of the largest |g|, known on the host);
+        estimators multiply their scale by it.
     workspace : Tensor or None
         A buffer like x to hold the shifted values (saves an allocation per peak-over-threshold stage); its
         content is only needed until this object's statistics have been computed.
@@ -41,6 +76,7 @@ class Exceedances:
     above: torch.Tensor | None = None
     shift: torch.Tensor | None = None
     n_hint: int | None = None
+    unit: float = 1.0
     workspace: torch.Tensor | None = None
     _cache: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
@@ -56,6 +92,32 @@ class Exceedances:
             self._cache["y"] = y
         return self._cache["y"]
 
+    def _direct(self) -> bool:
+        return _direct_ok(self.unit, self.x.dtype)
+
+    def _normalised(self) -> torch.Tensor:
+        """z = y / unit, materialised (in place when y is already a private buffer)."""
+        if "z" not in self._cache:
+            y = self._shifted()
+            if self.unit == 1.0:
+                z = y
+            elif y is self.x:
+                z = torch.div(y, self.unit)
+            else:
+                z = y.div_(self.unit)
+                self._cache["y_is_z"] = z
+            self._cache["z"] = z
+        return self._cache["z"]
+
+    def _sum(self, square: bool) -> torch.Tensor:
+        """sum z (or sum z^2) as a 0-d float64 tensor, from y when that is exact arithmetic (see module doc)."""
+        if self._direct() and "y_is_z" not in self._cache:
+            y = self._shifted()
+            total = torch.dot(y, y) if square else y.sum()
+            return total.double() / (self.unit * self.unit if square else self.unit)
+        z = self._normalised()
+        return (torch.dot(z, z) if square else z.sum()).double()
+
     def count(self) -> torch.Tensor:
         """Number of used elements (0-d float64 tensor on x's device)."""
         if "n" not in self._cache:
@@ -69,43 +131,43 @@ class Exceedances:
         return self._cache["n"]
 
     def mean(self) -> torch.Tensor:
-        """Mean of y (0-d float64)."""
+        """Mean of z = y / unit (0-d float64)."""
         if "mean" not in self._cache:
-            self._cache["mean"] = self._shifted().sum().double() / self.count()
+            self._cache["mean"] = self._sum(square=False) / self.count()
         return self._cache["mean"]
 
     def var(self) -> torch.Tensor:
-        """Sample variance of y with the n - 1 divisor (0-d float64; NaN-free: 0 when n < 2).
+        """Sample variance of z = y / unit with the n - 1 divisor (0-d float64; NaN-free: 0 when n < 2).
 
         Exactly 0 when the spread is within the rounding of the reductions (coefficient of variation below about
         2e-3 in float32, 3e-8 in float64), so constant exceedances are recognised as degenerate."""
         if "var" not in self._cache:
-            y = self._shifted()
             n = self.count()
-            sum_sq = torch.dot(y, y).double()
             m = self.mean()
+            sum_sq = self._sum(square=True)
             spread = sum_sq - n * m * m
             # below the rounding of the reductions (a few ulps of sum_sq in y's dtype) the data are constant
             spread = torch.where(
-                spread > _RELATIVE_NOISE * torch.finfo(y.dtype).eps * sum_sq, spread, torch.zeros_like(spread)
+                spread > noise_floor(self.x.dtype) * sum_sq, spread, torch.zeros_like(spread)
             )
             self._cache["var"] = spread / (n - 1).clamp_min(1)
         return self._cache["var"]
 
     def mean_log(self) -> torch.Tensor:
-        """Mean of log y over the used elements (0-d float64); requires y > 0 on them (no shift)."""
+        """Mean of log z = log(y / unit) over the used elements (0-d float64); requires y > 0 on them (no shift)."""
         if "mean_log" not in self._cache:
             y = self._shifted()
-            logs = torch.log(y)
+            z = self._cache.get("z")
+            logs = torch.log(z) if z is not None else torch.div(y, self.unit).log_()
             if not (self.above is None and self.n_hint == y.numel()):  # else: no zero, nothing to exclude
                 logs.nan_to_num_(neginf=0.0)  # log 0 = -inf -> 0 on the excluded elements
             self._cache["mean_log"] = logs.sum().double() / self.count()
         return self._cache["mean_log"]
 
     def values(self) -> torch.Tensor:
-        """The used y values compacted into a float64 tensor (one host synchronisation for the size)."""
+        """The used z = y / unit values compacted into a float64 tensor (one host synchronisation for the size)."""
         if self.above is None:
-            v = self.x[self.x > 0]
+            v = self.x[self.x > 0].double()
         else:
-            v = self.x[self.x > self.above.to(self.x.dtype)] - (self.above if self.shift is None else self.shift)
-        return v.double().clamp_min(0)
+            v = self.x[self.x > self.above.to(self.x.dtype)].double() - (self.above if self.shift is None else self.shift)
+        return v.div_(self.unit).clamp_min_(0)

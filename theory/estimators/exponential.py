@@ -12,4 +12,4 @@ from gradstat.theory.estimators.exceedances import Exceedances
 
 def mean_scale(data: Exceedances) -> Estimate:
     """beta_hat = mean of the used values (SIDCo (6), (11)); exact MLE of the exponential scale."""
-    return Estimate(params={"scale": data.mean()})
+    return Estimate(params={"scale": data.mean() * data.unit})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from gradstat.theory.estimators.estimate import Estimate
-from gradstat.theory.estimators.exceedances import Exceedances
+from gradstat.theory.estimators.exceedances import Exceedances, unit_for
 from gradstat.theory.estimators.magnitudes import check_magnitudes
 from gradstat.theory.estimators.registry import SHAPED, estimator
 from gradstat.theory.estimators.result import Fit
@@ -58,5 +58,5 @@ def fit(x: object, dist: str, method: str = "closed_form") -> Fit:
     """
     run = estimator(dist, method)
     mags = check_magnitudes(x, "x", spread=dist in SHAPED)
-    data = Exceedances(mags.values, n_hint=mags.n_nonzero)
+    data = Exceedances(mags.values, n_hint=mags.n_nonzero, unit=unit_for(mags.max))
     return resolve(run(data), dist, method, mags.n_nonzero, mags.n_zeros)

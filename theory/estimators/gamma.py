@@ -13,16 +13,23 @@ from __future__ import annotations
 import torch
 
 from gradstat.theory.estimators.estimate import Estimate
-from gradstat.theory.estimators.exceedances import Exceedances
+from gradstat.theory.estimators.exceedances import Exceedances, noise_floor
 
 MLE_STEPS = 6
 """Newton steps of the exact MLE (4 reach float64 precision from Minka's start for s in [1e-4, 50]; tests check)."""
 MLE_TOLERANCE = 1e-10
 """Converged when |f(alpha)| <= MLE_TOLERANCE * (1 + s) after the last step."""
+NEAR_CONSTANT_WARNING = (
+    "the data are constant within the rounding of the reductions (log-ratio statistic s at or below {floor:.2g}): "
+    "the gamma shape is not identifiable; s clipped there (shape about {shape:.3g}), not converged"
+)
 
 
 def log_ratio_statistic(data: Exceedances) -> torch.Tensor:
-    """s = log(mean y) - mean(log y) (SIDCo (16)); >= 0 by Jensen, 0 only for constant data."""
+    """s = log(mean y) - mean(log y) (SIDCo (16)); >= 0 by Jensen, 0 only for constant data.
+
+    Computed on the normalised values (invariant under scaling y); rounding can make it slightly negative on
+    near-constant data, which :func:`_estimate` detects."""
     return torch.log(data.mean()) - data.mean_log()
 
 
@@ -41,11 +48,21 @@ def newton_steps(shape: torch.Tensor, s: torch.Tensor, steps: int) -> torch.Tens
 
 
 def _estimate(data: Exceedances, steps: int) -> Estimate:
-    s = log_ratio_statistic(data)
+    floor = noise_floor(data.x.dtype)
+    raw = log_ratio_statistic(data)
+    degenerate = ~(raw > floor)  # also catches NaN
+    s = torch.where(degenerate, torch.full_like(raw, floor), raw)
     shape = newton_steps(minka_shape(s), s, steps)
     residual = torch.log(shape) - torch.special.digamma(shape) - s
-    converged = residual.abs() <= MLE_TOLERANCE * (1 + s) if steps >= MLE_STEPS else True
-    return Estimate(params={"shape": shape, "scale": data.mean() / shape}, iterations=steps, converged=converged)
+    converged = residual.abs() <= MLE_TOLERANCE * (1 + s) if steps >= MLE_STEPS else torch.ones_like(degenerate)
+    message = NEAR_CONSTANT_WARNING.format(floor=floor, shape=float(minka_shape(torch.tensor(floor))))
+    return Estimate(
+        params={"shape": shape, "scale": data.mean() / shape * data.unit},
+        iterations=steps,
+        converged=converged & ~degenerate,
+        flags=[(degenerate, message)],
+        degenerate=degenerate,
+    )
 
 
 def minka(data: Exceedances) -> Estimate:

@@ -21,7 +21,7 @@ import math
 import torch
 
 from gradstat.theory.estimators.estimate import Estimate
-from gradstat.theory.estimators.exceedances import Exceedances
+from gradstat.theory.estimators.exceedances import Exceedances, noise_floor
 
 MM_RELIABLE_SHAPE = 0.25
 MM_WARNING = "moment matching is unreliable for shape >= 1/4 (infinite 4th moment)"
@@ -32,6 +32,10 @@ BOUNDARY_WARNING = (
     "no generalized Pareto MLE: the likelihood grows without bound as shape -> -1 (bounded or "
     "tied data); the returned shape is the boundary -1"
 )
+NEAR_CONSTANT_WARNING = (
+    "the data are constant within the rounding of the reductions (variance at or below {floor:.2g} mean^2): the "
+    "generalized Pareto shape is not identifiable; mean^2 / var clipped at {ratio:.3g}, not converged"
+)
 _BOUNDARY = 1e-6
 _GRID_SAMPLE = 8192
 _THETA_FLOOR = 1e-7  # |theta| (normalised) kept above this: the profile has a removable singularity at 0
@@ -39,12 +43,28 @@ _THETA_FLOOR = 1e-7  # |theta| (normalised) kept above this: the profile has a r
 
 def moment_matching(data: Exceedances) -> Estimate:
     """SIDCo (35) / (8)-(9): alpha = (1 - mu^2/var)/2, beta = mu (mu^2/var + 1)/2 from the sample mean and
-    variance (n - 1 divisor) of the used values. Zero variance gives a non-finite (invalid) estimate."""
+    variance (n - 1 divisor) of the used values.
+
+    A variance within the rounding of the reductions (constant or near-constant data) is degenerate: mu^2 / var is
+    clipped at 1 / floor (a very negative, finite shape whose upper end point is just above the mean),
+    ``converged`` is false and a flag says so. Computed on normalised values: the shape is invariant and the
+    scale equivariant under scaling."""
+    floor = noise_floor(data.x.dtype)
     mu = data.mean()
-    ratio = mu * mu / data.var()
+    var = data.var()
+    degenerate = ~(var > floor * mu * mu)  # also catches NaN
+    ratio = torch.where(degenerate, torch.full_like(mu, 1.0 / floor), mu * mu / torch.where(degenerate, mu, var))
     shape = 0.5 * (1.0 - ratio)
-    scale = 0.5 * mu * (ratio + 1.0)
-    return Estimate(params={"shape": shape, "scale": scale}, flags=[(shape >= MM_RELIABLE_SHAPE, MM_WARNING)])
+    scale = 0.5 * mu * (ratio + 1.0) * data.unit
+    return Estimate(
+        params={"shape": shape, "scale": scale},
+        converged=~degenerate,
+        flags=[
+            (shape >= MM_RELIABLE_SHAPE, MM_WARNING),
+            (degenerate, NEAR_CONSTANT_WARNING.format(floor=floor, ratio=1.0 / floor)),
+        ],
+        degenerate=degenerate,
+    )
 
 
 def _profile(y: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
@@ -126,7 +146,7 @@ def mle(data: Exceedances) -> Estimate:
             converged = True
             break
     shape = torch.tensor(k, dtype=torch.float64, device=y.device)
-    scale = (k / theta) * mean.to(torch.float64)
+    scale = (k / theta) * mean.to(torch.float64) * data.unit
     at_boundary = k <= -1.0 + _BOUNDARY
     return Estimate(
         params={"shape": shape, "scale": scale},
