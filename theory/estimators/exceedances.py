@@ -147,9 +147,7 @@ class Exceedances:
             sum_sq = self._sum(square=True)
             spread = sum_sq - n * m * m
             # below the rounding of the reductions (a few ulps of sum_sq in y's dtype) the data are constant
-            spread = torch.where(
-                spread > noise_floor(self.x.dtype) * sum_sq, spread, torch.zeros_like(spread)
-            )
+            spread = torch.where(spread > noise_floor(self.x.dtype) * sum_sq, spread, torch.zeros_like(spread))
             self._cache["var"] = spread / (n - 1).clamp_min(1)
         return self._cache["var"]
 
@@ -164,10 +162,9 @@ class Exceedances:
             self._cache["mean_log"] = logs.sum().double() / self.count()
         return self._cache["mean_log"]
 
-    def values(self) -> torch.Tensor:
-        """The used z = y / unit values compacted into a float64 tensor (one host synchronisation for the size)."""
+    def used(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The used values of x in x's dtype (x itself when every element is used, else compacted: one host
+        synchronisation for the size) and the shift to subtract from them (None for none); y = values - shift."""
         if self.above is None:
-            v = self.x[self.x > 0].double()
-        else:
-            v = self.x[self.x > self.above.to(self.x.dtype)].double() - (self.above if self.shift is None else self.shift)
-        return v.div_(self.unit).clamp_min_(0)
+            return (self.x if self.n_hint == self.x.numel() else self.x[self.x > 0]), None
+        return self.x[self.x > self.above.to(self.x.dtype)], self.above if self.shift is None else self.shift
