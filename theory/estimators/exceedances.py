@@ -17,9 +17,8 @@ power of two; otherwise z is materialised once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import math
+from dataclasses import dataclass, field
 
 import torch
 
