@@ -33,7 +33,14 @@ def fsync_dir(directory: Path) -> None:
 
 
 def write_atomic(target: Path, data: bytes | memoryview) -> None:
-    """Replace ``target`` by ``data`` atomically and durably."""
+    """Replace ``target`` by ``data`` atomically and durably.
+
+    Raises
+    ------
+    OSError
+        naming ``target`` (never the hidden temporary file), e.g. ``out.npz: cannot write (No space left on
+        device); nothing was written``, with the original error's errno.
+    """
     tmp = tmp_name(target)
     try:
         with open(tmp, "wb") as f:
@@ -41,8 +48,11 @@ def write_atomic(target: Path, data: bytes | memoryview) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(exc, OSError):
+            reason = exc.strerror or str(exc)
+            raise OSError(exc.errno, f"{target}: cannot write ({reason}); {target.name} was left as it was") from exc
         raise
     fsync_dir(target.parent)

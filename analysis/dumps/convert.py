@@ -3,20 +3,27 @@
 Import sources (nothing is ever unpickled: ``.pt`` files are read with ``torch.load(weights_only=True)``,
 ``.npz``/``.npy`` with ``allow_pickle=False``):
 
-- ``.pt``: a dict ``{param: tensor}`` (one step) or a list of such dicts (one step each);
-- ``.npz``: ``{param: array}`` (one step), or the export layout ``s{step}/w{worker}/{param}`` (steps and workers
-  restored);
+- ``.pt``: one step is a dict ``{param: tensor}`` (one worker), a list of such dicts (one per worker), or a dict
+  ``{rank: {param: tensor}}`` with ranks 0..P-1 (ints or digit strings); the file holds one step in any of these
+  forms, or a list of steps (a list of dicts is one step per dict, as before; a list of lists or of rank dicts is
+  one step per item, each with its workers);
+- ``.npz``: ``{param: array}`` (one step), ``w{worker}/{param}`` (one step, several workers), or the export layout
+  ``s{step}/w{worker}/{param}`` (steps and workers restored);
 - ``.npy``: one array, one step, parameter ``grad``;
 - a directory of such files: taken in natural name order, steps numbered consecutively.
 
-Imported dumps have workload ``imported`` unless told otherwise.
+Every ``.npy`` header (alone or inside an ``.npz``) is checked against the bytes that hold it before anything is
+allocated, so a header claiming 10^12 elements is refused at once. Imported dumps have workload ``imported`` unless
+told otherwise. The layouts are documented in ``data/README.md``.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import pickle
 import re
+import zipfile
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -30,6 +37,9 @@ from gradstat.analysis.dumps.writer import DumpWriter
 
 SUFFIXES = (".pt", ".pth", ".npz", ".npy")
 EXPORT_KEY = re.compile(r"^s(\d+)/w(\d+)/(.+)$")
+WORKER_KEY = re.compile(r"^w(\d+)/(.+)$")
+DEFLATE_MAX_RATIO = 1100
+"""Deflate expands at most about 1032:1; a zip member declaring more is forged (checked before decompressing)."""
 Step = tuple[int | None, list[dict[str, torch.Tensor]]]  # (step number if the file names it, per-worker dicts)
 
 
@@ -141,6 +151,29 @@ def _named(obj: object, file: Path, where: str) -> dict[str, torch.Tensor]:
     return {k: _tensor(v, file, f"{where}[{k!r}]") for k, v in obj.items()}
 
 
+def _workers(obj: object, file: Path, where: str) -> list[dict[str, torch.Tensor]] | None:
+    """The per-worker dicts of one step written as a list of dicts or a ``{rank: dict}`` dict; None when ``obj`` is
+    a single worker's ``{param: tensor}`` dict (or not a multi-worker layout at all)."""
+    if isinstance(obj, (list, tuple)) and obj and all(isinstance(item, dict) for item in obj):
+        return [_named(item, file, f"{where} worker {w}") for w, item in enumerate(obj)]
+    if isinstance(obj, dict) and obj and all(isinstance(v, dict) for v in obj.values()):
+        ranks = {}
+        for key in obj:
+            rank = key if isinstance(key, int) and not isinstance(key, bool) else None
+            if isinstance(key, str) and key.isdigit():
+                rank = int(key)
+            if rank is None:
+                raise DumpError(
+                    f"{file}: {where} is a dict of dicts whose key {key!r} is not a worker rank; expected "
+                    "{rank: {param: tensor}} with ranks 0..P-1"
+                )
+            ranks[rank] = obj[key]
+        if sorted(ranks) != list(range(len(ranks))):
+            raise DumpError(f"{file}: {where} holds worker ranks {sorted(ranks)}, expected 0..{len(ranks) - 1}")
+        return [_named(ranks[w], file, f"{where} worker {w}") for w in range(len(ranks))]
+    return None
+
+
 def _read_pt(file: Path) -> Iterator[Step]:
     try:
         obj = torch.load(file, map_location="cpu", weights_only=True)
@@ -153,22 +186,85 @@ def _read_pt(file: Path) -> Iterator[Step]:
     if isinstance(obj, (list, tuple)):
         if not obj:
             raise DumpError(f"{file}: empty list, nothing to import")
+        if all(isinstance(item, dict) and not _is_rank_dict(item) for item in obj):
+            for i, item in enumerate(obj):  # a list of {param: tensor}: one step each (one worker)
+                yield None, [_named(item, file, f"item {i}")]
+            return
         for i, item in enumerate(obj):
-            yield None, [_named(item, file, f"item {i}")]
-    else:
-        yield None, [_named(obj, file, "the top-level object")]
+            workers = _workers(item, file, f"step item {i}")
+            if workers is None:
+                raise DumpError(
+                    f"{file}: step item {i} is {type(item).__name__}; each item of a list of steps must be a "
+                    "list of per-worker dicts or a {rank: {param: tensor}} dict"
+                )
+            yield None, workers
+        return
+    workers = _workers(obj, file, "the top-level object") if _is_rank_dict(obj) else None
+    yield None, workers if workers is not None else [_named(obj, file, "the top-level object")]
+
+
+def _is_rank_dict(obj: object) -> bool:
+    """A dict whose values are all dicts: ``{rank: {param: tensor}}`` (ranks are checked by :func:`_workers`)."""
+    return isinstance(obj, dict) and bool(obj) and all(isinstance(v, dict) for v in obj.values())
+
+
+def _check_npy_header(fp, available: int, where: str) -> None:
+    """Read an .npy header from ``fp`` and refuse it unless its data fits in the ``available`` bytes that hold
+    the header and the data (before numpy allocates the declared shape). ``where`` starts the error message."""
+    try:
+        version = np.lib.format.read_magic(fp)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(fp)
+    except (ValueError, OSError, EOFError, SyntaxError) as exc:
+        raise DumpError(f"{where} not a valid .npy header ({exc})") from None
+    if dtype.hasobject:
+        raise DumpError(f"{where} an object array; object arrays are refused (no unpickling)")
+    declared = math.prod(shape) * dtype.itemsize
+    left = available - fp.tell()
+    if declared > left:
+        raise DumpError(
+            f"{where} a header declaring shape {tuple(shape)} of {dtype} ({declared:,} bytes) but only "
+            f"{max(left, 0):,} bytes follow (truncated or forged)"
+        )
+
+
+def _check_npz(file: Path) -> None:
+    """Check every member of an .npz before numpy reads it: plausible sizes and an .npy header that fits."""
+    try:
+        with zipfile.ZipFile(file) as archive:
+            for info in archive.infolist():
+                where = f"{file}: unreadable .npz, member {info.filename!r} is"
+                limit = info.compress_size * (DEFLATE_MAX_RATIO if info.compress_type else 1) + 1024
+                if info.file_size > limit:
+                    raise DumpError(
+                        f"{where} declared as {info.file_size:,} bytes from {info.compress_size:,} compressed (forged)"
+                    )
+                with archive.open(info) as fp:
+                    _check_npy_header(fp, info.file_size, where)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, NotImplementedError) as exc:
+        raise DumpError(f"{file}: unreadable .npz ({exc})") from None
 
 
 def _read_npz(file: Path) -> Iterator[Step]:
+    _check_npz(file)
     try:
         with np.load(file, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except (ValueError, OSError, EOFError) as exc:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise DumpError(f"{file}: unreadable .npz ({exc}); object arrays are refused (no unpickling)") from None
     if not arrays:
         raise DumpError(f"{file}: holds no arrays")
     matches = {k: EXPORT_KEY.match(k) for k in arrays}
     if not all(matches.values()):
+        per_worker = {k: WORKER_KEY.match(k) for k in arrays}
+        if all(per_worker.values()):  # w{worker}/{param}: one step, several workers
+            ranks: dict[int, dict[str, np.ndarray]] = {}
+            for key, m in per_worker.items():
+                ranks.setdefault(int(m.group(1)), {})[m.group(2)] = arrays[key]
+            if sorted(ranks) != list(range(len(ranks))):
+                raise DumpError(f"{file}: holds workers {sorted(ranks)}, expected 0..{len(ranks) - 1}")
+            yield None, [_named(ranks[w], file, f"worker {w}") for w in range(len(ranks))]
+            return
         yield None, [_named(arrays, file, "the archive")]
         return
     table: dict[int, dict[int, dict[str, np.ndarray]]] = {}
@@ -182,6 +278,11 @@ def _read_npz(file: Path) -> Iterator[Step]:
 
 
 def _read_npy(file: Path) -> Iterator[Step]:
+    try:
+        with open(file, "rb") as fp:
+            _check_npy_header(fp, file.stat().st_size, f"{file}: unreadable .npy,")
+    except OSError as exc:
+        raise DumpError(f"{file}: unreadable .npy ({exc})") from None
     try:
         array = np.load(file, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:

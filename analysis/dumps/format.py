@@ -24,6 +24,11 @@ MANIFEST = "manifest.json"
 TMP_SUFFIX = ".tmp"
 STEP_FILE = re.compile(r"^step-(\d{8,})\.safetensors$")
 CHECKSUM_PREFIX = "sha256:"
+CHECKSUM = re.compile(r"^sha256:[0-9a-f]{64}$")
+MAX_MANIFEST_BYTES = 64 << 20
+"""A manifest larger than this is refused before it is parsed (real ones are a few kB per thousand steps)."""
+LEFTOVER = re.compile(r"^\.(manifest\.json|step-\d{8,}\.safetensors)\.\d+\.tmp$")
+"""Temporary files of an interrupted atomic write (:mod:`gradstat.analysis.dumps.atomic`)."""
 
 STORAGE_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -81,19 +86,51 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return CHECKSUM_PREFIX + h.hexdigest()
 
 
+def leftovers(path: Path) -> list[Path]:
+    """Temporary files an interrupted write left in the dump directory ``path`` (safe to delete)."""
+    return sorted(f for f in path.iterdir() if LEFTOVER.match(f.name) and f.is_file() and not f.is_symlink())
+
+
+def is_unfinished(path: Path) -> bool:
+    """True when ``path`` is a directory holding only temporary files of an interrupted write (no manifest yet)."""
+    found = leftovers(path)
+    return bool(found) and len(found) == sum(1 for _ in path.iterdir())
+
+
+def load_json(file: Path, what: str, limit: int | None = None) -> Any:
+    """Parse a JSON file, refusing sizes above ``limit`` and nesting Python cannot parse, as :class:`DumpError`."""
+    size = file.stat().st_size
+    if limit is not None and size > limit:
+        raise DumpError(f"{file}: {size:,} bytes, larger than any {what} ({limit:,} bytes at most); refusing to parse")
+    try:
+        return json.loads(file.read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DumpError(f"{file}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise DumpError(f"{file}: JSON nested too deeply to be a {what}") from None
+
+
 def read_manifest(path: Path) -> dict[str, Any]:
     """Load and validate ``path/manifest.json``; raise :class:`DumpError` naming the file and the problem."""
     file = path / MANIFEST
     if not path.is_dir():
         raise DumpError(f"{path}: not a directory (a gradient dump is a directory holding {MANIFEST})")
     if not file.is_file():
+        if is_unfinished(path):
+            names = ", ".join(f.name for f in leftovers(path))
+            raise DumpError(
+                f"{path}: an unfinished dump (an interrupted write left only {names}, no committed step); delete "
+                "the directory, or write a new dump into it (the leftovers are removed then)"
+            )
         raise DumpError(f"{file}: missing; {path} is not a gradstat dump")
-    try:
-        manifest = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DumpError(f"{file}: not valid JSON ({exc})") from None
+    manifest = load_json(file, "gradstat manifest", MAX_MANIFEST_BYTES)
     validate_manifest(manifest, file)
     return manifest
+
+
+def is_int(value: Any) -> bool:
+    """A JSON integer (``true``/``false`` are not integers here, although Python's bool is an int)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _require(cond: bool, file: Path, problem: str) -> None:
@@ -106,9 +143,7 @@ def validate_manifest(m: Any, file: Path) -> None:
     _require(isinstance(m, dict), file, "the manifest must be a JSON object")
     _require(m.get("format") == FORMAT, file, f"'format' is {m.get('format')!r}, expected {FORMAT!r}")
     version = m.get("format_version")
-    _require(
-        isinstance(version, int) and version >= 1, file, f"'format_version' must be an integer >= 1, got {version!r}"
-    )
+    _require(is_int(version) and version >= 1, file, f"'format_version' must be an integer >= 1, got {version!r}")
     if version > FORMAT_VERSION:
         raise DumpError(
             f"{file}: written by dump format version {version}, this gradstat reads versions up to "
@@ -127,9 +162,8 @@ def validate_manifest(m: Any, file: Path) -> None:
         ("metadata", dict),
         ("versions", dict),
     ):
-        _require(
-            isinstance(m.get(key), kind), file, f"field {key!r} must be of type {kind.__name__}, got {m.get(key)!r}"
-        )
+        ok = is_int(m.get(key)) if kind is int else isinstance(m.get(key), kind)
+        _require(ok, file, f"field {key!r} must be of type {kind.__name__}, got {_short(m.get(key))}")
     _require(m["dtype"] in STORAGE_DTYPES, file, f"dtype {m['dtype']!r} is not one of {', '.join(STORAGE_DTYPES)}")
     _require(m["workers"] >= 1, file, f"workers must be >= 1, got {m['workers']}")
     _require(m["every"] >= 1, file, f"every must be >= 1, got {m['every']}")
@@ -141,9 +175,11 @@ def validate_manifest(m: Any, file: Path) -> None:
             and isinstance(p.get("name"), str)
             and p["name"]
             and isinstance(p.get("shape"), list)
-            and all(isinstance(s, int) and s >= 0 for s in p["shape"])
+            and all(is_int(s) and s >= 0 for s in p["shape"])
         )
-        _require(bool(ok), file, f"parameter entry {p!r} needs a non-empty 'name' and a 'shape' list of integers >= 0")
+        _require(
+            bool(ok), file, f"parameter entry {_short(p)} needs a non-empty 'name' and a 'shape' list of integers >= 0"
+        )
         _require(p["name"] not in names, file, f"parameter {p['name']!r} listed twice")
         _require(
             p.get("dtype", m["dtype"]) == m["dtype"],
@@ -160,12 +196,24 @@ def validate_manifest(m: Any, file: Path) -> None:
     for entry in m["steps"]:
         ok = (
             isinstance(entry, dict)
-            and isinstance(entry.get("step"), int)
+            and is_int(entry.get("step"))
             and isinstance(entry.get("file"), str)
-            and isinstance(entry.get("bytes"), int)
-            and isinstance(entry.get("sha256"), str)
+            and is_int(entry.get("bytes"))
         )
-        _require(bool(ok), file, f"step entry {entry!r} needs integer 'step' and 'bytes', string 'file' and 'sha256'")
+        _require(bool(ok), file, f"step entry {_short(entry)} needs integer 'step' and 'bytes' and a string 'file'")
+        _require(
+            isinstance(entry.get("sha256"), str),
+            file,
+            f"step {entry['step']}: the checksum field 'sha256' is missing (keys: {sorted(entry)})",
+        )
+        _require(
+            bool(CHECKSUM.match(entry["sha256"])),
+            file,
+            f"step {entry['step']}: the checksum field 'sha256' must be 'sha256:' and 64 hex digits, "
+            f"got {_short(entry['sha256'])}",
+        )
+        _require(entry["step"] >= 0, file, f"step numbers must be integers >= 0, got {entry['step']}")
+        _require(entry["bytes"] >= 0, file, f"step {entry['step']}: 'bytes' must be >= 0, got {entry['bytes']}")
         _require(entry["step"] > last, file, f"steps must be strictly increasing, got {entry['step']} after {last}")
         _require(
             entry["file"] == step_file(entry["step"]),
@@ -173,6 +221,15 @@ def validate_manifest(m: Any, file: Path) -> None:
             f"step {entry['step']} must be stored in {step_file(entry['step'])}, manifest says {entry['file']!r}",
         )
         last = entry["step"]
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    """repr cut to ``limit`` characters (hostile manifests can hold huge values)."""
+    try:
+        text = repr(value) if not isinstance(value, (dict, list)) or len(value) < 1000 else f"<{type(value).__name__}>"
+    except RecursionError:
+        text = f"<deeply nested {type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def numel(shape: list[int] | tuple[int, ...]) -> int:

@@ -11,6 +11,7 @@ from typing import Any, Iterable
 import torch
 
 from gradstat.analysis.dumps.format import (
+    CHECKSUM,
     MANIFEST,
     SAFETENSORS_DTYPES,
     STEP_FILE,
@@ -19,6 +20,7 @@ from gradstat.analysis.dumps.format import (
     checksum_key,
     extra_key,
     grad_key,
+    is_int,
     numel,
     read_manifest,
     sha256_bytes,
@@ -48,6 +50,7 @@ class Dump:
         self._shapes = {p["name"]: tuple(p["shape"]) for p in self.manifest["params"]}
         self._headers: dict[int, dict[str, tuple[int, int, str]]] = {}
         self.uncommitted: list[str] = []
+        self._check_sizes()
         self._check_files()
 
     # -- description ------------------------------------------------------------------------------------------
@@ -189,8 +192,30 @@ class Dump:
             raise DumpError(f"{self.path}: unknown parameter(s) {unknown or names}; parameters are {self.params}")
         return names
 
+    def _check_sizes(self) -> None:
+        """What the manifest declares must fit in the step files' recorded sizes: checked before anything is
+        allocated or iterated per worker (a hostile manifest may declare 10^9 workers or a 10^12-element shape)."""
+        tensors = self.workers * len(self._shapes) * (1 + len(self.extras))
+        item = torch.empty((), dtype=self.dtype).element_size()
+        data = self.workers * (1 + len(self.extras)) * self.numel * item
+        for entry in self._entries.values():
+            if tensors > entry["bytes"] or data > entry["bytes"]:
+                raise DumpError(
+                    f"{self.path / MANIFEST}: declares {self.workers:,} workers x {len(self._shapes):,} parameters x "
+                    f"{1 + len(self.extras)} tensor kinds ({data:,} bytes of data per step), more than step file "
+                    f"{entry['file']} holds ({entry['bytes']:,} bytes); the manifest is corrupt"
+                )
+
     def _check_files(self) -> None:
         committed = {e["file"]: e for e in self._entries.values()}
+        root = self.path.resolve()
+        for name in [MANIFEST, *committed]:
+            file = self.path / name
+            if file.is_symlink() and not file.resolve().is_relative_to(root):
+                raise DumpError(
+                    f"{file}: a symbolic link to {file.resolve()}, outside the dump; refusing to read it (copy the "
+                    "file into the dump instead)"
+                )
         last = max(self._entries, default=-1)
         self.uncommitted = []
         for f in sorted(self.path.iterdir()):
@@ -214,6 +239,7 @@ class Dump:
     def _read(
         self, step: int, keys: list[str], names: list[str], device, dtype, verify: bool | None = None
     ) -> dict[str, torch.Tensor]:
+        self._load_header(step)  # validated against the file's size before anything is allocated
         out = {name: torch.empty(self._shapes[name], dtype=self.dtype) for name in names}
         self._read_into(step, keys, list(out.values()), verify)
         if device is None and dtype is None:
@@ -221,6 +247,7 @@ class Dump:
         return {n: t.to(device=device, dtype=dtype) for n, t in out.items()}
 
     def _read_flat(self, step: int, keys: list[str], device, dtype, verify: bool | None = None) -> torch.Tensor:
+        self._load_header(step)  # validated against the file's size before anything is allocated
         flat = torch.empty(self.numel, dtype=self.dtype)
         parts = list(torch.split(flat, [numel(s) for s in self._shapes.values()]))
         self._read_into(step, keys, parts, verify)
@@ -245,6 +272,16 @@ class Dump:
         except OSError as exc:
             raise DumpError(f"{file}: unreadable step file ({exc})") from None
 
+    def _load_header(self, step: int) -> None:
+        file = self.file(step)
+        if step in self._headers:
+            return
+        try:
+            with open(file, "rb") as f:
+                self._header(step, file, f)
+        except OSError as exc:
+            raise DumpError(f"{file}: unreadable step file ({exc})") from None
+
     def _header(self, step: int, file: Path, f: Any) -> dict[str, tuple[int, int, str]]:
         """The step file's safetensors header as ``{key: (first byte, end byte, sha256)}``, validated against the
         manifest on first use (keys, dtypes, shapes, offsets, checksums present) and cached."""
@@ -259,9 +296,13 @@ class Dump:
             header = json.loads(f.read(size))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise DumpError(f"{file}: corrupt safetensors header ({exc})") from None
+        except RecursionError:
+            raise DumpError(f"{file}: corrupt safetensors header (JSON nested too deeply)") from None
         if not isinstance(header, dict):
             raise DumpError(f"{file}: corrupt safetensors header (not a JSON object)")
         meta = header.pop("__metadata__", None) or {}
+        if not isinstance(meta, dict):
+            raise DumpError(f"{file}: corrupt safetensors header ('__metadata__' is not an object)")
         owner = {grad_key(w, n): n for w in range(self.workers) for n in self._shapes}
         owner.update({extra_key(e, w, n): n for e in self.extras for w in range(self.workers) for n in self._shapes})
         if set(header) != set(owner):
@@ -273,19 +314,36 @@ class Dump:
         index: dict[str, tuple[int, int, str]] = {}
         for key, name in owner.items():
             entry = header[key]
-            shape, want = tuple(entry.get("shape", ())), self._shapes[name]
+            if not isinstance(entry, dict):
+                raise DumpError(f"{file}: corrupt safetensors header (entry {key!r} is not an object)")
+            shape = tuple(entry["shape"]) if isinstance(entry.get("shape"), list) else None
+            want = self._shapes[name]
             if shape != want:
                 raise DumpError(f"{file}: tensor {key!r} has shape {shape}, {MANIFEST} declares {want}")
             if entry.get("dtype") != want_dtype:
                 raise DumpError(
                     f"{file}: tensor {key!r} has dtype {entry.get('dtype')}, {MANIFEST} declares {want_dtype}"
                 )
-            begin, end = entry.get("data_offsets", (0, -1))
-            if end - begin != numel(want) * item or base + end > file_size:
-                raise DumpError(f"{file}: tensor {key!r} has bad data offsets {[begin, end]}")
-            if checksum_key(key) not in meta:
-                raise DumpError(f"{file}: no checksum for tensor {key!r} in the file header")
-            index[key] = (base + begin, base + end, meta[checksum_key(key)])
+            offsets = entry.get("data_offsets")
+            ok = isinstance(offsets, list) and len(offsets) == 2 and all(is_int(v) for v in offsets)
+            begin, end = offsets if ok else (0, -1)
+            if not ok or begin < 0 or end - begin != numel(want) * item or base + end > file_size:
+                raise DumpError(f"{file}: tensor {key!r} has bad data offsets {offsets!r}")
+            checksum = meta.get(checksum_key(key))
+            if checksum is None:
+                raise DumpError(
+                    f"{file}: the checksum field {checksum_key(key)!r} of tensor {key!r} is missing from the header"
+                )
+            if not isinstance(checksum, str) or not CHECKSUM.match(checksum):
+                raise DumpError(
+                    f"{file}: the checksum field {checksum_key(key)!r} must be 'sha256:' and 64 hex digits, "
+                    f"got {str(checksum)[:80]!r}"
+                )
+            index[key] = (base + begin, base + end, checksum)
+        spans = sorted((b, e, k) for k, (b, e, _) in index.items() if e > b)
+        for (_, end0, k0), (begin1, _, k1) in zip(spans, spans[1:]):
+            if begin1 < end0:
+                raise DumpError(f"{file}: tensors {k0!r} and {k1!r} overlap in the file (corrupt or forged header)")
         self._headers[step] = index
         return index
 

@@ -23,6 +23,8 @@ from gradstat.analysis.dumps.format import (
     TMP_SUFFIX,
     DumpError,
     checksum_key,
+    is_unfinished,
+    leftovers,
     extra_key,
     grad_key,
     read_manifest,
@@ -210,9 +212,15 @@ class DumpWriter:
 
 
 def check_new_dump_dir(path: Path) -> None:
-    """Refuse anything but a missing or empty directory (an existing dump, or a directory holding other files)."""
+    """Refuse anything but a missing or empty directory (an existing dump, or a directory holding other files).
+
+    A directory holding nothing but temporary files of an interrupted gradstat write (``.manifest.json.<pid>.tmp``,
+    ``.step-*.safetensors.<pid>.tmp``) is an unfinished dump: those files are removed and the directory is used."""
     if path.exists() and not path.is_dir():
         raise DumpError(f"{path}: exists and is not a directory; refusing to write a dump there")
+    if path.is_dir() and is_unfinished(path):  # only an interrupted write's temporary files: an unfinished dump
+        for leftover in leftovers(path):
+            leftover.unlink()
     if path.is_dir() and any(path.iterdir()):
         if (path / MANIFEST).is_file():
             raise DumpError(f"{path}: already holds a gradient dump; reopen it to append or choose a new directory")
