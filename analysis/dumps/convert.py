@@ -6,7 +6,7 @@ Import sources (nothing is ever unpickled: ``.pt`` files are read with ``torch.l
 - ``.pt``: one step is a dict ``{param: tensor}`` (one worker), a list of such dicts (one per worker), or a dict
   ``{rank: {param: tensor}}`` with ranks 0..P-1 (ints or digit strings); the file holds one step in any of these
   forms, or a list of steps (a list of dicts is one step per dict, as before; a list of lists or of rank dicts is
-  one step per item, each with its workers);
+  one step per item, each with its workers), or ``{step: [per-worker dicts]}`` (step numbers kept);
 - ``.npz``: ``{param: array}`` (one step), ``w{worker}/{param}`` (one step, several workers), or the export layout
   ``s{step}/w{worker}/{param}`` (steps and workers restored);
 - ``.npy``: one array, one step, parameter ``grad``;
@@ -199,8 +199,25 @@ def _read_pt(file: Path) -> Iterator[Step]:
                 )
             yield None, workers
         return
+    if isinstance(obj, dict) and obj and all(isinstance(v, (list, tuple)) for v in obj.values()):
+        yield from _step_dict(obj, file)  # {step: [per-worker dicts]}: step numbers kept
+        return
     workers = _workers(obj, file, "the top-level object") if _is_rank_dict(obj) else None
     yield None, workers if workers is not None else [_named(obj, file, "the top-level object")]
+
+
+def _step_dict(obj: dict, file: Path) -> Iterator[Step]:
+    steps = {}
+    for key, value in obj.items():
+        step = int(key) if isinstance(key, str) and key.isdigit() else key
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise DumpError(f"{file}: key {key!r} of a {{step: [per-worker dicts]}} dict is not a step number >= 0")
+        steps[step] = value
+    for step in sorted(steps):
+        workers = _workers(steps[step], file, f"step {step}")
+        if workers is None:
+            raise DumpError(f"{file}: step {step} must be a non-empty list of per-worker {{param: tensor}} dicts")
+        yield step, workers
 
 
 def _is_rank_dict(obj: object) -> bool:
