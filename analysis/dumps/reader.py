@@ -261,7 +261,7 @@ class Dump:
         try:
             with open(file, "rb") as f:
                 header = self._header(step, file, f)
-                for key, out in zip(keys, outs):
+                for key, out in zip(keys, outs, strict=True):
                     begin, end, checksum = header[key]
                     buf = memoryview(out.view(torch.uint8).numpy())
                     f.seek(begin)
@@ -341,7 +341,7 @@ class Dump:
                 )
             index[key] = (base + begin, base + end, checksum)
         spans = sorted((b, e, k) for k, (b, e, _) in index.items() if e > b)
-        for (_, end0, k0), (begin1, _, k1) in zip(spans, spans[1:]):
+        for (_, end0, k0), (begin1, _, k1) in zip(spans, spans[1:], strict=False):
             if begin1 < end0:
                 raise DumpError(f"{file}: tensors {k0!r} and {k1!r} overlap in the file (corrupt or forged header)")
         self._headers[step] = index
