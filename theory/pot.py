@@ -171,7 +171,7 @@ def multistage_threshold(
     unit = unit_for(mags.max)  # statistics normalised by a power of two near max |g| (scale-free arithmetic)
 
     # stage 1: fit the non-zeros, threshold at the conditional ratio
-    est = run_first(Exceedances(x, n_hint=mags.n_nonzero, unit=unit))
+    est = run_first(Exceedances(x, n_hint=mags.n_nonzero, unit=unit, bottom=mags.min_nonzero))
     tail = conditional_ratio(deltas[0], mags.d, mags.n_nonzero)
     note = None
     if tail >= 1.0:

@@ -66,6 +66,9 @@ class Exceedances:
     unit : float
         Power of two the statistics are normalised by (:func:`unit_for` of the largest |g|, known on the host);
         estimators multiply their scale by it.
+    bottom : float or None
+        Smallest used value when known on the host: if bottom / unit underflows in x's dtype (values spanning more
+        than the dtype's exponent range), :meth:`mean_log` takes its logarithms in float64.
     workspace : Tensor or None
         A buffer like x to hold the shifted values (saves an allocation per peak-over-threshold stage); its
         content is only needed until this object's statistics have been computed.
@@ -76,6 +79,7 @@ class Exceedances:
     shift: torch.Tensor | None = None
     n_hint: int | None = None
     unit: float = 1.0
+    bottom: float | None = None
     workspace: torch.Tensor | None = None
     _cache: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
@@ -155,7 +159,10 @@ class Exceedances:
         if "mean_log" not in self._cache:
             y = self._shifted()
             z = self._cache.get("z")
-            logs = torch.log(z) if z is not None else torch.div(y, self.unit).log_()
+            if self.bottom is not None and self.bottom / self.unit < torch.finfo(y.dtype).tiny:
+                logs = torch.log(y.double() / self.unit)  # z would underflow in y's dtype: log(0) = -inf
+            else:
+                logs = torch.log(z) if z is not None else torch.div(y, self.unit).log_()
             if not (self.above is None and self.n_hint == y.numel()):  # else: no zero, nothing to exclude
                 logs.nan_to_num_(neginf=0.0)  # log 0 = -inf -> 0 on the excluded elements
             self._cache["mean_log"] = logs.sum().double() / self.count()

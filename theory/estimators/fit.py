@@ -58,5 +58,5 @@ def fit(x: object, dist: str, method: str = "closed_form") -> Fit:
     """
     run = estimator(dist, method)
     mags = check_magnitudes(x, "x", spread=dist in SHAPED)
-    data = Exceedances(mags.values, n_hint=mags.n_nonzero, unit=unit_for(mags.max))
+    data = Exceedances(mags.values, n_hint=mags.n_nonzero, unit=unit_for(mags.max), bottom=mags.min_nonzero)
     return resolve(run(data), dist, method, mags.n_nonzero, mags.n_zeros)

@@ -10,6 +10,7 @@ elements is then the conditional quantile at delta / (1 - zero_fraction) among t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -31,12 +32,15 @@ class Magnitudes:
         Number of elements > 0 (the ones a fit uses).
     max : float
         Largest magnitude.
+    min_nonzero : float or None
+        Smallest non-zero magnitude (computed when the spread is checked, else None).
     """
 
     values: torch.Tensor
     d: int
     n_nonzero: int
     max: float
+    min_nonzero: float | None = None
 
     @property
     def n_zeros(self) -> int:
@@ -106,4 +110,5 @@ def check_magnitudes(x: object, name: str = "x", *, spread: bool = False) -> Mag
                 f"{name} is constant ({hi_f} on all {n_nonzero} non-zero elements): the shape of a "
                 "gamma or generalized Pareto fit is undefined (zero variance)"
             )
+        mags = dataclasses.replace(mags, min_nonzero=min_nonzero)
     return mags
