@@ -13,6 +13,13 @@ from pathlib import Path
 from gradstat.analysis.dumps.format import TMP_SUFFIX
 
 
+class WriteError(OSError):
+    """An OSError (same errno) whose message names the target file, printed without the ``[Errno N]`` prefix."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 def tmp_name(target: Path) -> Path:
     """Temporary sibling of ``target`` (hidden, with the ``.tmp`` suffix that readers ignore)."""
     return target.with_name(f".{target.name}.{os.getpid()}{TMP_SUFFIX}")
@@ -53,6 +60,6 @@ def write_atomic(target: Path, data: bytes | memoryview) -> None:
             tmp.unlink()
         if isinstance(exc, OSError):
             reason = exc.strerror or str(exc)
-            raise OSError(exc.errno, f"{target}: cannot write ({reason}); {target.name} was left as it was") from exc
+            raise WriteError(exc.errno, f"{target}: cannot write ({reason}); {target.name} was left as it was") from exc
         raise
     fsync_dir(target.parent)

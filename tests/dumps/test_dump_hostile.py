@@ -29,6 +29,7 @@ from gradstat.analysis.dumps import open_dump
 from gradstat.analysis.dumps.convert import export_npz, import_dump
 from gradstat.analysis.dumps.format import sha256_file
 
+pytest.importorskip("resource", reason="address-space limits need the POSIX resource module")
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 1 << 30
 RUNNER = """
