@@ -18,7 +18,7 @@ def resolve(estimate: Estimate, dist: str, method: str, n: int, n_zeros: int) ->
     tensors = [t.reshape(()).to(torch.bool) for t in ([conv] if isinstance(conv, torch.Tensor) else []) + flags]
     values = torch.stack(tensors).tolist() if tensors else []
     converged = bool(values.pop(0)) if isinstance(conv, torch.Tensor) else bool(conv)
-    warnings = [message for (_, message), on in zip(estimate.flags, values) if on]
+    warnings = [message for (_, message), on in zip(estimate.flags, values, strict=True) if on]
     return Fit(
         dist=dist,
         method=method,
