@@ -137,7 +137,7 @@ def test_variance_on_dump_and_synthetic(tiny_dump, tmp_path):
     assert len(df) == 4 and set(df["verdict"]) <= {"holds", "tight"}
     dq = df[df["compressor"] == "dqsg:M=2"]
     assert ((dq["ci_low"] <= dq["bound"]) & (dq["bound"] <= dq["ci_high"])).all()
-    for law in ("laplace", "gamma", "genpareto", "normal"):
+    for law in ("exponential", "gamma", "genpareto", "normal"):
         assert (
             run(
                 "variance",
