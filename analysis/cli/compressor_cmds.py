@@ -46,4 +46,4 @@ def register(group: click.Group) -> None:
         cells = [[("-" if row[c] is None else str(row[c])) for c in columns] for row in rows]
         widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
         for line in [columns] + cells:
-            click.echo("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip())
+            click.echo("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())

@@ -210,13 +210,13 @@ def test_validate_exit_status_follows_the_verdicts(tmp_path, monkeypatch):
 
 def test_validate_on_a_dump(tiny_dump, tmp_path):
     out = tmp_path / "vald"
-    assert run("validate", "--quick", "--dump", tiny_dump, "--checks", "qcs-gamma,dqsg", "--out", out, "--quiet") == 0
+    assert run("validate", tiny_dump, "--quick", "--checks", "qcs-gamma,dqsg", "--out", out, "--quiet") == 0
     assert set(pd.read_csv(out / "validation.csv")["verdict"]) <= {"holds", "tight"}
 
 
 def test_report_puts_every_section_together(tiny_dump, tmp_path):
     out = tmp_path / "rep"
-    assert run("report", "--dump", tiny_dump, "--out", out, "--quick", "--checks", "qcs-gamma,gmc", "--quiet") == 0
+    assert run("report", tiny_dump, "--out", out, "--quick", "--checks", "qcs-gamma,gmc", "--quiet") == 0
     text = (out / "report.md").read_text()
     for heading in (
         "## Distribution of gradient magnitudes",
@@ -239,8 +239,11 @@ def test_report_puts_every_section_together(tiny_dump, tmp_path):
 @pytest.mark.slow
 def test_demo_records_and_reports(tmp_path):
     out = tmp_path / "demo"
-    assert run("demo", "--out", out, "--workload", "fc300", "--steps", "2", "--quick", "--quiet") == 0
-    assert "workload **fc300**" in (out / "report.md").read_text() and not (out / "dump").exists()
+    assert run("demo", "--out", out, "--workload", "fc300", "--iterations", "2", "--quick", "--quiet") == 0
+    assert "workload **fc300**" in (out / "report.md").read_text()
+    from gradstat.analysis.dumps import open_dump
+
+    assert open_dump(out / "dump").steps == [0, 1]  # the demo keeps its dump
 
 
 @pytest.mark.parametrize(
