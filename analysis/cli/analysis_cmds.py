@@ -348,11 +348,12 @@ def register(cli: click.Group) -> None:
         """
         from gradstat.analysis.report.document import demo
 
+        iterations = check_iterations(iterations)
         with _results(out, "demo") as folder:
             path, failed = demo(
                 folder,
                 workload,
-                check_iterations(iterations),
+                iterations,
                 n_workers,
                 quick,
                 resolve_device(device),

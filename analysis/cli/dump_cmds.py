@@ -22,10 +22,12 @@ from gradstat.analysis.measure.selection import parse_indices
 
 
 def plain(value: object) -> str:
-    """A manifest value as a person reads it: ``k=v, ...`` for mappings, commas for lists, 6 significant digits
+    """A manifest value as a person reads it: ``k=v, ...`` for mappings (``;`` between items when a value, such as
+    a compressor spec, holds commas itself), brackets for lists, 6 significant digits
     for floats, ``none`` for None (never a Python repr)."""
     if isinstance(value, dict):
-        return ", ".join(f"{k}={plain(v)}" for k, v in value.items() if v is not None)
+        items = [f"{k}={plain(v)}" for k, v in value.items() if v is not None]
+        return ("; " if any("," in i for i in items) else ", ").join(items)  # specs hold commas themselves
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(plain(v) for v in value) + "]"
     if isinstance(value, bool) or value is None:
