@@ -56,7 +56,9 @@ def prepare(folder: str | Path, command: str, echo: Callable[[str], None]) -> Pa
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         raise ValueError(f"--out {folder}: holds files gradstat did not write ({shown}); choose an empty or new folder")
     if before and present:
-        echo(f"replacing the earlier result of `gradstat {before[0]}` in {folder}/ ({len(present)} files)")
+        top = sorted({f.split("/")[0] + ("/" if "/" in f else "") for f in present})
+        shown = ", ".join(top[:6]) + (", ..." if len(top) > 6 else "")
+        echo(f"replacing the earlier result of `gradstat {before[0]}` in {folder}/ ({len(present)} files: {shown})")
         for f in present:
             (folder / f).unlink()
         for d in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
