@@ -16,7 +16,6 @@ from gradstat.analysis.cli.options import (
     device_option,
     dump_argument,
     iterations_option,
-    law_help,
     no_steps_count,
     out_option,
     quiet_option,
@@ -35,6 +34,7 @@ from gradstat.analysis.studies import thresholds as threshold_study
 from gradstat.analysis.studies import variance as variance_study
 from gradstat.analysis.studies import variance_gain as variance_gain_study
 from gradstat.analysis.validation import outputs as validation_table
+from gradstat.theory.distributions.names import accepted
 
 DEFAULT_VARIANCE_SPECS = (
     "qcs:block=256,k=64,Q=4",
@@ -182,7 +182,7 @@ def register(cli: click.Group) -> None:
         "--synthetic",
         type=Distribution(extra=("normal",)),
         default=None,
-        help=law_help("Use synthetic vectors with |g| of this law (or normal) instead of a dump"),
+        help=f"Use synthetic vectors instead of a dump: |g| of one law, {accepted()}, or normal.",
     )
     @click.option("--compressor", "specs", multiple=True, help="Compressor spec (repeatable); default: a standard set.")
     @click.option("--n", "n", default=1024, show_default=True, type=click.IntRange(2), help="Block length.")
