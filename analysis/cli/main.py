@@ -35,6 +35,26 @@ for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(cli)
 
 
+def walk(group: click.Group = cli, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
+    """Every visible command and group below ``group`` as (path, command), parents before children:
+    ``(("fit",), fit)``, ``(("theory",), theory)``, ``(("theory", "qcs"), qcs)``, ..."""
+    ctx = click.Context(group)
+    out: list[tuple[tuple[str, ...], click.Command]] = []
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        if cmd is None or cmd.hidden:
+            continue
+        out.append(((*prefix, name), cmd))
+        if isinstance(cmd, click.Group):
+            out += walk(cmd, (*prefix, name))
+    return out
+
+
+def leaves() -> list[tuple[str, ...]]:
+    """The paths of the commands one runs (groups excluded): ``("fit",)``, ``("theory", "qcs")``, ..."""
+    return [path for path, cmd in walk() if not isinstance(cmd, click.Group)]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 1 check failed, 2 bad input)."""
     try:

@@ -31,7 +31,7 @@ from gradstat.analysis.validation import outputs as validation_table
 
 REPLAYS = (
     ("topk:ratio=0.01", "ef"),
-    ("sidco:ratio=0.01,dist=exp,stages=adaptive", "ef"),
+    ("sidco:ratio=0.01,dist=exponential,stages=adaptive", "ef"),
     ("qcs:block=256,k=64,Q=4", "none"),
     ("qcs:block=256,k=64,Q=4", "qcs:beta=0.2"),
     ("qsgd:s=4,bucket=512", "none"),

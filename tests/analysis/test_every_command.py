@@ -6,15 +6,10 @@ The list of commands comes from the click tree, so a command added without an en
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
-from _tree import commands, leaves  # noqa: E402
-
-from gradstat.analysis.cli.main import main  # noqa: E402
+from gradstat.analysis.cli.main import leaves, main, walk
 
 RUNS: dict[tuple[str, ...], list[str]] = {
     ("workloads",): [],
@@ -77,7 +72,7 @@ def test_command_runs_and_prints_for_a_person(path, tiny_dump, tmp_path, capsys)
     if path == ("import",):
         export_npz(open_dump(tiny_dump), npz, [0], None, False)
     args = [a.format(dump=tiny_dump, tmp=tmp_path, npz=npz) for a in RUNS[path]]
-    options = {opt for p in dict(commands())[path].params for opt in p.opts}
+    options = {opt for p in dict(walk())[path].params for opt in p.opts}
     if "--out" in options and "--out" not in args:
         args += ["--out", str(tmp_path / "out")]
     if "--quiet" in options:

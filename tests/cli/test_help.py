@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import click
 import pytest
-from _tree import commands
 
-from gradstat.analysis.cli.main import cli, main
+from gradstat.analysis.cli.main import cli, main, walk
 from gradstat.analysis.cli.options import summary
 
-ALL = [((), cli)] + commands()
+ALL = [((), cli)] + walk()
 ABBREVIATIONS = ("Fig.", "fig.", "Eq.", "eq.", "e.g.", "i.e.", "vs.", "Sec.", "Thm.", "cf.", "App.", "Def.")
 
 
@@ -30,7 +29,7 @@ def test_help_prints_usage_and_the_whole_help_text(path, cmd, capsys):
     assert _collapse(cmd.help or "") and _collapse(cmd.help).split("\n\n")[0] in _collapse(out)
 
 
-@pytest.mark.parametrize("path, cmd", commands(), ids=_ids(commands()))
+@pytest.mark.parametrize("path, cmd", walk(), ids=_ids(walk()))
 def test_summary_is_a_whole_sentence_shown_in_full_by_the_parent(path, cmd, capsys):
     text = summary(cmd)
     assert text.endswith(".") and not text.endswith(ABBREVIATIONS), f"summary cut or unfinished: {text!r}"
@@ -39,7 +38,7 @@ def test_summary_is_a_whole_sentence_shown_in_full_by_the_parent(path, cmd, caps
     assert f"{path[-1]} {text}" in listing, f"the listing cuts {text!r}"
 
 
-@pytest.mark.parametrize("path, cmd", commands(), ids=_ids(commands()))
+@pytest.mark.parametrize("path, cmd", walk(), ids=_ids(walk()))
 def test_every_option_has_help(path, cmd):
     undocumented = [
         p.opts[0] for p in cmd.params if isinstance(p, click.Option) and not p.hidden and not _collapse(p.help or "")

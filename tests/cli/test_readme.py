@@ -5,14 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from _tree import leaves
-
-from gradstat.analysis.cli.main import cli
+from gradstat.analysis.cli.main import cli, leaves
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def _table_commands() -> list[list[str]]:
+def _table_walk() -> list[list[str]]:
     """The first cell's ``gradstat ...`` example of every row of the table under ``## Commands``, as words."""
     section = README.read_text(encoding="utf-8").split("\n## Commands\n", 1)[1].split("\n#", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `gradstat")]
@@ -32,7 +30,7 @@ def _path(words: list[str]) -> tuple[str, ...]:
 
 
 def test_the_readme_table_lists_every_command_once():
-    listed = [_path(words) for words in _table_commands()]
+    listed = [_path(words) for words in _table_walk()]
     assert len(listed) == len(set(listed)), "a command is listed twice"
     code = set(leaves())
     assert not set(listed) - code, f"in the README but not a command: {sorted(set(listed) - code)}"
@@ -42,7 +40,7 @@ def test_the_readme_table_lists_every_command_once():
 def test_every_example_in_the_table_parses():
     """Each row's example is accepted by the command's parser (placeholders D, SRC, R, SPEC filled in)."""
     fill = {"D": "dump", "SRC": "src.pt", "R": "report", "SPEC": "topk:ratio=0.01", "[D]": "dump", "[TOPIC]": "dumps"}
-    for words in _table_commands():
+    for words in _table_walk():
         path = _path(words)
         args = [fill.get(w, w) for w in words[len(path) :]]
         group = cli
