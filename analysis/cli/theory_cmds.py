@@ -16,9 +16,10 @@ import click
 from gradstat.analysis.cli.options import Distribution, law_help
 from gradstat.theory import bits, dqsg, qcs, qsgd, sidco
 
-QCS = "000_4b111efa75352b2d.txt"
-NDQ = "002_87c17e3716ede1d0.txt"
-SID = "001_ac87256369ec7547.txt"
+QCS = "QCS (Abdi & Fekri)"
+NDQ = "DQSG/NDQSG (Abdi & Fekri)"
+SID = "SIDCo (Abdelmoniem et al.)"
+# The papers as the source column names them (short name and authors, as in every docstring).
 
 
 @dataclass(frozen=True)
