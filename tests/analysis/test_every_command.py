@@ -38,7 +38,9 @@ RUNS: dict[tuple[str, ...], list[str]] = {
 SLOW: set[tuple[str, ...]] = set()  # commands too slow for the default suite (none: demo takes about 20 s)
 KNOWN_BROKEN = {("bench",): AttributeError}  # issue 13: listing the topics crashes (bench.timing has no run)
 
-REPRS = re.compile(r"\{'|\{\"|': |object at 0x|tensor\(|np\.float|OrderedDict|defaultdict\(|dtype=")
+REPRS = re.compile(
+    r"\{'|\{\"|': |object at 0x|tensor\(|np\.float|OrderedDict|defaultdict\(|dtype=|(?<![=\w])(?:True|False|None)\b"
+)  # Python-isms; a value after "=" belongs to a spec string
 NUMBER = re.compile(r"(?<![\w.=])\d+\.\d+(?:e[+-]?\d+)?(?![\w.])")  # a value after "=" belongs to a spec string,
 # printed exactly so that it rebuilds the same compressor (``compressors``' spec column)
 
