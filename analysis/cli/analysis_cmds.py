@@ -199,6 +199,8 @@ def register(cli: click.Group) -> None:
         if (dump is None) == (synthetic is None):
             raise ValueError(f"give either a DUMP or --synthetic {'|'.join(SYNTHETIC)} (exactly one)")
         dev = resolve_device(device)
+        if dump is None:
+            _no_selection(steps, workers)
         source = _source(dump, steps, workers) if dump else GradientSource(seed=seed + 1234, family=synthetic)
         with _results(out, "variance") as folder:
             vecs = [(f"{source.label} #{i}", source.vector(n, dev, index=i)) for i in range(vectors)]
@@ -265,8 +267,9 @@ def register(cli: click.Group) -> None:
         Lines: the least QCS gamma over (k, Q) at each gain, QSGD's and Wangni's bounds; points: the error
         measured on the dump's gradients (default: synthetic vectors), with 99 % intervals; log axes.
         """
+        source = _source(dump, steps, workers)
         with _results(out, "plot variance-vs-gain") as folder:
-            pts = variance_gain_study.run(folder, n, _source(dump, steps, workers), trials, resolve_device(device))
+            pts = variance_gain_study.run(folder, n, source, trials, resolve_device(device))
             _echo_table(pts, "measured points", ["spec", "gain", "exact_gain", "empirical", "ci_low", "ci_high"])
 
     @cli.command("validate")
@@ -280,7 +283,7 @@ def register(cli: click.Group) -> None:
         Each check has fixed seeds, a 99 % interval and a verdict; exit status 1 when a check that must hold is
         violated. Runs on a dump's gradients or, without one, on synthetic vectors.
         """
-        source = _source(dump, steps, workers) if dump else None
+        source = _source(dump, steps, workers) if dump else _no_selection(steps, workers)
         with _results(out, "validate") as folder:
             click.echo(
                 f"validating on {source.label if source else GradientSource().label} "
@@ -374,8 +377,17 @@ def _betas(text: str) -> list[float]:
 
 
 def _source(dump: str | None, steps: str | None, workers: str | None) -> GradientSource:
+    """The dump's gradients (steps and workers selected), or synthetic vectors without a dump."""
     if dump is None:
+        _no_selection(steps, workers)
         return GradientSource()
     d = _open(dump)
     w = parse_indices(workers, range(d.workers), "workers")[0]
     return GradientSource(d, parse_indices(steps, d.steps, "steps"), w)
+
+
+def _no_selection(steps: str | None, workers: str | None) -> None:
+    """Without a dump there is nothing to select: say so rather than ignore ``--steps``/``--workers``."""
+    given = [name for name, value in (("--steps", steps), ("--workers", workers)) if value is not None]
+    if given:
+        raise ValueError(f"{' and '.join(given)} select recorded gradients: give a DUMP (first argument)")

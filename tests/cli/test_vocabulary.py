@@ -87,3 +87,12 @@ def test_training_commands_take_iterations_and_explain_steps(command, tmp_path, 
     assert code == 2 and "use --iterations 3 for how long to train" in err and not (tmp_path / "x").exists()
     code, _, err = _run(capsys, *command, "--iterations", "0", "--out", tmp_path / "x")
     assert code == 2 and "--iterations must be a positive integer, got 0" in err and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["validate", "--quick"], ["plot", "variance-vs-gain"], ["feedback"], ["variance", "--synthetic", "gamma"]],
+)
+def test_a_selection_without_a_dump_is_an_error_not_ignored(command, tmp_path, capsys):
+    code, _, err = _run(capsys, *command, "--steps", "0-3", "--out", tmp_path / "x")
+    assert code == 2 and "--steps select recorded gradients: give a DUMP" in err and not (tmp_path / "x").exists()
