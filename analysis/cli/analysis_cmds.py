@@ -7,9 +7,12 @@ Exit status: 0 ok; 1 a check (``validate``, ``variance``) that must hold is viol
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import click
 import pandas as pd
 
+from gradstat import compressors
 from gradstat.analysis.cli.options import (
     Distribution,
     check_iterations,
@@ -34,6 +37,7 @@ from gradstat.analysis.studies import thresholds as threshold_study
 from gradstat.analysis.studies import variance as variance_study
 from gradstat.analysis.studies import variance_gain as variance_gain_study
 from gradstat.analysis.validation import outputs as validation_table
+from gradstat.analysis.validation import registry as validation_registry
 from gradstat.theory.distributions.names import accepted
 
 DEFAULT_VARIANCE_SPECS = (
@@ -94,20 +98,14 @@ def register(cli: click.Group) -> None:
         d = _open(dump)
         methods = ["closed_form", "mle"] if method == "both" else [method]
         scopes = ["model", "layer"] if scope == "both" else [scope]
+        chosen = (
+            parse_indices(steps, d.steps, "steps"),
+            parse_indices(workers, range(d.workers), "workers"),
+            parse_layers(layers, d.params),
+        )
+        dev = resolve_device(device)
         with _results(out, "fit") as folder:
-            df = fit_study.run(
-                d,
-                folder,
-                parse_indices(steps, d.steps, "steps"),
-                parse_indices(workers, range(d.workers), "workers"),
-                parse_layers(layers, d.params),
-                scopes,
-                methods,
-                normalize,
-                compensated,
-                resolve_device(device),
-                not quiet,
-            )
+            df = fit_study.run(d, folder, *chosen, scopes, methods, normalize, compensated, dev, not quiet)
             model = df[df["scope"] == df["scope"].iloc[0]]
             best = (
                 model.groupby(["family", "method"])[
@@ -132,18 +130,13 @@ def register(cli: click.Group) -> None:
         d = _open(dump)
         w = parse_indices(workers, range(d.workers), "workers")[0]
         ests = [e.strip() for e in estimators.split(",")] if estimators else None
+        chosen, ratios, dev = (
+            parse_indices(steps, d.steps, "steps"),
+            parse_floats(ratio, "ratio", 0.0, 1.0),
+            resolve_device(device),
+        )
         with _results(out, "threshold") as folder:
-            _, summary = threshold_study.run(
-                d,
-                folder,
-                parse_indices(steps, d.steps, "steps"),
-                parse_floats(ratio, "ratio", 0.0, 1.0),
-                w,
-                ests,
-                resolve_device(device),
-                seed,
-                not quiet,
-            )
+            _, summary = threshold_study.run(d, folder, chosen, ratios, w, ests, dev, seed, not quiet)
             _echo_table(summary, "k_hat / k over steps")
             for m in summary.attrs.get("missing", []):
                 click.echo(f"skipped: {m}")
@@ -163,17 +156,12 @@ def register(cli: click.Group) -> None:
         adaptation) or when the error or residual grows over the replay.
         """
         d = _open(dump)
+        _check_specs(specs, feedback)
+        chosen = parse_indices(steps, d.steps, "steps"), parse_indices(workers, range(d.workers), "workers")
+        dev = resolve_device(device)
         with _results(out, "compress") as folder:
-            _, summary = replay_study.run(
-                d,
-                folder,
-                [(s, feedback) for s in specs],
-                parse_indices(steps, d.steps, "steps"),
-                parse_indices(workers, range(d.workers), "workers"),
-                list(range(seed, seed + seeds)),
-                resolve_device(device),
-                not quiet,
-            )
+            pairs = [(s, feedback) for s in specs]
+            _, summary = replay_study.run(d, folder, pairs, *chosen, list(range(seed, seed + seeds)), dev, not quiet)
             _echo_table(summary, "replay summary (means over steps and seeds)")
 
     @cli.command("variance")
@@ -202,6 +190,7 @@ def register(cli: click.Group) -> None:
         if dump is None:
             _no_selection(steps, workers)
         source = _source(dump, steps, workers) if dump else GradientSource(seed=seed + 1234, family=synthetic)
+        _check_specs(specs)
         with _results(out, "variance") as folder:
             vecs = [(f"{source.label} #{i}", source.vector(n, dev, index=i)) for i in range(vectors)]
             df = variance_study.run(vecs, list(specs) or list(DEFAULT_VARIANCE_SPECS), folder, trials, seed, not quiet)
@@ -242,10 +231,10 @@ def register(cli: click.Group) -> None:
         elif n < 2:
             raise ValueError(f"--n must be 0 (the whole model) or at least 2, got {n}")
         length = length or (len(source.steps) if dump is not None else 20)
+        _check_specs([spec])
+        betas, dev = _betas(beta), resolve_device(device)
         with _results(out, "feedback") as folder:
-            df = feedback_study.run(
-                source, ws, folder, spec, _betas(beta), n, length, seeds, resolve_device(device), not quiet
-            )
+            df = feedback_study.run(source, ws, folder, spec, betas, n, length, seeds, dev, not quiet)
             _echo_table(
                 df,
                 f"eta vs beta ({spec}, gamma = {df['gamma'].iloc[0]:.4g})",
@@ -284,6 +273,7 @@ def register(cli: click.Group) -> None:
         violated. Runs on a dump's gradients or, without one, on synthetic vectors.
         """
         source = _source(dump, steps, workers) if dump else _no_selection(steps, workers)
+        validation_registry.select(checks)  # unknown check names fail before --out is touched
         with _results(out, "validate") as folder:
             click.echo(
                 f"validating on {source.label if source else GradientSource().label} "
@@ -324,6 +314,11 @@ def register(cli: click.Group) -> None:
         """
         from gradstat.analysis.report.document import write_report
 
+        if dump is not None:
+            parse_indices(steps, _open(dump).steps, "steps")  # a bad dump or selection fails before --out is touched
+        else:
+            _no_selection(steps, None)
+        validation_registry.select(checks)
         with _results(out, "report") as folder:
             path, failed = write_report(
                 dump, folder, quick, steps, resolve_device(device), seed, not quiet, echo=click.echo, checks=checks
@@ -384,6 +379,13 @@ def _source(dump: str | None, steps: str | None, workers: str | None) -> Gradien
     d = _open(dump)
     w = parse_indices(workers, range(d.workers), "workers")[0]
     return GradientSource(d, parse_indices(steps, d.steps, "steps"), w)
+
+
+def _check_specs(specs: Sequence[str], feedback: str = "none") -> None:
+    """Build each compressor and the feedback once, so that a bad spec fails before ``--out`` is touched."""
+    for spec in specs:
+        compressors.create(spec)
+    compressors.parse_feedback(feedback)
 
 
 def _no_selection(steps: str | None, workers: str | None) -> None:

@@ -258,6 +258,8 @@ def test_demo_records_and_reports(tmp_path):
         (["fit", "{dump}", "--layers", "conv*"], "matches no parameter"),
         (["variance"], "exactly one"),
         (["validate", "--checks", "nosuch"], "matches no check"),
+        (["report", "/nonexistent/dump"], "nonexistent"),
+        (["report", "{dump}", "--steps", "7"], "--steps: 7 is not available"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tiny_dump, tmp_path, capsys, args, message):
@@ -265,3 +267,4 @@ def test_bad_input_is_one_line_and_exit_2(tiny_dump, tmp_path, capsys, args, mes
     assert run(*args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("gradstat: error:") and message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "x").exists()  # bad input is found before the result folder is made
