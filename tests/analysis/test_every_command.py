@@ -35,7 +35,7 @@ RUNS: dict[tuple[str, ...], list[str]] = {
     ("demo",): ["--workload", "fc300", "--iterations", "2", "--quick", "--out", "{tmp}/demo"],
     ("bench",): [],
 }
-SLOW: set[tuple[str, ...]] = set()  # commands too slow for the default suite (none: demo takes about 20 s)
+SLOW = {("demo",)}  # records, then runs the whole report: 20-30 s on 2 shared cores
 KNOWN_BROKEN = {("bench",): AttributeError}  # issue 13: listing the topics crashes (bench.timing has no run)
 
 REPRS = re.compile(

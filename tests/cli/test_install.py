@@ -2,7 +2,7 @@
 nothing generic at the top level, and a user's own ``theory.py`` (or ``compressors.py``, ``analysis.py``) in the
 working directory breaks nothing.
 
-One check installs into a target folder (``pip install --target``); two install into fresh virtual
+The quick check installs into a target folder (``pip install --target``); the slow ones install into fresh virtual
 environments, regular and editable (``--system-site-packages`` so that torch is not downloaded again; no pip in the
 venv: the running interpreter's pip installs into it with ``--python``)."""
 
@@ -87,6 +87,7 @@ def test_pip_install_target_puts_only_gradstat_at_the_top_level(tmp_path):
     assert comp == str(target / "gradstat" / "compressors" / "__init__.py") and dist == "genpareto"
 
 
+@pytest.mark.slow  # about 10 s each on an idle machine, 20 s on 2 shared cores
 @pytest.mark.parametrize("editable", [False, True], ids=["regular", "editable"])
 def test_fresh_venv_install(tmp_path, editable):
     src = _copy_sources(tmp_path / "src")

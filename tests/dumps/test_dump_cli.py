@@ -83,7 +83,10 @@ def test_workloads_lists_counts(capsys):
     [
         (["record", "--workload", "nope", "--iterations", "2", "--out", "{tmp}/a"], "unknown workload 'nope'"),
         (["record", "--workload", "fc300", "--iterations", "0", "--out", "{tmp}/a"], "--iterations must be a positive"),
-        (["record", "--workload", "fc300", "--iterations", "2", "--workers", "-1", "--out", "{tmp}/a"], "workers must be"),
+        (
+            ["record", "--workload", "fc300", "--iterations", "2", "--workers", "-1", "--out", "{tmp}/a"],
+            "workers must be",
+        ),
         (
             ["record", "--workload", "fc300", "--iterations", "2", "--feedback", "ef", "--out", "{tmp}/a"],
             "needs a compressor",
