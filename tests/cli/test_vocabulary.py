@@ -76,9 +76,10 @@ def test_export_selects_steps_with_the_analysis_grammar(dump, tmp_path, capsys, 
         }
 
 
-def test_a_step_that_was_not_recorded_names_the_recorded_ones(dump, capsys):
-    code, _, err = _run(capsys, "fit", dump, "--steps", "3", "--out", "unused")
+def test_a_step_that_was_not_recorded_names_the_recorded_ones(dump, tmp_path, capsys):
+    code, _, err = _run(capsys, "fit", dump, "--steps", "3", "--out", tmp_path / "x")
     assert code == 2 and "--steps: 3 is not available; available steps: 0, 2, 4, 6, 8, 10" in err
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("command", [["record", "--workload", "linreg"], ["demo"]])
