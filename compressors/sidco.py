@@ -38,9 +38,9 @@ from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
 from gradstat.compressors.registry import register
 from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier, count_at_least
+from gradstat.theory.distributions.names import distribution_name
 from gradstat.theory.pot import multistage_threshold
 
-FIRST_STAGE = {"exp": "exponential", "gamma": "gamma", "gp": "genpareto"}
 HISTORY = 1024
 """How many calls' (M, k_hat/k) a :class:`SIDCoState` remembers (bounded: a state lives for a whole training run)."""
 
@@ -68,7 +68,8 @@ class SIDCoState:
 @register("sidco")
 @dataclass
 class SIDCo(ThresholdSparsifier):
-    """ratio: target density delta in (0, 1). dist: first-stage distribution, ``exp`` | ``gamma`` | ``gp``.
+    """ratio: target density delta in (0, 1). dist: first-stage law, ``exponential`` | ``gamma`` | ``genpareto``
+    (aliases ``exp``, ``laplace``, ``gp``).
     stages: a fixed number of stages M >= 1, or ``adaptive``. first_ratio: delta_1 of the first stage (0.25).
     eps: tolerance on k_hat/k (0.2). period: Q, calls between adaptations (5). initial_stages, max_stages: the
     adaptive M starts at and stays within [1, max_stages]. adapt: ``error`` | ``paper`` (see module docstring).
@@ -78,7 +79,7 @@ class SIDCo(ThresholdSparsifier):
     packed: bit-packed indices, else int32."""
 
     ratio: float = 0.01
-    dist: Literal["exp", "gamma", "gp"] = "exp"
+    dist: str = "exponential"
     stages: int | Literal["adaptive"] = "adaptive"
     first_ratio: float = 0.25
     eps: float = 0.2
@@ -103,8 +104,8 @@ class SIDCo(ThresholdSparsifier):
     def __post_init__(self) -> None:
         check_ratio(self.ratio, who="sidco ratio")
         check_ratio(self.first_ratio, who="sidco first_ratio")
+        self.dist = distribution_name(self.dist, "sidco dist")
         for key, allowed in (
-            ("dist", tuple(FIRST_STAGE)),
             ("adapt", ("error", "paper")),
             ("anchor", ("threshold", "min_survivor")),
             ("method", ("closed_form", "mle")),
@@ -147,7 +148,7 @@ class SIDCo(ThresholdSparsifier):
                 abs_g,
                 self.ratio,
                 m,
-                first=FIRST_STAGE[self.dist],
+                first=self.dist,
                 first_ratio=self.first_ratio,
                 anchor=self.anchor,
                 method=self.method,

@@ -1,1 +1,2 @@
-"""The ``gradstat`` command line (click). One module per command family, registered in :mod:`gradstat.analysis.cli.main`."""
+"""The ``gradstat`` command line (click): one module per command family, registered in
+:mod:`gradstat.analysis.cli.main`."""

@@ -7,11 +7,26 @@ Exit status: 0 ok; 1 a check (``validate``, ``variance``) that must hold is viol
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Sequence
 
 import click
 import pandas as pd
 
+from gradstat import compressors
+from gradstat.analysis.cli.options import (
+    Distribution,
+    check_iterations,
+    device_option,
+    dump_argument,
+    iterations_option,
+    no_steps_count,
+    out_option,
+    quiet_option,
+    seed_option,
+    selection_options,
+    steps_option,
+)
+from gradstat.analysis.cli.outputs import output_folder
 from gradstat.analysis.measure.selection import parse_floats, parse_indices, parse_layers, resolve_device
 from gradstat.analysis.measure.sources import SYNTHETIC, GradientSource
 from gradstat.analysis.measure.tables import to_text
@@ -22,6 +37,8 @@ from gradstat.analysis.studies import thresholds as threshold_study
 from gradstat.analysis.studies import variance as variance_study
 from gradstat.analysis.studies import variance_gain as variance_gain_study
 from gradstat.analysis.validation import outputs as validation_table
+from gradstat.analysis.validation import registry as validation_registry
+from gradstat.theory.distributions.names import accepted
 
 DEFAULT_VARIANCE_SPECS = (
     "qcs:block=256,k=64,Q=4",
@@ -39,231 +56,241 @@ def _open(path: str):
     return open_dump(path)
 
 
-def _out(out: str | None, default: str) -> Path:
-    p = Path(out or default)
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
-def selection_options(fn):
-    """--steps, --workers, --device, --out, --seed, --quiet (every dump command)."""
-    for opt in reversed(
-        [
-            click.option("--steps", default=None, help="steps: all | 3 | 0-10 | 0-100:10 | first:N | last:N | a,b,c"),
-            click.option("--workers", default=None, help="dump workers, same grammar as --steps (default: all)"),
-            click.option("--device", default="auto", show_default=True, help="cpu | cuda | auto"),
-            click.option("--out", default=None, help="output folder (default: gradstat-out/<command>)"),
-            click.option("--seed", default=0, show_default=True, type=int, help="base seed of every random draw"),
-            click.option("--quiet", is_flag=True, help="no progress bars"),
-        ]
-    ):
-        fn = opt(fn)
-    return fn
-
-
 def _echo_table(df: pd.DataFrame, title: str, columns: list[str] | None = None) -> None:
     click.echo(f"\n{title}")
     click.echo(to_text(df[columns] if columns else df))
 
 
-def _written(out: Path) -> None:
-    click.echo(f"\nwritten to {out}/")
+def _results(out: str, command: str):
+    """The ``--out`` folder of ``command`` (see :mod:`gradstat.analysis.cli.outputs`)."""
+    return output_folder(out, command, click.echo)
 
 
 def register(cli: click.Group) -> None:
     @cli.command("fit")
-    @click.argument("dump")
-    @selection_options
-    @click.option("--layers", default=None, help="parameter names or patterns (conv*.weight); default all")
-    @click.option("--method", type=click.Choice(["closed_form", "mle", "both"]), default="both", show_default=True)
-    @click.option("--scope", type=click.Choice(["model", "layer", "both"]), default="both", show_default=True)
-    @click.option("--normalize", is_flag=True, help="l2-normalise each vector first (SIDCo Fig. 2)")
-    @click.option("--compensated", is_flag=True, help="fit the error-compensated gradient recorded in the dump")
+    @dump_argument()
+    @selection_options("fit")
+    @click.option("--layers", default=None, help="Parameter names or patterns (conv*.weight); default all.")
+    @click.option(
+        "--method",
+        type=click.Choice(["closed_form", "mle", "both"]),
+        default="both",
+        show_default=True,
+        help="The papers' closed-form estimators, exact maximum likelihood, or both.",
+    )
+    @click.option(
+        "--scope",
+        type=click.Choice(["model", "layer", "both"]),
+        default="both",
+        show_default=True,
+        help="Fit the whole model's gradient, each layer's, or both.",
+    )
+    @click.option("--normalize", is_flag=True, help="L2-normalise each vector first (SIDCo Fig. 2).")
+    @click.option("--compensated", is_flag=True, help="Fit the error-compensated gradient recorded in the dump.")
     def fit_cmd(dump, steps, workers, device, out, seed, quiet, layers, method, scope, normalize, compensated):
-        """Fit Laplace, gamma and generalized Pareto to |g| per step, per layer and for the whole model."""
+        """Fit the laws of |g| per step, per layer and for the model.
+
+        The laws are exponential (|g| of a Laplace gradient), gamma and genpareto (generalized Pareto), fitted
+        with the papers' closed-form estimators and by maximum likelihood; the tables give KS and
+        Anderson-Darling distances, the AIC rank, the tail check at delta = 0.01 and 0.001 and the power-law
+        exponent p of SIDCo Def. 1. Figures: PDF/CDF, QQ, tail check and drift over steps.
+        """
         d = _open(dump)
-        out = _out(out, "gradstat-out/fit")
         methods = ["closed_form", "mle"] if method == "both" else [method]
         scopes = ["model", "layer"] if scope == "both" else [scope]
-        df = fit_study.run(
-            d,
-            out,
+        chosen = (
             parse_indices(steps, d.steps, "steps"),
             parse_indices(workers, range(d.workers), "workers"),
             parse_layers(layers, d.params),
-            scopes,
-            methods,
-            normalize,
-            compensated,
-            resolve_device(device),
-            not quiet,
         )
-        model = df[df["scope"] == df["scope"].iloc[0]]
-        best = (
-            model.groupby(["family", "method"])[
-                ["scale", "shape", "ks", "ad", "aic_rank", "tail_0.01", "tail_0.001", "p"]
-            ]
-            .mean()
-            .reset_index()
-        )
-        _echo_table(best, f"fits of |g| ({model['scope'].iloc[0]}, mean over {model['step'].nunique()} steps)")
-        _written(out)
+        dev = resolve_device(device)
+        with _results(out, "fit") as folder:
+            df = fit_study.run(d, folder, *chosen, scopes, methods, normalize, compensated, dev, not quiet)
+            model = df[df["scope"] == df["scope"].iloc[0]]
+            best = (
+                model.groupby(["family", "method"])[
+                    ["scale", "shape", "ks", "ad", "aic_rank", "tail_0.01", "tail_0.001", "p"]
+                ]
+                .mean()
+                .reset_index()
+            )
+            _echo_table(best, f"fits of |g| ({model['scope'].iloc[0]}, mean over {model['step'].nunique()} steps)")
 
     @cli.command("threshold")
-    @click.argument("dump")
-    @selection_options
-    @click.option("--ratio", default="0.1,0.01,0.001", show_default=True, help="target ratios delta")
-    @click.option("--estimators", default=None, help="comma list of estimator labels (default: all available)")
+    @dump_argument()
+    @selection_options("threshold")
+    @click.option("--ratio", default="0.1,0.01,0.001", show_default=True, help="Target ratios delta, a comma list.")
+    @click.option("--estimators", default=None, help="Comma list of estimator labels (default: all available).")
     def threshold_cmd(dump, steps, workers, device, out, seed, quiet, ratio, estimators):
-        """k_hat/k per step for each threshold estimator, with the mean, 90 % interval and binomial band."""
+        """Measure k_hat/k of every threshold estimator per step.
+
+        For each target ratio: the mean of k_hat/k over steps, its 90 % interval, and the binomial band that a
+        perfect fit of the law would give (SIDCo Sec. 2.2).
+        """
         d = _open(dump)
-        out = _out(out, "gradstat-out/threshold")
         w = parse_indices(workers, range(d.workers), "workers")[0]
         ests = [e.strip() for e in estimators.split(",")] if estimators else None
-        _, summary = threshold_study.run(
-            d,
-            out,
+        chosen, ratios, dev = (
             parse_indices(steps, d.steps, "steps"),
             parse_floats(ratio, "ratio", 0.0, 1.0),
-            w,
-            ests,
             resolve_device(device),
-            seed,
-            not quiet,
         )
-        _echo_table(summary, "k_hat / k over steps")
-        for m in summary.attrs.get("missing", []):
-            click.echo(f"skipped: {m}")
-        _written(out)
+        with _results(out, "threshold") as folder:
+            _, summary = threshold_study.run(d, folder, chosen, ratios, w, ests, dev, seed, not quiet)
+            _echo_table(summary, "k_hat / k over steps")
+            for m in summary.attrs.get("missing", []):
+                click.echo(f"skipped: {m}")
 
     @cli.command("compress")
-    @click.argument("dump")
-    @selection_options
-    @click.option("--compressor", "specs", multiple=True, required=True, help="compressor spec (repeatable)")
-    @click.option("--feedback", default="none", show_default=True, help="none | ef | qcs:beta=B | ecq:alpha=A,beta=B")
-    @click.option("--seeds", default=1, show_default=True, type=click.IntRange(1), help="independent replays")
+    @dump_argument()
+    @selection_options("compress")
+    @click.option("--compressor", "specs", multiple=True, required=True, help="Compressor spec (repeatable).")
+    @click.option("--feedback", default="none", show_default=True, help="none | ef | qcs:beta=B | ecq:alpha=A,beta=B.")
+    @click.option("--seeds", default=1, show_default=True, type=click.IntRange(1), help="Independent replays.")
     def compress_cmd(dump, steps, workers, device, out, seed, quiet, specs, feedback, seeds):
-        """Replay compressors (with feedback and per-worker state) over the dump's steps."""
+        """Replay compressors over the dump's steps.
+
+        Each worker keeps its own compressor state and feedback residual, as in training; the tables give the
+        relative error, bias, k_hat/k, exact and entropy-coded bits and the residual per step. Warns when the
+        replay is not faithful (feedback over steps that are not consecutive, too few steps for SIDCo's
+        adaptation) or when the error or residual grows over the replay.
+        """
         d = _open(dump)
-        out = _out(out, "gradstat-out/compress")
-        _, summary = replay_study.run(
-            d,
-            out,
-            [(s, feedback) for s in specs],
-            parse_indices(steps, d.steps, "steps"),
-            parse_indices(workers, range(d.workers), "workers"),
-            list(range(seed, seed + seeds)),
-            resolve_device(device),
-            not quiet,
-        )
-        _echo_table(summary, "replay summary (means over steps and seeds)")
-        _written(out)
+        _check_specs(specs, feedback)
+        chosen = parse_indices(steps, d.steps, "steps"), parse_indices(workers, range(d.workers), "workers")
+        dev = resolve_device(device)
+        with _results(out, "compress") as folder:
+            pairs = [(s, feedback) for s in specs]
+            _, summary = replay_study.run(d, folder, pairs, *chosen, list(range(seed, seed + seeds)), dev, not quiet)
+            _echo_table(summary, "replay summary (means over steps and seeds)")
 
     @cli.command("variance")
-    @click.argument("dump", required=False)
+    @dump_argument(required=False)
     @click.option(
         "--synthetic",
-        type=click.Choice(list(SYNTHETIC)),
+        type=Distribution(extra=("normal",)),
         default=None,
-        help="use synthetic vectors of this law instead of a dump",
+        help=f"Use synthetic vectors instead of a dump: |g| of one law, {accepted()}, or normal.",
     )
-    @click.option("--compressor", "specs", multiple=True, help="compressor spec (repeatable); default: a standard set")
-    @click.option("--n", "n", default=1024, show_default=True, type=click.IntRange(2), help="block length")
-    @click.option("--vectors", default=2, show_default=True, type=click.IntRange(1), help="blocks (steps) to test")
-    @click.option("--trials", default=200, show_default=True, type=click.IntRange(2), help="Monte Carlo trials")
-    @selection_options
+    @click.option("--compressor", "specs", multiple=True, help="Compressor spec (repeatable); default: a standard set.")
+    @click.option("--n", "n", default=1024, show_default=True, type=click.IntRange(2), help="Block length.")
+    @click.option("--vectors", default=2, show_default=True, type=click.IntRange(1), help="Blocks (steps) to test.")
+    @click.option("--trials", default=200, show_default=True, type=click.IntRange(2), help="Monte Carlo trials.")
+    @selection_options("variance")
     def variance_cmd(dump, synthetic, specs, n, vectors, trials, steps, workers, device, out, seed, quiet):
-        """Monte Carlo E||e||^2/||g||^2 with a 99 % CI next to each compressor's closed-form bound."""
+        """Compare each compressor's error with its closed-form bound.
+
+        Monte Carlo estimate of E||e||^2/||g||^2 with a 99 % interval next to the bound each compressor declares;
+        exit status 1 when a bound is violated. Runs on a dump's gradients or, with --synthetic, on synthetic
+        vectors.
+        """
         if (dump is None) == (synthetic is None):
             raise ValueError(f"give either a DUMP or --synthetic {'|'.join(SYNTHETIC)} (exactly one)")
         dev = resolve_device(device)
+        if dump is None:
+            _no_selection(steps, workers)
         source = _source(dump, steps, workers) if dump else GradientSource(seed=seed + 1234, family=synthetic)
-        out = _out(out, "gradstat-out/variance")
-        vecs = [(f"{source.label} #{i}", source.vector(n, dev, index=i)) for i in range(vectors)]
-        df = variance_study.run(vecs, list(specs) or list(DEFAULT_VARIANCE_SPECS), out, trials, seed, not quiet)
-        _echo_table(
-            df,
-            "relative error vs bound",
-            ["compressor", "vector", "empirical", "ci_low", "ci_high", "bound", "theory_over_empirical", "verdict"],
-        )
-        _written(out)
+        _check_specs(specs)
+        with _results(out, "variance") as folder:
+            vecs = [(f"{source.label} #{i}", source.vector(n, dev, index=i)) for i in range(vectors)]
+            df = variance_study.run(vecs, list(specs) or list(DEFAULT_VARIANCE_SPECS), folder, trials, seed, not quiet)
+            _echo_table(
+                df,
+                "relative error vs bound",
+                ["compressor", "vector", "empirical", "ci_low", "ci_high", "bound", "theory_over_empirical", "verdict"],
+            )
         return 1 if (df["verdict"] == "violated").any() else 0
 
     @cli.command("feedback")
-    @click.argument("dump", required=False)
-    @click.option("--compressor", "spec", default="qcs:block=256,k=64,Q=4", show_default=True)
-    @click.option("--beta", default="0.1,0.2,0.3,0.5,0.7,0.9,1", show_default=True, help="feedback weights")
+    @dump_argument(required=False)
+    @click.option("--compressor", "spec", default="qcs:block=256,k=64,Q=4", show_default=True, help="Compressor spec.")
+    @click.option("--beta", default="0.1,0.2,0.3,0.5,0.7,0.9,1", show_default=True, help="Feedback weights in (0, 1].")
     @click.option(
         "--n",
         "n",
         default=4096,
         show_default=True,
-        type=click.IntRange(2),
-        help="block length (coordinates of largest norm), 0 = whole model",
+        type=click.IntRange(0),
+        help="Block length (coordinates of largest norm), 0 = whole model.",
     )
-    @click.option("--length", default=None, type=click.IntRange(1), help="steps replayed (default: all selected)")
-    @click.option("--seeds", default=8, show_default=True, type=click.IntRange(2))
-    @selection_options
+    @click.option("--length", default=None, type=click.IntRange(1), help="Steps replayed (default: all selected).")
+    @click.option("--seeds", default=8, show_default=True, type=click.IntRange(2), help="Independent replays.")
+    @selection_options("feedback")
     def feedback_cmd(dump, spec, beta, n, length, seeds, steps, workers, device, out, seed, quiet):
-        """Weighted error feedback: max_t E||r_t||^2 / B against eta(beta) of QCS Lemma 4."""
+        """Measure the weighted error-feedback residual against eta(beta).
+
+        max_t E||r_t||^2 / B for each feedback weight beta, against the bound eta(beta) of QCS Lemma 4, with the
+        optimal beta* and Karimireddy et al.'s bound. Runs on a dump's gradients or on synthetic vectors.
+        """
         source = _source(dump, steps, workers)
         ws = [0] if dump is None else parse_indices(workers, range(source.dump.workers), "workers")
-        if dump is not None and n == 0:
+        if n == 0:
+            if dump is None:
+                raise ValueError("--n 0 (the whole model) needs a DUMP")
             n = source.dump.numel
+        elif n < 2:
+            raise ValueError(f"--n must be 0 (the whole model) or at least 2, got {n}")
         length = length or (len(source.steps) if dump is not None else 20)
-        out = _out(out, "gradstat-out/feedback")
-        df = feedback_study.run(
-            source, ws, out, spec, _betas(beta), n, length, seeds, resolve_device(device), not quiet
-        )
-        _echo_table(
-            df,
-            f"eta vs beta ({spec}, gamma = {df['gamma'].iloc[0]})",
-            ["beta", "empirical", "ci_low", "ci_high", "eta", "verdict", "beta_star", "eta_star"],
-        )
-        _written(out)
+        _check_specs([spec])
+        betas, dev = _betas(beta), resolve_device(device)
+        with _results(out, "feedback") as folder:
+            df = feedback_study.run(source, ws, folder, spec, betas, n, length, seeds, dev, not quiet)
+            _echo_table(
+                df,
+                f"eta vs beta ({spec}, gamma = {df['gamma'].iloc[0]:.4g})",
+                ["beta", "empirical", "ci_low", "ci_high", "eta", "verdict", "beta_star", "eta_star"],
+            )
 
     @cli.group("plot")
     def plot_group():
-        """Figures."""
+        """Draw the papers' figures with measured points."""
 
     @plot_group.command("variance-vs-gain")
-    @click.option("--n", "n", default=256, show_default=True, type=click.IntRange(2), help="block length")
-    @click.option("--dump", default=None, help="measure the points on this dump's gradients (default: synthetic)")
-    @click.option("--trials", default=50, show_default=True, type=click.IntRange(2))
-    @selection_options
-    def variance_gain_cmd(n, dump, trials, steps, workers, device, out, seed, quiet):
-        """QCS Fig. 3: min gamma over (k, Q) vs gain, QSGD's bound, Wangni's; measured points; log axes."""
-        out = _out(out, "gradstat-out/plot")
-        pts = variance_gain_study.run(out, n, _source(dump, steps, workers), trials, resolve_device(device))
-        _echo_table(pts, "measured points", ["spec", "gain", "exact_gain", "empirical", "ci_low", "ci_high"])
-        _written(out)
+    @dump_argument(required=False)
+    @click.option("--n", "n", default=256, show_default=True, type=click.IntRange(2), help="Block length.")
+    @click.option("--trials", default=50, show_default=True, type=click.IntRange(2), help="Monte Carlo trials.")
+    @selection_options("plot")
+    def variance_gain_cmd(dump, n, trials, steps, workers, device, out, seed, quiet):
+        """Plot the variance factor against the compression gain (QCS Fig. 3).
+
+        Lines: the least QCS gamma over (k, Q) at each gain, QSGD's and Wangni's bounds; points: the error
+        measured on the dump's gradients (default: synthetic vectors), with 99 % intervals; log axes.
+        """
+        source = _source(dump, steps, workers)
+        with _results(out, "plot variance-vs-gain") as folder:
+            pts = variance_gain_study.run(folder, n, source, trials, resolve_device(device))
+            _echo_table(pts, "measured points", ["spec", "gain", "exact_gain", "empirical", "ci_low", "ci_high"])
 
     @cli.command("validate")
-    @click.option("--quick", is_flag=True, help="small Monte Carlo sizes (under two minutes on 2 CPU cores)")
-    @click.option("--dump", default=None, help="run the checks on this dump's gradients (default: synthetic)")
-    @click.option("--checks", default=None, help="comma list of check names or prefixes (default: all)")
-    @selection_options
-    def validate_cmd(quick, dump, checks, steps, workers, device, out, seed, quiet):
-        """Run every bound check as a Monte Carlo experiment; exit 1 if a check that must hold is violated."""
-        out = _out(out, "gradstat-out/validate")
-        source = _source(dump, steps, workers) if dump else None
-        click.echo(
-            f"validating on {source.label if source else 'synthetic Laplace'} "
-            f"({'quick' if quick else 'full'} sizes, 99 % intervals)"
-        )
-        df = validation_table.run(
-            out,
-            "quick" if quick else "full",
-            source,
-            resolve_device(device),
-            seed,
-            checks,
-            echo=None if quiet else click.echo,
-        )
-        _echo_table(
-            df, "validation", ["check", "source", "theory", "empirical", "ci_low", "ci_high", "trials", "verdict"]
-        )
-        _written(out)
+    @dump_argument(required=False)
+    @click.option("--quick", is_flag=True, help="Small Monte Carlo sizes (under two minutes on 2 CPU cores).")
+    @click.option("--checks", default=None, help="Comma list of check names or prefixes (default: all).")
+    @selection_options("validate")
+    def validate_cmd(dump, quick, checks, steps, workers, device, out, seed, quiet):
+        """Check every bound of the papers as a Monte Carlo experiment.
+
+        Each check has fixed seeds, a 99 % interval and a verdict; exit status 1 when a check that must hold is
+        violated. Runs on a dump's gradients or, without one, on synthetic vectors.
+        """
+        source = _source(dump, steps, workers) if dump else _no_selection(steps, workers)
+        validation_registry.select(checks)  # unknown check names fail before --out is touched
+        with _results(out, "validate") as folder:
+            click.echo(
+                f"validating on {source.label if source else GradientSource().label} "
+                f"({'quick' if quick else 'full'} sizes, 99 % intervals)"
+            )
+            df = validation_table.run(
+                folder,
+                "quick" if quick else "full",
+                source,
+                resolve_device(device),
+                seed,
+                checks,
+                echo=None if quiet else click.echo,
+            )
+            _echo_table(
+                df, "validation", ["check", "source", "theory", "empirical", "ci_low", "ci_high", "trials", "verdict"]
+            )
         failed = df[(df["verdict"] == "violated") & df["must_hold"]]
         if not failed.empty:
             click.echo(f"violated: {', '.join(failed['check'])}", err=True)
@@ -271,51 +298,68 @@ def register(cli: click.Group) -> None:
         return 0
 
     @cli.command("report")
-    @click.option("--dump", default=None, help="the dump to report on (default: synthetic sections only)")
-    @click.option("--out", required=True, help="output folder")
-    @click.option("--quick", is_flag=True, help="small Monte Carlo sizes")
-    @click.option("--steps", default=None, help="steps to analyse (default: all)")
-    @click.option("--device", default="auto", show_default=True)
-    @click.option("--seed", default=0, show_default=True, type=int)
-    @click.option("--quiet", is_flag=True)
-    @click.option("--checks", default=None, help="validation checks to run (names or prefixes; default all)")
-    def report_cmd(dump, out, quick, steps, device, seed, quiet, checks):
-        """One Markdown report with its PNGs and CSVs: fits, thresholds, variance, feedback, validation."""
+    @dump_argument(required=False)
+    @steps_option
+    @click.option("--quick", is_flag=True, help="Small Monte Carlo sizes.")
+    @click.option("--checks", default=None, help="Validation checks to run (names or prefixes; default all).")
+    @device_option
+    @out_option("gradstat-out/report")
+    @seed_option
+    @quiet_option
+    def report_cmd(dump, steps, quick, checks, device, out, seed, quiet):
+        """Write the full Markdown report with its figures and tables.
+
+        Fits, threshold quality, replayed compressors, variance, error feedback and validation on the dump (the
+        synthetic sections only without one); every figure and table beside it as PNG and CSV.
+        """
         from gradstat.analysis.report.document import write_report
 
-        path, failed = write_report(
-            dump, out, quick, steps, resolve_device(device), seed, not quiet, echo=click.echo, checks=checks
-        )
-        click.echo(f"report: {path}")
+        if dump is not None:
+            parse_indices(steps, _open(dump).steps, "steps")  # a bad dump or selection fails before --out is touched
+        else:
+            _no_selection(steps, None)
+        validation_registry.select(checks)
+        with _results(out, "report") as folder:
+            path, failed = write_report(
+                dump, folder, quick, steps, resolve_device(device), seed, not quiet, echo=click.echo, checks=checks
+            )
+            click.echo(f"report: {path}")
         return 1 if failed else 0
 
     @cli.command("demo")
-    @click.option("--out", default="gradstat-demo", show_default=True, help="output folder")
-    @click.option("--workload", default="lenet", show_default=True, help="built-in workload to record")
-    @click.option("--steps", "n_steps", default=3, show_default=True, type=click.IntRange(1), help="training steps")
-    @click.option("--workers", "n_workers", default=2, show_default=True, type=click.IntRange(1))
-    @click.option("--quick", is_flag=True, help="fewer steps and Monte Carlo trials")
-    @click.option("--device", default="auto", show_default=True)
-    @click.option("--seed", default=0, show_default=True, type=int)
-    @click.option("--quiet", is_flag=True)
-    @click.option("--keep-dump", is_flag=True, help="keep the recorded dump in <out>/dump")
-    def demo_cmd(out, workload, n_steps, n_workers, quick, device, seed, quiet, keep_dump):
-        """Record a small dump with a built-in workload and write the report on it."""
+    @click.option("--workload", default="lenet", show_default=True, help="Built-in workload to record.")
+    @iterations_option(3)
+    @no_steps_count
+    @click.option(
+        "--workers", "n_workers", default=2, show_default=True, type=click.IntRange(1), help="Simulated workers P."
+    )
+    @click.option("--quick", is_flag=True, help="Fewer Monte Carlo trials.")
+    @device_option
+    @out_option("gradstat-demo")
+    @seed_option
+    @quiet_option
+    def demo_cmd(workload, iterations, n_workers, quick, device, out, seed, quiet):
+        """Record a small dump and write the report on it.
+
+        Trains a built-in workload for a few iterations with simulated workers, keeps the dump in <out>/dump
+        (open it with the other commands) and writes <out>/report.md.
+        """
         from gradstat.analysis.report.document import demo
 
-        path, failed = demo(
-            out,
-            workload,
-            n_steps,
-            n_workers,
-            quick,
-            resolve_device(device),
-            seed,
-            not quiet,
-            echo=click.echo,
-            keep_dump=keep_dump,
-        )
-        click.echo(f"report: {path}")
+        iterations = check_iterations(iterations)
+        with _results(out, "demo") as folder:
+            path, failed = demo(
+                folder,
+                workload,
+                iterations,
+                n_workers,
+                quick,
+                resolve_device(device),
+                seed,
+                not quiet,
+                echo=click.echo,
+            )
+            click.echo(f"report: {path}\ndump:   {folder / 'dump'}")
         return 1 if failed else 0
 
 
@@ -328,8 +372,24 @@ def _betas(text: str) -> list[float]:
 
 
 def _source(dump: str | None, steps: str | None, workers: str | None) -> GradientSource:
+    """The dump's gradients (steps and workers selected), or synthetic vectors without a dump."""
     if dump is None:
+        _no_selection(steps, workers)
         return GradientSource()
     d = _open(dump)
     w = parse_indices(workers, range(d.workers), "workers")[0]
     return GradientSource(d, parse_indices(steps, d.steps, "steps"), w)
+
+
+def _check_specs(specs: Sequence[str], feedback: str = "none") -> None:
+    """Build each compressor and the feedback once, so that a bad spec fails before ``--out`` is touched."""
+    for spec in specs:
+        compressors.create(spec)
+    compressors.parse_feedback(feedback)
+
+
+def _no_selection(steps: str | None, workers: str | None) -> None:
+    """Without a dump there is nothing to select: say so rather than ignore ``--steps``/``--workers``."""
+    given = [name for name, value in (("--steps", steps), ("--workers", workers)) if value is not None]
+    if given:
+        raise ValueError(f"{' and '.join(given)} select recorded gradients: give a DUMP (first argument)")

@@ -28,6 +28,13 @@ def registry_table(kind: str | None = None) -> list[dict[str, object]]:
     return rows
 
 
+def _cell(value: object) -> str:
+    """A table cell: ``yes``/``no`` for flags, ``-`` for none, the text otherwise (specs exactly as accepted)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "-" if value is None else str(value)
+
+
 def register(group: click.Group) -> None:
     @group.command("compressors")
     @click.option("--json", "as_json", is_flag=True, help="Print the registry as JSON.")
@@ -43,7 +50,7 @@ def register(group: click.Group) -> None:
             click.echo(json.dumps(rows, indent=2))
             return
         columns = ["name", "kind", "unbiased", "randomized", "contraction", "bound", "needs_side", "spec"]
-        cells = [[("-" if row[c] is None else str(row[c])) for c in columns] for row in rows]
+        cells = [[_cell(row[c]) for c in columns] for row in rows]
         widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
         for line in [columns] + cells:
-            click.echo("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip())
+            click.echo("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())

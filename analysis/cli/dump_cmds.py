@@ -8,15 +8,33 @@ from pathlib import Path
 import click
 import torch
 
+from gradstat.analysis.cli.options import (
+    check_iterations,
+    dump_argument,
+    iterations_option,
+    no_steps_count,
+    steps_option,
+    workers_option,
+)
 from gradstat.analysis.dumps import STORAGE_DTYPES, Dump, open_dump
 from gradstat.analysis.dumps.convert import export_npz, import_dump
+from gradstat.analysis.measure.selection import parse_indices
 
 
-def _int_list(text: str, what: str) -> list[int]:
-    try:
-        return [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise ValueError(f"{what} must be comma-separated integers, got {text!r}") from None
+def plain(value: object) -> str:
+    """A manifest value as a person reads it: ``k=v, ...`` for mappings (``;`` between items when a value, such as
+    a compressor spec, holds commas itself), brackets for lists, 6 significant digits
+    for floats, ``none`` for None (never a Python repr)."""
+    if isinstance(value, dict):
+        items = [f"{k}={plain(v)}" for k, v in value.items() if v is not None]
+        return ("; " if any("," in i for i in items) else ", ").join(items)  # specs hold commas themselves
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(plain(v) for v in value) + "]"
+    if isinstance(value, bool) or value is None:
+        return {True: "yes", False: "no", None: "none"}[value]
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
 
 
 def human_bytes(n: int) -> str:
@@ -77,10 +95,9 @@ def _print_summary(info: dict) -> None:
     if info["extras"]:
         click.echo(f"extras     {', '.join(info['extras'])}")
     if info["compression"]:
-        click.echo(f"in loop    {info['compression']}")
-    opt = info["optimizer"]
-    if opt:
-        click.echo("optimizer  " + ", ".join(f"{k}={v}" for k, v in opt.items()))
+        click.echo(f"in loop    {plain(info['compression'])}")
+    if info["optimizer"]:
+        click.echo(f"optimizer  {plain(info['optimizer'])}")
     per_step = (info["bytes_on_disk"] / len(steps)) if steps else 0
     click.echo(f"on disk    {human_bytes(info['bytes_on_disk'])} ({human_bytes(int(per_step))} per step)")
     if info["uncommitted_files"]:
@@ -102,19 +119,26 @@ def _print_summary(info: dict) -> None:
 def register(group: click.Group) -> None:
     @group.command("record")
     @click.option("--workload", required=True, help="Workload name or spec (see `gradstat workloads`).")
-    @click.option("--steps", required=True, type=int, help="Training steps N.")
-    @click.option("--every", default=1, show_default=True, type=int, help="Record every K-th step.")
+    @iterations_option()
+    @no_steps_count
+    @click.option("--every", default=1, show_default=True, type=int, help="Record every K-th iteration.")
     @click.option("--workers", default=1, show_default=True, type=int, help="Simulated workers P.")
     @click.option("--out", required=True, type=click.Path(path_type=Path), help="New dump directory.")
-    @click.option("--dtype", default="float32", show_default=True, type=click.Choice(list(STORAGE_DTYPES)))
-    @click.option("--seed", default=0, show_default=True, type=int)
+    @click.option(
+        "--dtype",
+        default="float32",
+        show_default=True,
+        type=click.Choice(list(STORAGE_DTYPES)),
+        help="Storage dtype of the tensors.",
+    )
+    @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the model, data and compressor.")
     @click.option("--compressor", default=None, help="Compressor in the loop (spec, e.g. topk:ratio=0.01).")
     @click.option("--feedback", default=None, help="Error feedback with the compressor (none, ef, qcs:beta=0.3, ...).")
     @click.option("--device", default="cpu", show_default=True, help="Training device (cpu, cuda, ...).")
     @click.option("--quiet", is_flag=True, help="No progress bar.")
     def record_cmd(
         workload: str,
-        steps: int,
+        iterations: int,
         every: int,
         workers: int,
         out: Path,
@@ -125,12 +149,17 @@ def register(group: click.Group) -> None:
         device: str,
         quiet: bool,
     ) -> None:
-        """Train a built-in workload and record its gradients into a new dump."""
+        """Train a built-in workload and record its gradients into a new dump.
+
+        Trains for --iterations iterations with --workers simulated data-parallel workers and records every
+        --every-th iteration's per-worker gradients; --compressor and --feedback put compression in the loop (the
+        residual is then recorded too). --out must be a new folder: a dump is never replaced.
+        """
         from gradstat.analysis.training.recorder import record
 
         path = record(
             workload,
-            steps,
+            check_iterations(iterations),
             every=every,
             workers=workers,
             out=out,
@@ -148,12 +177,12 @@ def register(group: click.Group) -> None:
         )
 
     @group.command("info")
-    @click.argument("path", type=click.Path(path_type=Path))
+    @dump_argument()
     @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
     @click.option("--no-norms", is_flag=True, help="Skip the per-step gradient norms (reads no tensor data).")
-    def info_cmd(path: Path, as_json: bool, no_norms: bool) -> None:
-        """Summarise a dump: steps, workers, parameters, sizes, per-step gradient norms."""
-        info = summary(open_dump(path), norms=not no_norms)
+    def info_cmd(dump: str, as_json: bool, no_norms: bool) -> None:
+        """Summarise a dump: steps, workers, parameters, sizes and norms."""
+        info = summary(open_dump(dump), norms=not no_norms)
         if as_json:
             click.echo(json.dumps(info, indent=1))
         else:
@@ -172,9 +201,19 @@ def register(group: click.Group) -> None:
     @click.argument("src", type=click.Path(path_type=Path))
     @click.option("--out", required=True, type=click.Path(path_type=Path), help="New dump directory.")
     @click.option("--workload", default="imported", show_default=True, help="Name stored in the manifest.")
-    @click.option("--dtype", default="float32", show_default=True, type=click.Choice(list(STORAGE_DTYPES)))
+    @click.option(
+        "--dtype",
+        default="float32",
+        show_default=True,
+        type=click.Choice(list(STORAGE_DTYPES)),
+        help="Storage dtype of the tensors.",
+    )
     def import_cmd(src: Path, out: Path, workload: str, dtype: str) -> None:
-        """Import .pt (dict of tensors or list of dicts), .npz, .npy files or a directory of them as a dump."""
+        """Import saved gradients as a new dump.
+
+        SRC is a .pt file (a dict of tensors, or a list of dicts, one per step), a .npz or .npy file, or a folder
+        of them; --out must be a new folder. The layouts are specified in data/README.md.
+        """
         d = open_dump(import_dump(src, out, workload=workload, dtype=dtype))
         click.echo(
             f"imported {len(d.steps)} steps x {d.workers} workers x {len(d.params)} tensors "
@@ -182,15 +221,17 @@ def register(group: click.Group) -> None:
         )
 
     @group.command("export")
-    @click.argument("path", type=click.Path(path_type=Path))
+    @dump_argument()
     @click.option("--out", required=True, type=click.Path(path_type=Path), help="Target .npz file (must not exist).")
-    @click.option("--steps", "steps_text", default=None, help="Comma-separated steps (default: all).")
-    @click.option("--workers", "workers_text", default=None, help="Comma-separated workers (default: all).")
+    @steps_option
+    @workers_option
     @click.option("--extras", is_flag=True, help="Also export the extra tensors.")
-    def export_cmd(path: Path, out: Path, steps_text: str | None, workers_text: str | None, extras: bool) -> None:
-        """Export selected steps of a dump to .npz (keys s{step}/w{worker}/{param}, float32)."""
-        d = open_dump(path)
-        steps = None if steps_text is None else _int_list(steps_text, "--steps")
-        workers = None if workers_text is None else _int_list(workers_text, "--workers")
-        export_npz(d, out, steps, workers, extras)
-        click.echo(f"exported {len(steps if steps is not None else d.steps)} steps to {out}")
+    def export_cmd(dump: str, out: Path, steps: str | None, workers: str | None, extras: bool) -> None:
+        """Export selected steps of a dump to a .npz file.
+
+        Keys are s{step}/w{worker}/{param}, values float32; --out must not exist.
+        """
+        d = open_dump(dump)
+        chosen = parse_indices(steps, d.steps, "steps")
+        export_npz(d, out, chosen, parse_indices(workers, range(d.workers), "workers"), extras)
+        click.echo(f"exported {len(chosen)} steps to {out}")

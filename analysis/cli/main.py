@@ -2,15 +2,19 @@
 
 Each command family lives in its own module and exposes ``register(group)``; this module only assembles them
 and turns user errors (``ValueError``, ``OSError``) into a one-line message and exit status 2, so a wrong input
-never prints a traceback. Anything else is a bug and keeps its traceback.
+never prints a traceback. Anything else is a bug and keeps its traceback. Warnings (an unfaithful replay, a
+growing residual, ...) are printed as one line ``gradstat: warning: ...`` on stderr.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 
 import click
+
+from gradstat.analysis.cli.options import HelpGroup
 
 COMMAND_MODULES = (
     "gradstat.analysis.cli.dump_cmds",
@@ -21,7 +25,7 @@ COMMAND_MODULES = (
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=HelpGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="gradstat")
 def cli() -> None:
     """gradstat: statistics and theory validation for gradient compression."""
@@ -31,10 +35,33 @@ for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(cli)
 
 
+def walk(group: click.Group = cli, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
+    """Every visible command and group below ``group`` as (path, command), parents before children:
+    ``(("fit",), fit)``, ``(("theory",), theory)``, ``(("theory", "qcs"), qcs)``, ..."""
+    ctx = click.Context(group)
+    out: list[tuple[tuple[str, ...], click.Command]] = []
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        if cmd is None or cmd.hidden:
+            continue
+        out.append(((*prefix, name), cmd))
+        if isinstance(cmd, click.Group):
+            out += walk(cmd, (*prefix, name))
+    return out
+
+
+def leaves() -> list[tuple[str, ...]]:
+    """The paths of the commands one runs (groups excluded): ``("fit",)``, ``("theory", "qcs")``, ..."""
+    return [path for path, cmd in walk() if not isinstance(cmd, click.Group)]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 1 check failed, 2 bad input)."""
     try:
-        rv = cli.main(args=argv, prog_name="gradstat", standalone_mode=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            warnings.showwarning = _show_warning
+            rv = cli.main(args=argv, prog_name="gradstat", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("gradstat: aborted", err=True)
         return 130
@@ -48,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("gradstat: interrupted", err=True)
         return 130
     return rv if isinstance(rv, int) else 0
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    click.echo(f"gradstat: warning: {message}", err=True)
 
 
 if __name__ == "__main__":

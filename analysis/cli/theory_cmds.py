@@ -13,11 +13,13 @@ from dataclasses import dataclass
 
 import click
 
+from gradstat.analysis.cli.options import Distribution, law_help
 from gradstat.theory import bits, dqsg, qcs, qsgd, sidco
 
-QCS = "000_4b111efa75352b2d.txt"
-NDQ = "002_87c17e3716ede1d0.txt"
-SID = "001_ac87256369ec7547.txt"
+QCS = "QCS (Abdi & Fekri)"
+NDQ = "DQSG/NDQSG (Abdi & Fekri)"
+SID = "SIDCo (Abdelmoniem et al.)"
+# The papers as the source column names them (short name and authors, as in every docstring).
 
 
 @dataclass(frozen=True)
@@ -205,7 +207,7 @@ def register(group: click.Group) -> None:
         _emit(rows, as_json)
 
     @theory_group.command("sidco-threshold")
-    @click.option("--dist", type=click.Choice(["exponential", "gamma", "genpareto"]), required=True, help="Law of |g|.")
+    @click.option("--dist", type=Distribution(), required=True, help=law_help("Law of |g|"))
     @click.option("--shape", type=float, default=None, help="Shape (gamma alpha / GP alpha); not for exponential.")
     @click.option("--scale", type=float, required=True, help="Scale beta.")
     @click.option("--ratio", type=float, required=True, help="Target ratio delta = k/d in (0, 1).")

@@ -5,7 +5,8 @@ Most bounds are conditional on the gradient (``E[. | g] <= bound * ||g||^2``), s
 :class:`GradientSource` supplies them:
 
 - ``synthetic`` (default): i.i.d. entries with random signs and magnitudes from a sparsity-inducing law (SIDCo
-  001_ac87256369ec7547.txt Sec. 2.3): ``laplace`` (double exponential, scale 1, the default), ``gamma`` (double
+  001_ac87256369ec7547.txt Sec. 2.3): ``exponential`` (a Laplace vector: double
+  exponential, scale 1, the default; ``laplace`` and ``exp`` are accepted aliases), ``gamma`` (double
   gamma, shape 0.5), ``genpareto`` (double generalized Pareto, shape 0.25) or ``normal``, drawn with
   :mod:`gradstat.theory.distributions` from a generator seeded with ``seed``;
 - ``dump``: a block of ``n`` consecutive coordinates of the flattened model gradient of a dump, at the position
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from gradstat.theory.distributions.names import DISTRIBUTIONS, distribution_name
 
 
 @dataclass
@@ -36,12 +39,17 @@ class GradientSource:
     steps: list[int] | None = None
     worker: int = 0
     seed: int = 1234
-    family: str = "laplace"
+    family: str = "exponential"
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        if self.family not in SYNTHETIC:
-            raise ValueError(f"synthetic family must be one of {', '.join(SYNTHETIC)}, got {self.family!r}")
+        if str(self.family).strip().lower() == "normal":
+            self.family = "normal"
+        else:
+            try:
+                self.family = distribution_name(self.family, "synthetic family")
+            except ValueError as exc:
+                raise ValueError(f"{exc} or normal") from None
 
     @property
     def label(self) -> str:
@@ -93,7 +101,7 @@ class GradientSource:
         return [self.vector(n, device, index=i, dtype=dtype) for i in range(length)]
 
 
-SYNTHETIC = ("laplace", "gamma", "genpareto", "normal")
+SYNTHETIC = (*DISTRIBUTIONS, "normal")
 
 
 def _synthetic(family: str, n: int, gen: torch.Generator) -> torch.Tensor:
@@ -103,7 +111,7 @@ def _synthetic(family: str, n: int, gen: torch.Generator) -> torch.Tensor:
     import gradstat.theory.distributions as td
 
     dist = {
-        "laplace": lambda: td.Exponential(scale=1.0),
+        "exponential": lambda: td.Exponential(scale=1.0),
         "gamma": lambda: td.Gamma(shape=0.5, scale=1.0),
         "genpareto": lambda: td.GenPareto(shape=0.25, scale=1.0),
     }[family]()

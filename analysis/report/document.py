@@ -11,8 +11,6 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import platform
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -33,7 +31,7 @@ from gradstat.analysis.validation import outputs as validation_table
 
 REPLAYS = (
     ("topk:ratio=0.01", "ef"),
-    ("sidco:ratio=0.01,dist=exp,stages=adaptive", "ef"),
+    ("sidco:ratio=0.01,dist=exponential,stages=adaptive", "ef"),
     ("qcs:block=256,k=64,Q=4", "none"),
     ("qcs:block=256,k=64,Q=4", "qcs:beta=0.2"),
     ("qsgd:s=4,bucket=512", "none"),
@@ -384,28 +382,21 @@ def demo(
     seed: int = 0,
     progress: bool = True,
     echo: Callable[[str], None] = print,
-    keep_dump: bool = False,
 ) -> tuple[Path, bool]:
-    """Record ``steps`` steps of ``workload`` with ``workers`` workers, then write the report into ``out``.
-
-    The dump goes to a temporary folder removed afterwards, or to ``<out>/dump`` (replacing an earlier one) with
-    ``keep_dump``.
-    """
+    """Record ``steps`` training iterations of ``workload`` with ``workers`` workers into ``<out>/dump`` (kept, for
+    the other commands; a dump already there is refused, never replaced), then write the report into ``out``."""
     from gradstat.analysis.training.recorder import record
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="gradstat-demo-") as tmp:
-        dump_dir = out / "dump" if keep_dump else Path(tmp) / f"{workload}-dump"
-        if dump_dir.exists():
-            shutil.rmtree(dump_dir)
-        echo(f"recording {steps} steps of {workload} with {workers} workers ...")
-        record(workload, steps, workers=workers, out=dump_dir, seed=seed, progress=progress, device=device)
-        command = (
-            f"gradstat demo --out {out} --workload {workload} --steps {steps} --workers {workers} --seed {seed}"
-            + (" --quick" if quick else "")
-        )
-        return write_report(str(dump_dir), out, quick, None, device, seed, progress, echo, command)
+    dump_dir = out / "dump"
+    echo(f"recording {steps} iterations of {workload} with {workers} workers into {dump_dir} ...")
+    record(workload, steps, workers=workers, out=dump_dir, seed=seed, progress=progress, device=device)
+    command = (
+        f"gradstat demo --out {out} --workload {workload} --iterations {steps} --workers {workers} --seed {seed}"
+        + (" --quick" if quick else "")
+    )
+    return write_report(str(dump_dir), out, quick, None, device, seed, progress, echo, command)
 
 
 def _timed(echo: Callable[[str], None], t0: float) -> Callable[[str], None]:

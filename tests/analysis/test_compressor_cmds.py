@@ -47,3 +47,10 @@ def test_bench_rejects_unknown_names_and_bad_sizes():
         bench.run(size=1000, names="nope")
     with pytest.raises(ValueError, match="ratio"):
         bench.run(size=1000, ratio=1.5)
+
+
+def test_the_table_says_yes_and_no_and_prints_specs_that_rebuild_the_compressor(capsys):
+    assert main(["compressors", "--kind", "sparsifier"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["wangni"][2:4] == ["yes", "yes"] and rows["topk"][2:4] == ["no", "no"]
+    assert compressors.create(rows["gaussianksgd"][-1]) == compressors.create("gaussianksgd")

@@ -27,7 +27,7 @@ def fc300_dump(tmp_path_factory):
                 "record",
                 "--workload",
                 "fc300:batch_size=8",
-                "--steps",
+                "--iterations",
                 "4",
                 "--every",
                 "2",
@@ -81,11 +81,14 @@ def test_workloads_lists_counts(capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["record", "--workload", "nope", "--steps", "2", "--out", "{tmp}/a"], "unknown workload 'nope'"),
-        (["record", "--workload", "fc300", "--steps", "0", "--out", "{tmp}/a"], "steps must be a positive integer"),
-        (["record", "--workload", "fc300", "--steps", "2", "--workers", "-1", "--out", "{tmp}/a"], "workers must be"),
+        (["record", "--workload", "nope", "--iterations", "2", "--out", "{tmp}/a"], "unknown workload 'nope'"),
+        (["record", "--workload", "fc300", "--iterations", "0", "--out", "{tmp}/a"], "--iterations must be a positive"),
         (
-            ["record", "--workload", "fc300", "--steps", "2", "--feedback", "ef", "--out", "{tmp}/a"],
+            ["record", "--workload", "fc300", "--iterations", "2", "--workers", "-1", "--out", "{tmp}/a"],
+            "workers must be",
+        ),
+        (
+            ["record", "--workload", "fc300", "--iterations", "2", "--feedback", "ef", "--out", "{tmp}/a"],
             "needs a compressor",
         ),
         (["info", "{tmp}/missing"], "not a directory"),
@@ -101,20 +104,20 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, message):
 
 def test_record_refuses_a_foreign_directory_and_leaves_it(tmp_path, capsys):
     (tmp_path / "paper.tex").write_text("draft")
-    code, _, err = run(capsys, "record", "--workload", "linreg", "--steps", "2", "--out", str(tmp_path))
+    code, _, err = run(capsys, "record", "--workload", "linreg", "--iterations", "2", "--out", str(tmp_path))
     assert code == 2 and "not a gradstat dump" in err
     assert [p.name for p in tmp_path.iterdir()] == ["paper.tex"] and (tmp_path / "paper.tex").read_text() == "draft"
 
 
 def test_record_refuses_an_existing_dump(fc300_dump, capsys):
     before = (fc300_dump / "manifest.json").read_bytes()
-    code, _, err = run(capsys, "record", "--workload", "fc300", "--steps", "1", "--out", str(fc300_dump))
+    code, _, err = run(capsys, "record", "--workload", "fc300", "--iterations", "1", "--out", str(fc300_dump))
     assert code == 2 and "already holds a gradient dump" in err
     assert (fc300_dump / "manifest.json").read_bytes() == before
 
 
 def test_info_on_a_corrupt_dump(tmp_path, capsys):
-    main(["record", "--workload", "linreg", "--steps", "2", "--out", str(tmp_path / "d"), "--quiet"])
+    main(["record", "--workload", "linreg", "--iterations", "2", "--out", str(tmp_path / "d"), "--quiet"])
     capsys.readouterr()
     (tmp_path / "d" / "manifest.json").write_text("garbage")
     code, _, err = run(capsys, "info", str(tmp_path / "d"))
@@ -127,7 +130,7 @@ def test_record_with_compressor_in_the_loop(tmp_path, capsys):
         "record",
         "--workload",
         "linreg",
-        "--steps",
+        "--iterations",
         "3",
         "--workers",
         "2",
@@ -158,7 +161,7 @@ def test_import_export_commands(fc300_dump, tmp_path, capsys):
     assert code == 0 and "imported 1 steps x 2 workers x 6 tensors (266,610 parameters)" in out
     assert torch.equal(open_dump(tmp_path / "back").flat(2, 1), open_dump(fc300_dump).flat(2, 1))
     code, _, err = run(capsys, "export", str(fc300_dump), "--steps", "1", "--out", str(tmp_path / "f.npz"))
-    assert code == 2 and "step 1 was not recorded" in err and not (tmp_path / "f.npz").exists()
+    assert code == 2 and "--steps: 1 is not available" in err and not (tmp_path / "f.npz").exists()
 
 
 @pytest.mark.slow
@@ -169,7 +172,7 @@ def test_done_when_lenet(tmp_path, capsys):
         "record",
         "--workload",
         "lenet",
-        "--steps",
+        "--iterations",
         "20",
         "--every",
         "5",

@@ -108,7 +108,7 @@ def test_sigkill_of_gradstat_record(tmp_path):
             "record",
             "--workload",
             "fc300:batch_size=8",
-            "--steps",
+            "--iterations",
             "100000",
             "--workers",
             "2",

@@ -29,7 +29,7 @@ def test_qcs_table_prints_values_with_sources(capsys):
     lines = out.splitlines()
     assert lines[0].split() == ["quantity", "value", "source"]
     gamma_line = next(line for line in lines if line.startswith("gamma"))
-    assert "7.44719" in gamma_line and "000_4b111efa75352b2d.txt" in gamma_line and "(10)" in gamma_line
+    assert "7.44719" in gamma_line and "QCS (Abdi & Fekri) Thm 2" in gamma_line and "(10)" in gamma_line
 
 
 def test_qcs_json_matches_the_theory_functions(capsys):
