@@ -211,8 +211,10 @@ def register(group: click.Group) -> None:
     def import_cmd(src: Path, out: Path, workload: str, dtype: str) -> None:
         """Import saved gradients as a new dump.
 
-        SRC is a .pt file (a dict of tensors, or a list of dicts, one per step), a .npz or .npy file, or a folder
-        of them; --out must be a new folder. The layouts are specified in data/README.md.
+        SRC is a .pt file (a dict of tensors; a list of dicts, one per step; several workers per step as a list of
+        lists of dicts, a rank -> dict mapping, or {step: [worker dicts]}), a .npz file (keys w{worker}/{param} for
+        several workers) or .npy file, or a folder of them; --out must be a new folder. The layouts are specified
+        in data/README.md.
         """
         d = open_dump(import_dump(src, out, workload=workload, dtype=dtype))
         click.echo(
