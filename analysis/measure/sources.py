@@ -70,6 +70,11 @@ class GradientSource:
             self._cache[key] = int(window.argmax())
         return self._cache[key]
 
+    def block_origin(self, n: int, index: int = 0) -> tuple[int, int]:
+        """(dump step, first coordinate) of the block :meth:`vector` returns for ``n`` and ``index`` (dump only)."""
+        steps = self._steps()
+        return steps[index % len(steps)], self._offset(n)
+
     def vector(
         self, n: int, device: torch.device | str = "cpu", index: int = 0, dtype: torch.dtype = torch.float32
     ) -> torch.Tensor:
