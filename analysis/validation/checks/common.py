@@ -96,15 +96,15 @@ def random_block(setting: Setting, n: int, trial: int) -> torch.Tensor:
     raise NotApplicable("100 random blocks of the dump were all zero")
 
 
-def random_origin(setting: Setting, n: int, trials: int) -> str:
-    """Provenance of :func:`random_block`."""
+def random_origin(setting: Setting, n: int, trials: int, per: str = "trial") -> str:
+    """Provenance of :func:`random_block` (one block per ``per``, ``trials`` trials)."""
     src = source_of(setting)
     if src.dump is None:
-        return f"{synthetic_label(src, n)}, a fresh draw per trial"
+        return f"{synthetic_label(src, n)}, a fresh draw per {per}, {trials} trials"
     steps = list(src.steps) if src.steps else list(src.dump.steps)
     return (
         f"dump {_dump_name(src)} steps {','.join(map(str, steps))} worker {src.worker} "
-        f"(random block of {n} of {src.dump.numel} per trial, {trials} trials)"
+        f"(random block of {n} of {src.dump.numel} per {per}, {trials} trials)"
     )
 
 
