@@ -19,6 +19,7 @@ from gradstat.analysis.studies.feedback import feedback_theory, residual_samples
 from gradstat.analysis.validation.checks.common import block, create, origin
 from gradstat.analysis.validation.checks.quantizers import N_QCS, QCS, QCS_MMSE, QCS_UNBIASED
 from gradstat.analysis.validation.engine import Check, Measurement, Setting
+from gradstat.compressors import Context
 from gradstat.theory.sources import cite, file_of
 
 SMALL_BETA = 0.2
@@ -51,7 +52,57 @@ def _measure(s: Setting, spec: str, which: str) -> Measurement:
     )
 
 
+RECURSION_BETA = 0.2
+
+
+def _recursion(s: Setting) -> Measurement:
+    """The feedback pipeline's residual against eq. (14a-d) written out here: ``z_t = g_t + beta r_t``,
+    ``z_hat_t = C(z_t)`` (the same compressor call, same seeds), ``r_{t+1} = (1 - beta) r_t + (z_t - z_hat_t)``,
+    in the same float32 arithmetic. Sample per seed: ``max_t ||r_t - r_t^ref|| / ||r_t^ref||`` (0 when the
+    pipeline is the recursion)."""
+    from gradstat.compressors import ErrorFeedback
+    from gradstat.compressors.pipeline import feedback_round, new_worker_states
+
+    comp = create(QCS_UNBIASED)
+    beta = RECURSION_BETA
+    T = settle_steps(beta)
+    seq = [block(s, N_QCS, index=t) for t in range(T)]
+    samples = []
+    for i in range(s.trials):
+        seed = s.seed * 1_000_003 + i
+        states = new_worker_states(comp, 1)
+        fb = ErrorFeedback.qcs(beta)
+        ref, worst = None, 0.0
+        for t, g in enumerate(seq):
+            ctx = Context(seed=seed, step=t)
+            z = g if ref is None else g + beta * ref
+            wctx = ctx.but(worker=0, state=comp.new_state())
+            err = z.float() - comp.decode(comp.encode(z, wctx), wctx).float()
+            ref = err if ref is None else (1.0 - beta) * ref + err
+            feedback_round(comp, fb, [g], states, ctx)
+            r = states[0].feedback.residual
+            worst = max(worst, float((r.double() - ref.double()).norm() / ref.double().norm()))
+        samples.append(worst)
+    return Measurement(
+        0.0,
+        mean_ci(samples),
+        f"{QCS_UNBIASED}; beta={beta}, T={T}; reference: (14a-d) written out with the same compressor calls",
+        origin(s, N_QCS, range(T)),
+        setup={"compressor": QCS_UNBIASED, "n": N_QCS, "beta": beta, "T": T, "workers": 1},
+    )
+
+
 CHECKS = [
+    Check(
+        "qcs-feedback-recursion",
+        cite(QCS, "eq. (14a-d) (weighted error feedback)"),
+        "equal",
+        "max_t ||r_t - r_t(14)|| / ||r_t(14)||",
+        _recursion,
+        {"quick": 5, "full": 50},
+        tolerance=1e-5,
+        paper=file_of(QCS),
+    ),
     Check(
         "qcs-feedback-unbiased",
         cite(QCS, "Lemma 4 eq. (15) at beta* of (17)"),

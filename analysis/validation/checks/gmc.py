@@ -101,14 +101,13 @@ def _memory(s: Setting) -> Measurement:
 
 def _recursion(s: Setting) -> Measurement:
     runs = [_run(s, r, "topk", 0.9) for r in range(s.trials)]
-    theory, est, det = paired([r["u_max"] for r in runs], [r["ref_max"] for r in runs])
+    theory, est, _ = paired([r["u_max"] for r in runs], [r["ref_max"] for r in runs])
     return Measurement(
         theory,
         est,
         f"d={D}, s={S}, p={P}, T={T}, top-K masks, beta=0.9, eta={LR}; reference: Algorithm 1's recursion in "
         "float64 NumPy; interval of the paired difference",
         random_origin(s, D, s.trials, "worker and step of a run"),
-        det,
         setup=_setup("top-K", 0.9),
     )
 

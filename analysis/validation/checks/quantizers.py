@@ -7,8 +7,9 @@ import torch
 
 from gradstat.analysis.measure.intervals import mean_ci
 from gradstat.analysis.studies.variance import bias_samples
-from gradstat.analysis.validation.checks.common import block, create, origin, variance_check
+from gradstat.analysis.validation.checks.common import block, create, origin, paired, variance_check
 from gradstat.analysis.validation.engine import Check, Measurement, Setting
+from gradstat.compressors import Context
 from gradstat.theory.sources import cite, file_of
 
 QCS = "QCS"
@@ -54,6 +55,35 @@ def _lemma1(s: Setting) -> Measurement:
     )
 
 
+QCS2 = f"qcs:block={N_QCS},k={N_QCS},Q=1"
+
+
+def _qcs_dither_exact(s: Setting) -> Measurement:
+    """QCS-2 (k = n, Q = 1; QCS Sec. 6): T is orthogonal, so the whole error is the dithered quantization of
+    v = T g. Without overload (|v/s| <= Q) each element's error is uniform over one step s/Q and independent of v
+    (Theorem 1 of the dithered quantizer, eq. (4)-(6)), and T^T keeps its energy: given the sent scale s,
+    ``E[||g_hat - g||^2 | s] = n (s/Q)^2 / 12`` per block. Paired per trial against the scale the payload carries."""
+    comp = create(QCS2)
+    g = block(s, N_QCS)
+    gg = float(g.double().square().sum())
+    measured, exact = [], []
+    for t in range(s.trials):
+        ctx = Context(seed=s.seed, step=t)
+        payload = comp.encode(g, ctx)
+        scale = payload["scales"].double()
+        measured.append(float((comp.decode(payload, ctx).double() - g.double()).square().sum()) / gg)
+        exact.append(float((N_QCS * scale.square() / 12.0).sum()) / gg)
+    theory, est, _ = paired(measured, exact)
+    return Measurement(
+        theory,
+        est,
+        f"{QCS2} (QCS-2); reference: n (s/Q)^2 / 12 per block with the sent scale s = ||T g||_inf; interval of the "
+        "paired difference",
+        origin(s, N_QCS),
+        setup={"compressor": QCS2, "n": N_QCS},
+    )
+
+
 CHECKS = [
     variance_check("qcs-gamma", QCS_UNBIASED, N_QCS, "upper", QCS, "Thm 2 eq. (10)", 300, 3000),
     variance_check("qcs-mmse", QCS_MMSE, N_QCS, "upper", QCS, "Lemma 3 eq. (13)", 300, 3000),
@@ -63,6 +93,15 @@ CHECKS = [
         "equal",
         "E<g_hat - g, g> / ||g||^2",
         _qcs_unbiased,
+        {"quick": 300, "full": 3000},
+        paper=file_of(QCS),
+    ),
+    Check(
+        "qcs-dither-exact",
+        cite(QCS, "eq. (4)-(6) with k = n (QCS-2, Sec. 6): dithered error s^2/12 per element"),
+        "equal",
+        "E||g_hat - g||^2 / ||g||^2 vs n (s/Q)^2 / 12 / ||g||^2",
+        _qcs_dither_exact,
         {"quick": 300, "full": 3000},
         paper=file_of(QCS),
     ),
