@@ -1,12 +1,13 @@
 """Weighted error feedback: the residual ``E||r_t||^2 / B`` against the bound eta(beta) of QCS Lemma 4.
 
-Source: QCS (Abdi & Fekri, Quantized Compressive Sampling), eq. (14a-d) (the feedback, ``compressors.ErrorFeedback.qcs(beta)``), Lemma 4
-(15)/(16), Remark 2 (17)/(18) and Remark 3 (Karimireddy et al.'s eta_k). ``B`` is the largest ``||g_t||^2`` of the
+Source: QCS (Abdi & Fekri, Quantized Compressive Sampling), eq. (14a-d) (the feedback,
+``compressors.ErrorFeedback.qcs(beta)``), Lemma 4 (15)/(16), Remark 2 (17)/(18) and Remark 3 (Karimireddy et al.'s
+eta_k). ``B`` is the largest ``||g_t||^2`` of the
 replayed sequence (so ``E||g||^2 <= B`` holds), the expectation is over seeds (independent replays).
 
 Which eta applies: MMSE-QCS (bound key ``qcs_mmse``) gets (16) with its gamma; any other unbiased compressor with
-a closed-form variance factor gamma (``analysis.studies.bounds``; QCS's (10), QSGD's, DQSG's, ...) gets (15), whose proof
-uses only unbiasedness and ``E||e||^2 <= gamma ||z||^2``. Anything else has no bound here.
+a closed-form variance factor gamma (``analysis.studies.bounds``; QCS's (10), QSGD's, DQSG's, ...) gets (15), whose
+proof uses only unbiasedness and ``E||e||^2 <= gamma ||z||^2``. Anything else has no bound here.
 
 How long to replay: the residual obeys ``r_{t+1} = (1 - beta) r_t + e_t`` from ``r_0 = 0``, so its second moment
 approaches its stationary level like ``1 - (1 - beta)^t``; a maximum over fewer steps than that checks the bound
@@ -134,7 +135,8 @@ def feedback_table(
     -------
     (summary, per_step) : ``summary`` has one row per beta: ``beta, empirical`` (max over t of the seed-mean of
     ``||r_t||^2 / B``), ``ci_low, ci_high`` (interval of that mean at the maximising step), ``mean_over_steps``,
-    ``eta`` (inf when no bound), ``eta_reason``, ``eta_minkowski`` (MMSE only), ``verdict``, ``gamma``, ``bound_kind``, ``beta_star``,
+    ``eta`` (inf when no bound), ``eta_reason``, ``eta_minkowski`` (MMSE only), ``verdict``, ``gamma``, ``bound_kind``,
+    ``beta_star``,
     ``eta_star``, ``eta_karimireddy``, ``B``; ``per_step`` has ``beta, step, residual_rel_mean`` per step.
     """
     from gradstat.theory.qcs import karimireddy_residual_bound

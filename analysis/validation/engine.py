@@ -171,6 +171,7 @@ class Result:
             "theory_over_empirical": self.ratio,
             "verdict": self.verdict,
             "must_hold": self.check.must_hold,
+            "tolerance": self.check.tolerance + (self.check.rel_tolerance * abs(self.theory) if self.theory else 0.0),
             "note": self.note,
             "setup": "; ".join(f"{k}={v}" for k, v in self.setup.items()),
             "seconds": round(self.seconds, 3),

@@ -242,7 +242,11 @@ def _tail_quantile(change: Callable) -> list:
     import gradstat.theory.thresholds as th
 
     orig = th.tail_quantile
-    return [mock.patch.object(th, "tail_quantile", lambda dist, params, tail, q="exact": change(orig, dist, params, tail, q))]
+    return [
+        mock.patch.object(
+            th, "tail_quantile", lambda dist, params, tail, q="exact": change(orig, dist, params, tail, q)
+        )
+    ]
 
 
 def _scaled_params(orig, dist, params, tail, q):
@@ -260,7 +264,10 @@ def _gmc_round(variant: str) -> list:
         last = shared.last_update
         div = 1 if variant == "no-1/p" else p
         sign = -1.0 if variant == "momentum-sign" else 1.0
-        g = [x.float() / div if last is None else x.float() / div - sign * (self.momentum / (p * self.lr)) * last for x in grads]
+        g = [
+            x.float() / div if last is None else x.float() / div - sign * (self.momentum / (p * self.lr)) * last
+            for x in grads
+        ]
         feedback = ErrorFeedback(1.0, 1.0) if variant == "memory-kept" else ErrorFeedback.plain()
         result = feedback_round(self.compressor, feedback, g, states, ctx)
         update = -self.lr * torch.stack([d.float() for d in result.decoded]).sum(0)
@@ -332,86 +339,229 @@ _RANDK_WHY = (
     "one coordinate of d = 1000 moves E = 1 - k/d by 0.001, a third of the 99 % interval's half-width at 300 "
     "trials; the same bug in Top-k's k is caught by topk-best-k, in GMC's random masks by gmc-cr-exact"
 )
-_CHEBYSHEV_WHY = (
-    "Theorem 6's Chebyshev bound is 30-100x the failure rate: a reported row, not a test"
-)
-_GMC_MEMORY_WHY = (
-    "Theorem 9's bound is 10^4-10^5 x the memory: no realistic bug reaches it"
-)
+_CHEBYSHEV_WHY = "Theorem 6's Chebyshev bound is 30-100x the failure rate: a reported row, not a test"
+_GMC_MEMORY_WHY = "Theorem 9's bound is 10^4-10^5 x the memory: no realistic bug reaches it"
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation("qcs-gamma", "alpha-1.1", "wrong constant: decoder scales by alpha = 1.1 instead of 1", _alpha(1.1)),
     Mutation("qcs-gamma", "signs-seed+1", "decoder regenerates the signs r from the wrong seed", _qcs_signs_wrong_seed),
-    Mutation("qcs-gamma", "dither-kept", "dither not subtracted at the decoder", _dither_not_subtracted, _QCS_GAMMA_WHY, "qcs-dither-exact"),
-    Mutation("qcs-gamma", "dither-doubled", "dither doubled at the encoder", _dither_doubled, _QCS_GAMMA_WHY, "qcs-dither-exact"),
-    Mutation("qcs-gamma", "levels+1", "wrong scale: receiver divides by Q + 1 levels", _levels_off_by_one_at_decoder, _QCS_GAMMA_WHY, "qcs-dither-exact"),
+    Mutation(
+        "qcs-gamma",
+        "dither-kept",
+        "dither not subtracted at the decoder",
+        _dither_not_subtracted,
+        _QCS_GAMMA_WHY,
+        "qcs-dither-exact",
+    ),
+    Mutation(
+        "qcs-gamma",
+        "dither-doubled",
+        "dither doubled at the encoder",
+        _dither_doubled,
+        _QCS_GAMMA_WHY,
+        "qcs-dither-exact",
+    ),
+    Mutation(
+        "qcs-gamma",
+        "levels+1",
+        "wrong scale: receiver divides by Q + 1 levels",
+        _levels_off_by_one_at_decoder,
+        _QCS_GAMMA_WHY,
+        "qcs-dither-exact",
+    ),
     Mutation("qcs-dither-exact", "dither-kept", "dither not subtracted at the decoder", _dither_not_subtracted),
     Mutation("qcs-dither-exact", "dither-doubled", "dither doubled at the encoder", _dither_doubled),
-    Mutation("qcs-dither-exact", "alpha-1.1", "wrong constant: decoder scales by alpha = 1.1 instead of 1", _alpha(1.1)),
-    Mutation("qcs-dither-exact", "levels+1", "wrong scale: receiver divides by Q + 1 levels", _levels_off_by_one_at_decoder),
-    Mutation("qcs-mmse", "alpha-1/gamma", "wrong constant: MMSE alpha = 1/gamma instead of 1/(gamma+1)", _MMSE_1_OVER_GAMMA),
+    Mutation(
+        "qcs-dither-exact", "alpha-1.1", "wrong constant: decoder scales by alpha = 1.1 instead of 1", _alpha(1.1)
+    ),
+    Mutation(
+        "qcs-dither-exact", "levels+1", "wrong scale: receiver divides by Q + 1 levels", _levels_off_by_one_at_decoder
+    ),
+    Mutation(
+        "qcs-mmse", "alpha-1/gamma", "wrong constant: MMSE alpha = 1/gamma instead of 1/(gamma+1)", _MMSE_1_OVER_GAMMA
+    ),
     Mutation("qcs-mmse", "alpha-1", "MMSE scale forgotten (alpha = 1)", _MMSE_AS_UNBIASED),
-    Mutation("qcs-mmse", "dither-kept", "dither not subtracted at the decoder", _dither_not_subtracted, _QCS_GAMMA_WHY, "qcs-dither-exact"),
+    Mutation(
+        "qcs-mmse",
+        "dither-kept",
+        "dither not subtracted at the decoder",
+        _dither_not_subtracted,
+        _QCS_GAMMA_WHY,
+        "qcs-dither-exact",
+    ),
     Mutation("qcs-unbiased", "alpha-1.1", "wrong constant: alpha = 1.1", _alpha(1.1)),
-    Mutation("qcs-unbiased", "levels+1", "wrong scale: receiver divides by Q + 1 levels", _levels_off_by_one_at_decoder),
-    Mutation("qcs-lemma1", "sqrt-n", "wrong scale: mixing normalised by sqrt(n) instead of sqrt(k)", lambda: _mix_scale(lambda n, k: math.sqrt(k / n))),
+    Mutation(
+        "qcs-unbiased", "levels+1", "wrong scale: receiver divides by Q + 1 levels", _levels_off_by_one_at_decoder
+    ),
+    Mutation(
+        "qcs-lemma1",
+        "sqrt-n",
+        "wrong scale: mixing normalised by sqrt(n) instead of sqrt(k)",
+        lambda: _mix_scale(lambda n, k: math.sqrt(k / n)),
+    ),
     Mutation("qcs-lemma1", "signs-01", "Rademacher signs drawn in {0, 1} instead of {-1, +1}", _signs_01),
     Mutation("dqsg-exact", "dither-kept", "dither not subtracted at the decoder", _dither_not_subtracted),
     Mutation("dqsg-exact", "dither-doubled", "dither doubled at the encoder", _dither_doubled),
     Mutation("dqsg-exact", "scale-squared", "wrong scale: ||g||_inf^2 sent as the scale", _scale_squared),
     Mutation("half-dither-exact", "no-dither", "deterministic rounding (dither forgotten at the encoder)", _no_dither),
     Mutation("half-dither-exact", "dither-doubled", "dither doubled at the encoder", _dither_doubled),
-    Mutation("half-dither-exact", "levels+1", "wrong scale: receiver divides by M + 1 levels", _levels_off_by_one_at_decoder),
+    Mutation(
+        "half-dither-exact", "levels+1", "wrong scale: receiver divides by M + 1 levels", _levels_off_by_one_at_decoder
+    ),
     Mutation("qsgd-bound", "scale-squared", "wrong scale: ||x||^2 sent as the bucket scale", _scale_squared),
     Mutation("qsgd-bound", "dither-doubled", "dither doubled at the encoder", _dither_doubled),
-    Mutation("topk-contraction", "bottom-k", "keeps the k smallest magnitudes", lambda: _topk_encode(lambda k, d: k, largest=False)),
-    Mutation("topk-contraction", "wrong-sign", "wrong sign: sends -g on the support", lambda: _topk_encode(lambda k, d: k, sign=-1.0)),
-    Mutation("topk-contraction", "k-percent", "wrong constant: k = ratio d / 100 (ratio read as a percentage)", lambda: _topk_encode(lambda k, d: max(1, k // 100))),
+    Mutation(
+        "topk-contraction",
+        "bottom-k",
+        "keeps the k smallest magnitudes",
+        lambda: _topk_encode(lambda k, d: k, largest=False),
+    ),
+    Mutation(
+        "topk-contraction",
+        "wrong-sign",
+        "wrong sign: sends -g on the support",
+        lambda: _topk_encode(lambda k, d: k, sign=-1.0),
+    ),
+    Mutation(
+        "topk-contraction",
+        "k-percent",
+        "wrong constant: k = ratio d / 100 (ratio read as a percentage)",
+        lambda: _topk_encode(lambda k, d: max(1, k // 100)),
+    ),
     Mutation("topk-best-k", "k-1", "off-by-one k: keeps k - 1", lambda: _topk_encode(lambda k, d: k - 1)),
     Mutation("topk-best-k", "k+1", "off-by-one k: keeps k + 1", lambda: _topk_encode(lambda k, d: k + 1)),
-    Mutation("topk-best-k", "wrong-sign", "wrong sign: sends -g on the support", lambda: _topk_encode(lambda k, d: k, sign=-1.0)),
-    Mutation("randk-contraction", "seed-ignored", "the call seed is ignored: always the same k coordinates", _randk_fixed),
-    Mutation("randk-contraction", "largest-k", "the k largest magnitudes kept instead of k random ones", _randk_largest),
+    Mutation(
+        "topk-best-k",
+        "wrong-sign",
+        "wrong sign: sends -g on the support",
+        lambda: _topk_encode(lambda k, d: k, sign=-1.0),
+    ),
+    Mutation(
+        "randk-contraction", "seed-ignored", "the call seed is ignored: always the same k coordinates", _randk_fixed
+    ),
+    Mutation(
+        "randk-contraction", "largest-k", "the k largest magnitudes kept instead of k random ones", _randk_largest
+    ),
     Mutation("randk-contraction", "k+1", "off-by-one k: keeps k + 1", lambda: _randk(k_shift=1), _RANDK_WHY),
-    Mutation("randk-contraction", "scaled", "wrong scale: values multiplied by d/k in the biased variant", lambda: _randk(scaled=True)),
+    Mutation(
+        "randk-contraction",
+        "scaled",
+        "wrong scale: values multiplied by d/k in the biased variant",
+        lambda: _randk(scaled=True),
+    ),
     Mutation("wangni-variance", "not-rescaled", "values sent as g instead of g / p", _wangni_not_rescaled),
     Mutation("wangni-variance", "p-energy", "probabilities proportional to g^2 instead of |g|", _wangni_energy),
-    Mutation("wangni-variance", "p-doubled", "wrong scale: probabilities doubled (density 2 delta)", lambda: _wangni_probabilities(lambda p: (2 * p).clamp(max=1.0))),
+    Mutation(
+        "wangni-variance",
+        "p-doubled",
+        "wrong scale: probabilities doubled (density 2 delta)",
+        lambda: _wangni_probabilities(lambda p: (2 * p).clamp(max=1.0)),
+    ),
     Mutation("ndqsg-failure", "enc-dither-x2", "dither doubled at the encoder", lambda: _nested(encode_u=2.0)),
-    Mutation("ndqsg-failure", "dec-dither-kept", "decoder forgets to subtract the dither", lambda: _nested(decode_u=0.0)),
+    Mutation(
+        "ndqsg-failure", "dec-dither-kept", "decoder forgets to subtract the dither", lambda: _nested(decode_u=0.0)
+    ),
     Mutation("ndqsg-failure", "side-x1.3", "side information scaled by 1.3", lambda: _nested(side=1.3)),
     Mutation("ndqsg-failure", "k-1", "off-by-one k: decoder's coarse step (k - 1) Delta1", lambda: _nested(k_shift=-1)),
     Mutation("ndqsg-error", "enc-dither-x2", "dither doubled at the encoder", lambda: _nested(encode_u=2.0)),
     Mutation("ndqsg-error", "dec-dither-kept", "decoder forgets to subtract the dither", lambda: _nested(decode_u=0.0)),
     Mutation("ndqsg-error", "k-1", "off-by-one k: decoder's coarse step (k - 1) Delta1", lambda: _nested(k_shift=-1)),
-    Mutation("ndqsg-failure-chebyshev", "enc-dither-x2", "dither doubled at the encoder", lambda: _nested(encode_u=2.0), _CHEBYSHEV_WHY, "ndqsg-failure"),
-    Mutation("ndqsg-failure-chebyshev", "side-x1.3", "side information scaled by 1.3", lambda: _nested(side=1.3), _CHEBYSHEV_WHY, "ndqsg-failure"),
-    Mutation("ndqsg-failure-chebyshev", "k-1", "off-by-one k: decoder's coarse step (k - 1) Delta1", lambda: _nested(k_shift=-1), _CHEBYSHEV_WHY, "ndqsg-failure"),
+    Mutation(
+        "ndqsg-failure-chebyshev",
+        "enc-dither-x2",
+        "dither doubled at the encoder",
+        lambda: _nested(encode_u=2.0),
+        _CHEBYSHEV_WHY,
+        "ndqsg-failure",
+    ),
+    Mutation(
+        "ndqsg-failure-chebyshev",
+        "side-x1.3",
+        "side information scaled by 1.3",
+        lambda: _nested(side=1.3),
+        _CHEBYSHEV_WHY,
+        "ndqsg-failure",
+    ),
+    Mutation(
+        "ndqsg-failure-chebyshev",
+        "k-1",
+        "off-by-one k: decoder's coarse step (k - 1) Delta1",
+        lambda: _nested(k_shift=-1),
+        _CHEBYSHEV_WHY,
+        "ndqsg-failure",
+    ),
     *(
         Mutation(c, name, bug, patch)
-        for c in ("sidco-binomial-exponential", "sidco-binomial-gamma-mle", "sidco-binomial-gamma", "sidco-binomial-genpareto")
+        for c in (
+            "sidco-binomial-exponential",
+            "sidco-binomial-gamma-mle",
+            "sidco-binomial-gamma",
+            "sidco-binomial-genpareto",
+        )
         for name, bug, patch in (
-            ("delta/2", "signed-gradient quantile F^-1(1 - delta/2) applied to |g|", lambda: _tail_quantile(lambda o, d, p, t, q: o(d, p, t / 2, q))),
+            (
+                "delta/2",
+                "signed-gradient quantile F^-1(1 - delta/2) applied to |g|",
+                lambda: _tail_quantile(lambda o, d, p, t, q: o(d, p, t / 2, q)),
+            ),
             ("scale-x1.05", "wrong constant: fitted scale 5 % too large", lambda: _tail_quantile(_scaled_params)),
         )
     ),
-    Mutation("gmc-memory", "memory-kept", "memory never cleared: u <- g + u", _memory_never_cleared, _GMC_MEMORY_WHY, "gmc-memory-recursion"),
-    Mutation("gmc-memory", "no-1/p", "gradient not divided by p", lambda: _gmc_round("no-1/p"), _GMC_MEMORY_WHY, "gmc-memory-recursion"),
+    Mutation(
+        "gmc-memory",
+        "memory-kept",
+        "memory never cleared: u <- g + u",
+        _memory_never_cleared,
+        _GMC_MEMORY_WHY,
+        "gmc-memory-recursion",
+    ),
+    Mutation(
+        "gmc-memory",
+        "no-1/p",
+        "gradient not divided by p",
+        lambda: _gmc_round("no-1/p"),
+        _GMC_MEMORY_WHY,
+        "gmc-memory-recursion",
+    ),
     Mutation("gmc-memory-recursion", "memory-kept", "memory never cleared: u <- g + u", _memory_never_cleared),
-    Mutation("gmc-memory-recursion", "momentum-sign", "wrong sign of the momentum term", lambda: _gmc_round("momentum-sign")),
+    Mutation(
+        "gmc-memory-recursion", "momentum-sign", "wrong sign of the momentum term", lambda: _gmc_round("momentum-sign")
+    ),
     Mutation("gmc-memory-recursion", "no-1/p", "gradient not divided by p", lambda: _gmc_round("no-1/p")),
-    Mutation("gmc-cr", "double-momentum", "server adds beta (w_t - w_{t-1}) to the sparse update", lambda: _gmc_round("double-momentum")),
+    Mutation(
+        "gmc-cr",
+        "double-momentum",
+        "server adds beta (w_t - w_{t-1}) to the sparse update",
+        lambda: _gmc_round("double-momentum"),
+    ),
     Mutation("gmc-cr", "s+1", "off-by-one k: masks of s + 1 coordinates", lambda: _randk(k_shift=1)),
-    Mutation("gmc-cr-exact", "double-momentum", "server adds beta (w_t - w_{t-1}) to the sparse update", lambda: _gmc_round("double-momentum")),
+    Mutation(
+        "gmc-cr-exact",
+        "double-momentum",
+        "server adds beta (w_t - w_{t-1}) to the sparse update",
+        lambda: _gmc_round("double-momentum"),
+    ),
     Mutation("gmc-cr-exact", "s+1", "off-by-one k: masks of s + 1 coordinates", lambda: _randk(k_shift=1)),
     Mutation("gmc-cr-exact", "s-1", "off-by-one k: masks of s - 1 coordinates", lambda: _randk(k_shift=-1)),
-    Mutation("qcs-feedback-recursion", "no-decay", "residual never decays: r <- r + e", lambda: _feedback(lambda b: (b, 1.0))),
+    Mutation(
+        "qcs-feedback-recursion", "no-decay", "residual never decays: r <- r + e", lambda: _feedback(lambda b: (b, 1.0))
+    ),
     Mutation("qcs-feedback-recursion", "sign", "wrong sign: r <- (1 - beta) r - e", _residual_sign_flipped),
-    Mutation("qcs-feedback-recursion", "weight-1", "feedback weight 1 instead of beta: z = g + r", lambda: _feedback(lambda b: (1.0, 1.0 - b))),
+    Mutation(
+        "qcs-feedback-recursion",
+        "weight-1",
+        "feedback weight 1 instead of beta: z = g + r",
+        lambda: _feedback(lambda b: (1.0, 1.0 - b)),
+    ),
     Mutation("qcs-feedback-recursion", "error-x2", "wrong constant: r <- (1 - beta) r + 2 e", _error_doubled),
     *(
         Mutation(c, name, bug, patch, why, "qcs-feedback-recursion" if why else "")
-        for c in ("qcs-feedback-unbiased", "qcs-feedback-mmse", "qcs-feedback-mmse-minkowski", "qcs-feedback-karimireddy")
+        for c in (
+            "qcs-feedback-unbiased",
+            "qcs-feedback-mmse",
+            "qcs-feedback-mmse-minkowski",
+            "qcs-feedback-karimireddy",
+        )
         for name, bug, patch, why in (
             ("no-decay", "residual never decays: r <- r + e", lambda: _feedback(lambda b: (b, 1.0)), ""),
             ("error-x2", "wrong constant: r <- (1 - beta) r + 2 e", _error_doubled, ""),
@@ -419,7 +569,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         )
     ),
     *(
-        Mutation(c, "weight-1", "feedback weight 1 instead of beta: z = g + r", lambda: _feedback(lambda b: (1.0, 1.0 - b)))
+        Mutation(
+            c, "weight-1", "feedback weight 1 instead of beta: z = g + r", lambda: _feedback(lambda b: (1.0, 1.0 - b))
+        )
         for c in ("qcs-feedback-unbiased", "qcs-feedback-mmse-minkowski")
     ),
 )
@@ -443,7 +595,9 @@ def run_mutation(m: Mutation, size: str = "quick", seed: int = 0) -> dict[str, o
         "verdict": verdict,
         "killed": killed,
         "measured": detail,
-        "why_survives": "" if killed else (m.why or "not explained") + (f"; caught by {m.caught_by}" if m.caught_by else ""),
+        "why_survives": ""
+        if killed
+        else (m.why or "not explained") + (f"; caught by {m.caught_by}" if m.caught_by else ""),
         "seconds": round(time.perf_counter() - t0, 2),
     }
 
@@ -458,7 +612,7 @@ def render(df: pd.DataFrame) -> str:
     killed, total = int(df["killed"].sum()), len(df)
     per = df.groupby("check", sort=False)["killed"].agg(["sum", "count"]).reset_index()
     per.columns = ["check", "killed", "planted"]
-    per["kill rate"] = [f"{k / n:.0%}" for k, n in zip(per["killed"], per["planted"])]
+    per["kill rate"] = [f"{k / n:.0%}" for k, n in zip(per["killed"], per["planted"], strict=True)]
     survivors = df[~df["killed"]]
     lines = [
         "# Mutation suite: planted bugs against the validation checks",

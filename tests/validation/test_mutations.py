@@ -62,10 +62,26 @@ def test_kill_table_lists_survivors_with_their_reason():
 
     df = pd.DataFrame(
         [
-            {"check": "a", "mutation": "x", "bug": "b", "verdict": "violated", "killed": True, "measured": "",
-             "why_survives": "", "seconds": 0.1},
-            {"check": "a", "mutation": "y", "bug": "c", "verdict": "holds", "killed": False, "measured": "",
-             "why_survives": "too loose", "seconds": 0.1},
+            {
+                "check": "a",
+                "mutation": "x",
+                "bug": "b",
+                "verdict": "violated",
+                "killed": True,
+                "measured": "",
+                "why_survives": "",
+                "seconds": 0.1,
+            },
+            {
+                "check": "a",
+                "mutation": "y",
+                "bug": "c",
+                "verdict": "holds",
+                "killed": False,
+                "measured": "",
+                "why_survives": "too loose",
+                "seconds": 0.1,
+            },
         ]
     )
     text = render(df)

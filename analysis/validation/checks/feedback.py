@@ -1,7 +1,7 @@
-"""QCS weighted error feedback (Abdi & Fekri, Quantized Compressive Sampling): the residual bounds of Lemma 4 at the optimal weights of
-Remark 2, eq. (17) for unbiased QCS and (18) for MMSE-QCS, Karimireddy et al.'s eta_k (Remark 3), and for MMSE-QCS at
-a small beta, where (16) as printed gives no bound, the bound derived from Lemma 3 by Minkowski's inequality
-(:func:`gradstat.theory.qcs.residual_bound_mmse_minkowski`).
+"""QCS weighted error feedback (Abdi & Fekri, Quantized Compressive Sampling): the residual bounds of Lemma 4 at
+the optimal weights of Remark 2, eq. (17) for unbiased QCS and (18) for MMSE-QCS, Karimireddy et al.'s eta_k
+(Remark 3), and for MMSE-QCS at a small beta, where (16) as printed gives no bound, the bound derived from Lemma 3
+by Minkowski's inequality (:func:`gradstat.theory.qcs.residual_bound_mmse_minkowski`).
 
 Each trial replays T steps of a gradient sequence (the check's blocks 0..T-1; a dump's few steps are cycled) from
 r_0 = 0 with its own seed; the sample of a trial is ``max_t ||r_t||^2 / B`` with ``B = max_t ||g_t||^2``. Its mean

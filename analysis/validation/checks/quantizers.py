@@ -115,8 +115,6 @@ CHECKS = [
         paper=file_of(QCS),
     ),
     variance_check("dqsg-exact", "dqsg:M=4", 1024, "equal", DQSG, "Lemma 3 / App. B", 300, 3000),
-    variance_check(
-        "half-dither-exact", "dqsg:M=4,half=true", 1024, "equal", DQSG, "Sec. 2.1.1, Lemma 2", 300, 3000
-    ),
+    variance_check("half-dither-exact", "dqsg:M=4,half=true", 1024, "equal", DQSG, "Sec. 2.1.1, Lemma 2", 300, 3000),
     variance_check("qsgd-bound", "qsgd:s=4,bucket=512", 1024, "upper", "QSGD", "Lemma 3.1", 300, 3000),
 ]

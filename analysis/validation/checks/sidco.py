@@ -1,9 +1,10 @@
-"""SIDCo's (Abdelmoniem et al.) estimation quality under the genie distribution: with |g| drawn from the fitted family itself, the
-count k_hat of elements above the fitted threshold eta(delta) is Binomial(d, delta), so E[k_hat/k] = 1.
+"""SIDCo's (Abdelmoniem et al.) estimation quality under the genie distribution: with |g| drawn from the fitted
+family itself, the count k_hat of elements above the fitted threshold eta(delta) is Binomial(d, delta), so
+E[k_hat/k] = 1.
 
 Source: SIDCo (Abdelmoniem et al.), Lemma 1 (4)-(5) (threshold), Cor. 1.1-1.3 (closed-form fits), Sec. 2.2 / App. C
-(k_hat ~ Binomial(d, delta)). The threshold comes from :func:`gradstat.theory.thresholds.threshold` with the quantile the
-check names; with the gamma family and ``quantile="approx"`` (Cor. 1.2's approximation claimed as exact) the check
+(k_hat ~ Binomial(d, delta)). The threshold comes from :func:`gradstat.theory.thresholds.threshold` with the quantile
+the check names; with the gamma family and ``quantile="approx"`` (Cor. 1.2's approximation claimed as exact) the check
 fails, which the regression tests use to show it can.
 
 Tolerance: the parameters are estimated from the same d values, so E[k_hat/k] deviates from 1 by O(1/d) even for
@@ -30,7 +31,11 @@ SIDCO = "SIDCo"
 D = 20_000
 RATIO = 0.01
 TOLERANCE = 0.01
-LAWS = {"exponential": "Exponential(scale 1)", "gamma": "Gamma(shape 0.5, scale 1)", "genpareto": "GP(shape 0.25, scale 1)"}
+LAWS = {
+    "exponential": "Exponential(scale 1)",
+    "gamma": "Gamma(shape 0.5, scale 1)",
+    "genpareto": "GP(shape 0.25, scale 1)",
+}
 FAMILIES = {  # family -> genie distribution, with shapes typical of gradients (SIDCo Fig. 2)
     "exponential": lambda: _dist("Exponential", scale=1.0),
     "gamma": lambda: _dist("Gamma", shape=0.5, scale=1.0),
