@@ -61,6 +61,12 @@ def selection_options(fn):
     return fn
 
 
+def report_choice_options(fn):
+    """--compressor (repeatable) and --feedback of ``report``/``demo``: the replayed and variance comparisons."""
+    fn = click.option("--feedback", default=None, help="feedback of the chosen compressors: none | ef | qcs:beta=B")(fn)
+    return click.option("--compressor", "specs", multiple=True, help="compressor to compare (repeatable)")(fn)
+
+
 def _echo_table(df: pd.DataFrame, title: str, columns: list[str] | None = None) -> None:
     click.echo(f"\n{title}")
     click.echo(to_text(df[columns] if columns else df))
@@ -279,12 +285,23 @@ def register(cli: click.Group) -> None:
     @click.option("--seed", default=0, show_default=True, type=int)
     @click.option("--quiet", is_flag=True)
     @click.option("--checks", default=None, help="validation checks to run (names or prefixes; default all)")
-    def report_cmd(dump, out, quick, steps, device, seed, quiet, checks):
+    @report_choice_options
+    def report_cmd(dump, out, quick, steps, device, seed, quiet, checks, specs, feedback):
         """One Markdown report with its PNGs and CSVs: fits, thresholds, variance, feedback, validation."""
         from gradstat.analysis.report.document import write_report
 
         path, failed = write_report(
-            dump, out, quick, steps, resolve_device(device), seed, not quiet, echo=click.echo, checks=checks
+            dump,
+            out,
+            quick,
+            steps,
+            resolve_device(device),
+            seed,
+            not quiet,
+            echo=click.echo,
+            checks=checks,
+            compressors=specs,
+            feedback=feedback,
         )
         click.echo(f"report: {path}")
         return 1 if failed else 0
@@ -299,7 +316,8 @@ def register(cli: click.Group) -> None:
     @click.option("--seed", default=0, show_default=True, type=int)
     @click.option("--quiet", is_flag=True)
     @click.option("--keep-dump", is_flag=True, help="keep the recorded dump in <out>/dump")
-    def demo_cmd(out, workload, n_steps, n_workers, quick, device, seed, quiet, keep_dump):
+    @report_choice_options
+    def demo_cmd(out, workload, n_steps, n_workers, quick, device, seed, quiet, keep_dump, specs, feedback):
         """Record a small dump with a built-in workload and write the report on it."""
         from gradstat.analysis.report.document import demo
 
@@ -314,6 +332,8 @@ def register(cli: click.Group) -> None:
             not quiet,
             echo=click.echo,
             keep_dump=keep_dump,
+            compressors=specs,
+            feedback=feedback,
         )
         click.echo(f"report: {path}")
         return 1 if failed else 0

@@ -34,6 +34,8 @@ from gradstat.analysis.studies import thresholds as threshold_study
 from gradstat.analysis.studies import variance as variance_study
 from gradstat.analysis.studies import variance_gain as variance_gain_study
 from gradstat.analysis.validation import outputs as validation_table
+from gradstat.compressors import create as create_compressor
+from gradstat.compressors.feedback import parse_feedback
 
 QUICK_ESTIMATORS = (
     "topk",
@@ -136,6 +138,10 @@ def measure(
 
     if feedback is not None and not compressors:
         raise ValueError("--feedback applies to the compressors given with --compressor; give at least one")
+    for spec in compressors:  # bad specs fail now, not after the fits
+        create_compressor(spec)
+    if feedback is not None:
+        parse_feedback(feedback)
     device = torch.device(device)
     t0 = time.perf_counter()
     echo = _timed(echo, t0)
