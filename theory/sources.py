@@ -143,11 +143,16 @@ def file_of(key_or_file: str) -> str:
     return paper(key_or_file).file or ""
 
 
+_SHORT = {"dqsg": "DQSG", "ndqsg": "NDQSG"}
+"""Names of one paper's two schemes, kept when a citation asks for one of them (``cite("NDQSG", ...)``)."""
+
+
 def cite(key_or_file: str, where: str = "") -> str:
     """A readable citation: ``cite("000_4b111efa75352b2d.txt", "Thm 2 eq. (10)")`` ->
-    ``"QCS (Abdi & Fekri) Thm 2 eq. (10)"``."""
-    label = paper(key_or_file).label
-    return f"{label} {where}".strip()
+    ``"QCS (Abdi & Fekri) Thm 2 eq. (10)"``; ``cite("NDQSG", "Thm 6")`` -> ``"NDQSG (Abdi & Fekri) Thm 6"``."""
+    p = paper(key_or_file)
+    short = _SHORT.get(str(key_or_file).strip().lower(), p.key)
+    return f"{short} ({p.short_authors}) {where}".strip()
 
 
 def readable(text: str) -> str:

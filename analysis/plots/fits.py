@@ -1,4 +1,4 @@
-"""Distribution-fit figures: PDF and CDF of |g| with the fitted curves (SIDCo 001_ac87256369ec7547.txt Fig. 2
+"""Distribution-fit figures: PDF and CDF of |g| with the fitted curves (SIDCo, Abdelmoniem et al., Fig. 2
 style, log axes where tails matter), QQ plot, tail check and parameter drift over steps."""
 
 from __future__ import annotations

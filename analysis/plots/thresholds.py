@@ -1,5 +1,6 @@
 """Threshold-quality figure: k_hat/k per estimator with its mean, 90 % interval over steps and the binomial band
-of a perfect fit, one panel per target ratio (SIDCo 001_ac87256369ec7547.txt Fig. 1(c) / Fig. 9 style)."""
+of a perfect fit, one panel per target ratio (SIDCo, Abdelmoniem et al., Fig. 1(c) / Fig. 9
+style)."""
 
 from __future__ import annotations
 

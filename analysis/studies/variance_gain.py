@@ -1,4 +1,5 @@
-"""Variance vs compression gain, QCS Fig. 3 (000_4b111efa75352b2d.txt, discussion after eq. (11)), with measured
+"""Variance vs compression gain, QCS Fig. 3 (Abdi & Fekri, Quantized Compressive Sampling,
+discussion after eq. (11)), with measured
 points.
 
 Theory curves (computed by :mod:`theory`):
