@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Paper", "PAPERS", "cite", "paper", "readable", "file_of"]
+__all__ = ["Paper", "PAPERS", "cite", "paper", "readable", "file_of", "files_in"]
 
 
 @dataclass(frozen=True)
@@ -153,6 +153,12 @@ def cite(key_or_file: str, where: str = "") -> str:
     p = paper(key_or_file)
     short = _SHORT.get(str(key_or_file).strip().lower(), p.key)
     return f"{short} ({p.short_authors}) {where}".strip()
+
+
+def files_in(text: str) -> list[str]:
+    """The seed files a string names (in order, without repeats)."""
+    found = [m.group(0) for m in _FILE_RE.finditer(text)]
+    return list(dict.fromkeys(found))
 
 
 def readable(text: str) -> str:
