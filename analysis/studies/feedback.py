@@ -188,14 +188,24 @@ def feedback_table(
 
 
 def eta_curve(summary: pd.DataFrame, points: int = 200) -> pd.DataFrame:
-    """The bound eta(beta) of ``summary``'s compressor over ``beta`` in [0.01, 1] (columns ``beta, eta``)."""
+    """The bounds of ``summary``'s compressor over ``beta`` in (0, 1], each only where it is valid.
+
+    Columns ``beta, bound, value``: ``eta`` ((15) or (16) as printed; rows only where the formula gives a bound),
+    ``eta_minkowski`` (MMSE only, every beta in (0, 1]) and ``karimireddy`` (Remark 3's eta_k, MMSE only, at
+    beta = 1 only: it is stated for feedback weight 1).
+    """
     first = summary.iloc[0]
     th = FeedbackTheory(
         None if pd.isna(first["gamma"]) else float(first["gamma"]),
         None if pd.isna(first["bound_kind"]) else str(first["bound_kind"]),
     )
     grid = np.linspace(0.01, 1.0, points)
-    return pd.DataFrame({"beta": grid, "eta": [th.eta(b)[0] for b in grid]})
+    rows = [{"beta": b, "bound": "eta", "value": v} for b in grid if math.isfinite(v := th.eta(b)[0])]
+    if th.kind == "mmse":
+        rows += [{"beta": b, "bound": "eta_minkowski", "value": th.eta_minkowski(b)} for b in grid]
+        if math.isfinite(first["eta_karimireddy"]):
+            rows.append({"beta": 1.0, "bound": "karimireddy", "value": float(first["eta_karimireddy"])})
+    return pd.DataFrame(rows, columns=["beta", "bound", "value"])
 
 
 def run(
