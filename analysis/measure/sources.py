@@ -5,7 +5,7 @@ Most bounds are conditional on the gradient (``E[. | g] <= bound * ||g||^2``), s
 :class:`GradientSource` supplies them:
 
 - ``synthetic`` (default): i.i.d. entries with random signs and magnitudes from a sparsity-inducing law (SIDCo
-  001_ac87256369ec7547.txt Sec. 2.3): ``laplace`` (double exponential, scale 1, the default), ``gamma`` (double
+  SIDCo (Abdelmoniem et al.) Sec. 2.3): ``laplace`` (double exponential, scale 1, the default), ``gamma`` (double
   gamma, shape 0.5), ``genpareto`` (double generalized Pareto, shape 0.25) or ``normal``, drawn with
   :mod:`gradstat.theory.distributions` from a generator seeded with ``seed``;
 - ``dump``: a block of ``n`` consecutive coordinates of the flattened model gradient of a dump, at the position
