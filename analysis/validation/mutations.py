@@ -1,6 +1,6 @@
 """Planted bugs: for every validation check, realistic mistakes in the code it checks, applied by patching that
 code for the duration of one run. A check *kills* a mutation when its verdict turns to ``violated``; a check that
-cannot fail is not a check (DESIGN: validation).
+cannot fail is not a check.
 
 Each :class:`Mutation` names its check, what the bug is (in the words of a code review: wrong constant, dither not
 subtracted or doubled, wrong scale, off-by-one k, wrong sign, side information scaled, ...) and a ``patch`` that
