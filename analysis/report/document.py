@@ -75,8 +75,8 @@ def default_replays(numel: int) -> list[tuple[str, str]]:
     ]
 
 
-def default_variance_specs(n: int) -> list[str]:
-    """Compressors of the variance section on blocks of n: every closed form the project checks."""
+def default_variance_specs() -> list[str]:
+    """Compressors of the variance section: every closed form the project checks."""
     return [
         "qcs:block=256,k=64,Q=4",
         "qcs:block=256,k=64,Q=4,alpha=mmse",
@@ -253,7 +253,7 @@ def _dump_sections(
     src = GradientSource(dump, sel)
     n = 1024
     vecs = [(_block_label(src, n, i), src.vector(n, device, index=i)) for i in range(2)]
-    specs = chosen or default_variance_specs(n)
+    specs = chosen or default_variance_specs()
     data.variance = variance_study.run(vecs, specs, out, 50 if quick else 200, seed, progress)
     echo("feedback ...")
     n_fb, length, n_seeds = 4096, 20, 4 if quick else 8

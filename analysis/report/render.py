@@ -513,7 +513,11 @@ def findings(data: ReportData) -> str:
     bullets = [b for b in (f(data) for f in FINDINGS) if b]
     if not bullets:
         return ""
-    return "## Known disagreements with the papers, as measured in this run\n\n" + "\n".join(f"- {b}" for b in bullets) + "\n"
+    return (
+        "## Known disagreements with the papers, as measured in this run\n\n"
+        + "\n".join(f"- {b}" for b in bullets)
+        + "\n"
+    )
 
 
 def footer(data: ReportData) -> str:
