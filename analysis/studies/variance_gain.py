@@ -1,6 +1,5 @@
-"""Variance vs compression gain, QCS Fig. 3 (Abdi & Fekri, Quantized Compressive Sampling,
-discussion after eq. (11)), with measured
-points.
+"""Variance vs compression gain, QCS Fig. 3 (Abdi & Fekri, Quantized Compressive Sampling, discussion after
+eq. (11)), with measured points.
 
 Theory curves (computed by :mod:`theory`):
 
