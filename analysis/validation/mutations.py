@@ -540,6 +540,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "double-momentum",
         "server adds beta (w_t - w_{t-1}) to the sparse update",
         lambda: _gmc_round("double-momentum"),
+        "the exact CR counts the union of the masks, which the server's update does not change",
+        "gmc-cr",
     ),
     Mutation("gmc-cr-exact", "s+1", "off-by-one k: masks of s + 1 coordinates", lambda: _randk(k_shift=1)),
     Mutation("gmc-cr-exact", "s-1", "off-by-one k: masks of s - 1 coordinates", lambda: _randk(k_shift=-1)),
@@ -598,6 +600,7 @@ def run_mutation(m: Mutation, size: str = "quick", seed: int = 0) -> dict[str, o
         "why_survives": ""
         if killed
         else (m.why or "not explained") + (f"; caught by {m.caught_by}" if m.caught_by else ""),
+        "caught_by": "" if killed else m.caught_by,
         "seconds": round(time.perf_counter() - t0, 2),
     }
 
@@ -629,10 +632,24 @@ def render(df: pd.DataFrame) -> str:
         to_markdown(per),
     ]
     if not survivors.empty:
-        lines += ["## Survivors", ""]
+        elsewhere = survivors[survivors["caught_by"].astype(bool)] if "caught_by" in survivors else survivors[:0]
+        nowhere = survivors.drop(elsewhere.index)
+        lines += [
+            "## Survivors",
+            "",
+            f"{len(survivors)} survive their check; {len(elsewhere)} of them are caught by the companion check "
+            f"named (the same bug planted there), {len(nowhere)} by no check"
+            + (
+                f" ({', '.join(f'`{r.check}` / `{r.mutation}`' for r in nowhere.itertuples())})."
+                if len(nowhere)
+                else "."
+            )
+            + " Each says why its check cannot see it:",
+            "",
+        ]
         lines += [f"- `{r.check}` / `{r.mutation}` ({r.bug}): {r.why_survives}" for r in survivors.itertuples()]
         lines.append("")
-    lines += ["## Every planted bug", "", to_markdown(df.drop(columns=["seconds"]))]
+    lines += ["## Every planted bug", "", to_markdown(df.drop(columns=["seconds", "caught_by"], errors="ignore"))]
     return "\n".join(lines)
 
 

@@ -70,6 +70,7 @@ def test_kill_table_lists_survivors_with_their_reason():
                 "killed": True,
                 "measured": "",
                 "why_survives": "",
+                "caught_by": "",
                 "seconds": 0.1,
             },
             {
@@ -80,9 +81,11 @@ def test_kill_table_lists_survivors_with_their_reason():
                 "killed": False,
                 "measured": "",
                 "why_survives": "too loose",
+                "caught_by": "",
                 "seconds": 0.1,
             },
         ]
     )
     text = render(df)
     assert "1 of 2 planted bugs caught (50%)" in text and "`a` / `y` (c): too loose" in text
+    assert "0 of them are caught by the companion check named" in text and "1 by no check (`a` / `y`)" in text
