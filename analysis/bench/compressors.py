@@ -1,6 +1,6 @@
 """Encode+decode time, exact bits and gain of every registered compressor, next to torch.topk in the same run.
 
-The SIDCo micro-benchmark (001_ac87256369ec7547.txt, Sec. 1 Fig. 1 and App. E.2: synthetic vectors of 0.26M-260M
+The SIDCo micro-benchmark (Abdelmoniem et al., Sec. 1 Fig. 1 and App. E.2: synthetic vectors of 0.26M-260M
 elements, speed-up over Top-k): one Laplace(0, 1) vector of ``size`` elements on ``device``; each compressor built
 with its defaults and, where it has a ``ratio``, ``ratio``; a fixed threshold gets the exact (1 - ratio) quantile
 of |g| (an offline-tuned threshold). Compressors that decode with side information (NDQSG) are timed as a

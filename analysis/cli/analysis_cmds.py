@@ -56,6 +56,16 @@ def _open(path: str):
     return open_dump(path)
 
 
+def report_choice_options(fn):
+    """--compressor (repeatable) and --feedback of ``report``/``demo``: the replayed and variance comparisons."""
+    fn = click.option("--feedback", default=None, help="Feedback of the chosen compressors: none | ef | qcs:beta=B.")(
+        fn
+    )
+    return click.option(
+        "--compressor", "specs", multiple=True, help="Compressor spec to compare (repeatable; default: the paper set)."
+    )(fn)
+
+
 def _echo_table(df: pd.DataFrame, title: str, columns: list[str] | None = None) -> None:
     click.echo(f"\n{title}")
     click.echo(to_text(df[columns] if columns else df))
@@ -306,7 +316,8 @@ def register(cli: click.Group) -> None:
     @out_option("gradstat-out/report")
     @seed_option
     @quiet_option
-    def report_cmd(dump, steps, quick, checks, device, out, seed, quiet):
+    @report_choice_options
+    def report_cmd(dump, steps, quick, checks, device, out, seed, quiet, specs, feedback):
         """Write the full Markdown report with its figures and tables.
 
         Fits, threshold quality, replayed compressors, variance, error feedback and validation on the dump (the
@@ -319,9 +330,21 @@ def register(cli: click.Group) -> None:
         else:
             _no_selection(steps, None)
         validation_registry.select(checks)
+        if specs or feedback:
+            _check_specs(specs, feedback or "none")
         with _results(out, "report") as folder:
             path, failed = write_report(
-                dump, folder, quick, steps, resolve_device(device), seed, not quiet, echo=click.echo, checks=checks
+                dump,
+                folder,
+                quick,
+                steps,
+                resolve_device(device),
+                seed,
+                not quiet,
+                echo=click.echo,
+                checks=checks,
+                compressors=specs,
+                feedback=feedback,
             )
             click.echo(f"report: {path}")
         return 1 if failed else 0
@@ -338,7 +361,8 @@ def register(cli: click.Group) -> None:
     @out_option("gradstat-demo")
     @seed_option
     @quiet_option
-    def demo_cmd(workload, iterations, n_workers, quick, device, out, seed, quiet):
+    @report_choice_options
+    def demo_cmd(workload, iterations, n_workers, quick, device, out, seed, quiet, specs, feedback):
         """Record a small dump and write the report on it.
 
         Trains a built-in workload for a few iterations with simulated workers, keeps the dump in <out>/dump
@@ -347,6 +371,8 @@ def register(cli: click.Group) -> None:
         from gradstat.analysis.report.document import demo
 
         iterations = check_iterations(iterations)
+        if specs or feedback:
+            _check_specs(specs, feedback or "none")
         with _results(out, "demo") as folder:
             path, failed = demo(
                 folder,
@@ -358,6 +384,8 @@ def register(cli: click.Group) -> None:
                 seed,
                 not quiet,
                 echo=click.echo,
+                compressors=specs,
+                feedback=feedback,
             )
             click.echo(f"report: {path}\ndump:   {folder / 'dump'}")
         return 1 if failed else 0

@@ -12,6 +12,8 @@ import json
 
 import click
 
+from gradstat.theory.sources import files_in, readable
+
 
 def registry_table(kind: str | None = None) -> list[dict[str, object]]:
     """The registry as rows of plain values (one dict per compressor, sorted by name)."""
@@ -22,7 +24,9 @@ def registry_table(kind: str | None = None) -> list[dict[str, object]]:
         props = compressors.get(name).properties
         if kind is not None and props.kind != kind:
             continue
-        rows.append({"name": name, **dataclasses.asdict(props), "spec": compressors.create(name).spec()})
+        row = {"name": name, **dataclasses.asdict(props), "spec": compressors.create(name).spec()}
+        row["paper_files"] = ", ".join(files_in(row["source"]))  # the citation made readable, the files kept
+        rows.append({**row, "source": readable(row["source"])})
     if kind is not None and not rows:
         raise ValueError(f"no compressor of kind {kind!r}; kinds: sparsifier, quantizer, sketch, identity")
     return rows

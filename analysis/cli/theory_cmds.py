@@ -1,8 +1,10 @@
 """``gradstat theory ...``: evaluate the papers' closed forms for given parameters.
 
 Each command prints an aligned table of (quantity, value, source) rows, or with ``--json`` a JSON list of
-``{"quantity", "value", "source", "note"}`` objects (non-finite values become ``null`` with the reason in
-``note``). The maths lives in ``theory``; this module only collects and formats it.
+``{"quantity", "value", "source", "paper_file", "note"}`` objects (non-finite values become ``null`` with the reason
+in ``note``). Sources read like "QCS (Abdi & Fekri) Thm 2 (10)" (:func:`gradstat.theory.sources.cite`); the paper's
+file follows in brackets in the table and in ``paper_file`` in JSON. The maths lives in ``theory``; this module
+only collects and formats it.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import click
 
 from gradstat.analysis.cli.options import Distribution, law_help
 from gradstat.theory import bits, dqsg, qcs, qsgd, sidco
+from gradstat.theory.sources import cite, file_of
 
-QCS = "QCS (Abdi & Fekri)"
-NDQ = "DQSG/NDQSG (Abdi & Fekri)"
-SID = "SIDCo (Abdelmoniem et al.)"
-# The papers as the source column names them (short name and authors, as in every docstring).
+QCS = cite("QCS")
+NDQ = cite("NDQSG")
+DQ = cite("DQSG")
+SID = cite("SIDCo")
+_KEYS = {QCS: "QCS", NDQ: "NDQSG", DQ: "DQSG", SID: "SIDCo"}
 
 
 @dataclass(frozen=True)
@@ -38,11 +42,25 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+def _paper_file(source: str) -> str:
+    """The seed file of the paper a source cites ("" for papers not kept as a file)."""
+    for label, key in _KEYS.items():
+        if label in source:
+            return file_of(key)
+    return ""
+
+
 def _jsonable(row: Row) -> dict[str, object]:
     value, note = row.value, row.note
     if isinstance(value, float) and not math.isfinite(value):
         value, note = None, note or f"value is {row.value}"
-    return {"quantity": row.quantity, "value": value, "source": row.source, "note": note}
+    return {
+        "quantity": row.quantity,
+        "value": value,
+        "source": row.source,
+        "paper_file": _paper_file(row.source),
+        "note": note,
+    }
 
 
 def _emit(rows: list[Row], as_json: bool) -> None:
@@ -50,7 +68,16 @@ def _emit(rows: list[Row], as_json: bool) -> None:
         click.echo(json.dumps([_jsonable(r) for r in rows], indent=2))
         return
     header = ("quantity", "value", "source")
-    cells = [(r.quantity, _fmt(r.value), r.source + (f"  [{r.note}]" if r.note else "")) for r in rows]
+    cells = [
+        (
+            r.quantity,
+            _fmt(r.value),
+            r.source
+            + (f"  [{_paper_file(r.source)}]" if _paper_file(r.source) else "")
+            + (f"  [{r.note}]" if r.note else ""),
+        )
+        for r in rows
+    ]
     w0 = max(len(header[0]), *(len(c[0]) for c in cells))
     w1 = max(len(header[1]), *(len(c[1]) for c in cells))
     click.echo(f"{header[0]:<{w0}}  {header[1]:>{w1}}  {header[2]}")
@@ -159,18 +186,18 @@ def register(group: click.Group) -> None:
         """DQSG error factors, QSGD/TernGrad-as-half-dithered variances and bits for (n, M)."""
         delta = 1.0 / M
         rows = [
-            Row("Delta", delta, f"{NDQ} (2)"),
-            Row("levels 2M+1", 2 * M + 1, f"{NDQ} (2)"),
-            Row("n Delta^2/12 (error / ||g||_inf^2)", n * delta**2 / 12.0, f"{NDQ} Lemma 3, App. B"),
-            Row("second-moment factor 1 + n Delta^2/12", dqsg.second_moment_factor(n, delta), f"{NDQ} Sec. 3.1"),
-            Row("dithered variance per element (x scale^2)", qsgd.dithered_average_variance(M), f"{NDQ} Thm 1"),
-            Row("stochastic (QSGD) mean variance, x ~ U[-1,1]", qsgd.uniform_average_variance(M), f"{NDQ} Sec. 2.1.1"),
-            Row("stochastic (QSGD) max variance 1/(4M^2)", 1.0 / (4.0 * M**2), f"{NDQ} Sec. 2.1.1"),
-            Row("QSGD Lemma 3.1 factor min(n/s^2, sqrt(n)/s)", qsgd.variance_bound(n, M), "Alistarh et al., Lemma 3.1"),
-            Row("bits per value (fixed)", bits.code_bits(2 * M + 1, "fixed"), f"{NDQ} (2)"),
-            Row("bits per value (ideal)", bits.code_bits(2 * M + 1, "ideal"), f"{NDQ} Table 1"),
-            Row("message bits (fixed)", bits.dqsg_bits(n, M, partitions, scale_bits, "fixed"), f"{NDQ} Alg. 1, (4)"),
-            Row("message bits (ideal)", bits.dqsg_bits(n, M, partitions, scale_bits, "ideal"), f"{NDQ} Alg. 1, (4)"),
+            Row("Delta", delta, f"{DQ} (2)"),
+            Row("levels 2M+1", 2 * M + 1, f"{DQ} (2)"),
+            Row("n Delta^2/12 (error / ||g||_inf^2)", n * delta**2 / 12.0, f"{DQ} Lemma 3, App. B"),
+            Row("second-moment factor 1 + n Delta^2/12", dqsg.second_moment_factor(n, delta), f"{DQ} Sec. 3.1"),
+            Row("dithered variance per element (x scale^2)", qsgd.dithered_average_variance(M), f"{DQ} Thm 1"),
+            Row("stochastic (QSGD) mean variance, x ~ U[-1,1]", qsgd.uniform_average_variance(M), f"{DQ} Sec. 2.1.1"),
+            Row("stochastic (QSGD) max variance 1/(4M^2)", 1.0 / (4.0 * M**2), f"{DQ} Sec. 2.1.1"),
+            Row("QSGD Lemma 3.1 factor min(n/s^2, sqrt(n)/s)", qsgd.variance_bound(n, M), cite("QSGD", "Lemma 3.1")),
+            Row("bits per value (fixed)", bits.code_bits(2 * M + 1, "fixed"), f"{DQ} (2)"),
+            Row("bits per value (ideal)", bits.code_bits(2 * M + 1, "ideal"), f"{DQ} Table 1"),
+            Row("message bits (fixed)", bits.dqsg_bits(n, M, partitions, scale_bits, "fixed"), f"{DQ} Alg. 1, (4)"),
+            Row("message bits (ideal)", bits.dqsg_bits(n, M, partitions, scale_bits, "ideal"), f"{DQ} Alg. 1, (4)"),
         ]
         _emit(rows, as_json)
 

@@ -5,7 +5,7 @@ Most bounds are conditional on the gradient (``E[. | g] <= bound * ||g||^2``), s
 :class:`GradientSource` supplies them:
 
 - ``synthetic`` (default): i.i.d. entries with random signs and magnitudes from a sparsity-inducing law (SIDCo
-  001_ac87256369ec7547.txt Sec. 2.3): ``exponential`` (a Laplace vector: double
+  SIDCo (Abdelmoniem et al.) Sec. 2.3): ``exponential`` (a Laplace vector: double
   exponential, scale 1, the default; ``laplace`` and ``exp`` are accepted aliases), ``gamma`` (double
   gamma, shape 0.5), ``genpareto`` (double generalized Pareto, shape 0.25) or ``normal``, drawn with
   :mod:`gradstat.theory.distributions` from a generator seeded with ``seed``;
@@ -77,6 +77,11 @@ class GradientSource:
             window = sq[n:] - sq[:-n]
             self._cache[key] = int(window.argmax())
         return self._cache[key]
+
+    def block_origin(self, n: int, index: int = 0) -> tuple[int, int]:
+        """(dump step, first coordinate) of the block :meth:`vector` returns for ``n`` and ``index`` (dump only)."""
+        steps = self._steps()
+        return steps[index % len(steps)], self._offset(n)
 
     def vector(
         self, n: int, device: torch.device | str = "cpu", index: int = 0, dtype: torch.dtype = torch.float32

@@ -23,6 +23,22 @@ def new_figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float
     return fig, axes
 
 
+def log_axis(axis, subs: tuple[float, ...] = (1.0, 2.0, 5.0)) -> None:
+    """Readable log axis: major ticks at 1, 2, 5 x 10^k written as plain numbers (0.01, 0.2, 5, 100), no minor
+    labels."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def legend_outside(ax, fontsize: int = 7, source=None) -> None:
+    """The legend to the right of ``ax``, outside the data; ``source`` (another axes) supplies the entries."""
+    handles, labels = (source or ax).get_legend_handles_labels()
+    ax.legend(handles, labels, fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+
+
 def save_figure(fig, data: pd.DataFrame, out_dir: str | os.PathLike, stem: str) -> dict[str, Path]:
     """Write ``<stem>.png`` and ``<stem>.csv`` (the data behind the figure) into ``out_dir``; close the figure."""
     out = Path(out_dir)
@@ -31,7 +47,7 @@ def save_figure(fig, data: pd.DataFrame, out_dir: str | os.PathLike, stem: str) 
     tmp = out / f".{stem}.tmp{os.getpid()}.png"
     try:
         fig.tight_layout()
-        fig.savefig(tmp, dpi=DPI)
+        fig.savefig(tmp, dpi=DPI, bbox_inches="tight")  # keeps legends placed outside the axes
         os.replace(tmp, png)
     finally:
         plt.close(fig)

@@ -1,4 +1,4 @@
-"""Distribution-fit figures: PDF and CDF of |g| with the fitted curves (SIDCo 001_ac87256369ec7547.txt Fig. 2
+"""Distribution-fit figures: PDF and CDF of |g| with the fitted curves (SIDCo, Abdelmoniem et al., Fig. 2
 style, log axes where tails matter), QQ plot, tail check and parameter drift over steps."""
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from gradstat.analysis.plots.common import new_figure, save_figure
+from gradstat.analysis.plots.common import legend_outside, log_axis, new_figure, save_figure
 
 COLORS = {"exponential": "tab:blue", "gamma": "tab:orange", "genpareto": "tab:green"}
+MARKERS = {"exponential": "o", "gamma": "s", "genpareto": "^"}
+"""One shape per family in every figure (colour and shape both name the family; line style names the method)."""
 
 
 def _fits(a: torch.Tensor, families: Sequence[str], method: str) -> dict:
@@ -65,7 +67,7 @@ def pdf_cdf(
         ylim=(pos.min() / 10, pos.max() * 10),
     )
     ax[0, 1].set(xlabel="x", ylabel="P(|g| > x)", title="survival function", ylim=(0.5 / len(x), 1.5))
-    ax[0, 0].legend(fontsize=8)
+    legend_outside(ax[0, 1])
     return save_figure(fig, data, out_dir, stem)
 
 
@@ -87,11 +89,11 @@ def qq(
     fig, ax = new_figure()
     for fam, dist in dists.items():
         data[fam] = _np(dist.ppf(torch.from_numpy(probs)))
-        ax[0, 0].loglog(emp, data[fam], ".", ms=3, color=COLORS.get(fam), label=fam)
+        ax[0, 0].loglog(emp, data[fam], MARKERS.get(fam, "."), ms=3, mfc="none", color=COLORS.get(fam), label=fam)
     lim = [emp.min(), emp.max()]
     ax[0, 0].loglog(lim, lim, "k--", lw=0.8, label="y = x")
     ax[0, 0].set(xlabel="empirical quantile of |g|", ylabel="fitted quantile", title=f"QQ plot ({method})")
-    ax[0, 0].legend(fontsize=8)
+    legend_outside(ax[0, 0])
     return save_figure(fig, data, out_dir, stem)
 
 
@@ -108,14 +110,15 @@ def tail_check(fits: pd.DataFrame, out_dir: str | os.PathLike, stem: str, scope:
         ax[0, 0].semilogx(
             deltas,
             [row[c] for c in cols],
-            "o-" if row["method"] == "mle" else "s--",
+            MARKERS.get(row["family"], "o") + ("-" if row["method"] == "mle" else "--"),
             color=COLORS.get(row["family"]),
             label=f"{row['family']} ({row['method']})",
         )
     ax[0, 0].axhline(1.0, color="k", lw=0.8)
     ax[0, 0].set(xlabel="target ratio delta", ylabel="k_hat / (d delta)", title="tail check (single-stage fit)")
     ax[0, 0].invert_xaxis()
-    ax[0, 0].legend(fontsize=7)
+    ax[0, 0].set_xticks(deltas, [f"{d:g}" for d in deltas])
+    legend_outside(ax[0, 0])
     return save_figure(fig, data, out_dir, stem)
 
 
@@ -124,12 +127,18 @@ def drift(
 ) -> dict[str, Path]:
     """Fitted scale and shape per step (one line per family); ``data`` has columns ``step, family, scale, shape``
     (:func:`gradstat.analysis.studies.fits.drift`)."""
+    from matplotlib.ticker import MaxNLocator
+
     fig, ax = new_figure(2)
     for fam, grp in data.groupby("family"):
-        ax[0, 0].plot(grp["step"], grp["scale"], "o-", color=COLORS.get(fam), label=fam)
+        style = MARKERS.get(fam, "o") + "-"
+        ax[0, 0].plot(grp["step"], grp["scale"], style, color=COLORS.get(fam), label=fam)
         if grp["shape"].notna().any():
-            ax[0, 1].plot(grp["step"], grp["shape"], "o-", color=COLORS.get(fam), label=fam)
+            ax[0, 1].plot(grp["step"], grp["shape"], style, color=COLORS.get(fam), label=fam)
     ax[0, 0].set(xlabel="step", ylabel="scale (beta)", title=f"scale drift ({method}, {scope})", yscale="log")
     ax[0, 1].set(xlabel="step", ylabel="shape (alpha)", title="shape drift")
-    ax[0, 0].legend(fontsize=8)
+    for a in ax[0]:
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are integers
+    log_axis(ax[0, 0].yaxis, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0))
+    legend_outside(ax[0, 1], source=ax[0, 0])  # every family has a scale; not every one a shape
     return save_figure(fig, data, out_dir, stem)

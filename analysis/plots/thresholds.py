@@ -1,5 +1,6 @@
 """Threshold-quality figure: k_hat/k per estimator with its mean, 90 % interval over steps and the binomial band
-of a perfect fit, one panel per target ratio (SIDCo 001_ac87256369ec7547.txt Fig. 1(c) / Fig. 9 style)."""
+of a perfect fit, one panel per target ratio (SIDCo, Abdelmoniem et al., Fig. 1(c) / Fig. 9
+style)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import NullFormatter
 
-from gradstat.analysis.plots.common import new_figure, save_figure
+from gradstat.analysis.plots.common import legend_outside, log_axis, new_figure, save_figure
 
 
 def k_ratio(summary: pd.DataFrame, out_dir: str | os.PathLike, stem: str) -> dict[str, Path]:
@@ -33,9 +33,13 @@ def k_ratio(summary: pd.DataFrame, out_dir: str | os.PathLike, stem: str) -> dic
             capsize=3,
             label="mean, 90 % interval",
         )
+        for yi, m in zip(y, s["mean"], strict=True):
+            if m <= 0:  # nothing selected: no point on a log axis, so say it
+                a.text(0.02, yi, "k_hat = 0", transform=a.get_yaxis_transform(), fontsize=6, va="center")
         a.set_yticks(y, s["estimator"], fontsize=7)
-        a.set(xlabel="k_hat / k", title=f"delta = {r:g}", xscale="log")
-        a.xaxis.set_minor_formatter(NullFormatter())
-        if j == 0:
-            a.legend(fontsize=7, loc="lower right")
+        a.set(xlabel="k_hat / k (log)", title=f"delta = {r:g}", xscale="log")
+        log_axis(a.xaxis, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0))
+        a.tick_params(axis="x", labelsize=7, labelrotation=45)
+        if j == len(ratios) - 1:
+            legend_outside(a)
     return save_figure(fig, summary, out_dir, stem)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gradstat.analysis.plots.common import new_figure, save_figure
+from gradstat.analysis.plots.common import legend_outside, log_axis, new_figure, save_figure
 
 STYLE = {"QCS (min over k, Q)": "tab:blue", "QSGD (Lemma 3.1)": "tab:orange", "Wangni (uniform p)": "tab:green"}
 
@@ -15,7 +15,8 @@ STYLE = {"QCS (min over k, Q)": "tab:blue", "QSGD (Lemma 3.1)": "tab:orange", "W
 def variance_vs_gain(
     curves: pd.DataFrame, points: pd.DataFrame | None, out_dir: str | os.PathLike, stem: str, n: int
 ) -> dict[str, Path]:
-    """``curves`` from :func:`gradstat.analysis.studies.variance_gain.theory_curves`, ``points`` from ``empirical_points``."""
+    """``curves`` from :func:`gradstat.analysis.studies.variance_gain.theory_curves`, ``points`` from
+    ``empirical_points``."""
     fig, ax = new_figure(width=6.0, height=4.2)
     a = ax[0, 0]
     for method, grp in curves.groupby("method", sort=False):
@@ -35,5 +36,6 @@ def variance_vs_gain(
             )
         frames.append(points.assign(series="measured"))
     a.set(xlabel="compression gain", ylabel="E||g - g_hat||^2 / ||g||^2", title=f"variance vs gain (n = {n})")
-    a.legend(fontsize=7)
+    log_axis(a.xaxis)
+    legend_outside(a)
     return save_figure(fig, pd.concat(frames, ignore_index=True), out_dir, stem)

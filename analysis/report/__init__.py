@@ -1,1 +1,3 @@
-"""The Markdown report: a rendering of the tables measured in one run (:mod:`~gradstat.analysis.report.document`)."""
+"""The Markdown report, rows -> Markdown: :mod:`~gradstat.analysis.report.document` runs the studies and collects
+what they measured into a :class:`~gradstat.analysis.report.data.ReportData`; :mod:`~gradstat.analysis.report.render`
+turns those rows, and nothing else, into the text."""

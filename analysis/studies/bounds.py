@@ -1,18 +1,19 @@
 """The closed-form bound on ``E||C(g) - g||^2 / ||g||^2`` that applies to a compressor, from its declared
 ``properties.bound`` key and its hyper-parameters. One home for that mapping (variance, validation, plots).
 
-Keys and formulas (each computed by :mod:`theory`, never here):
+Keys and formulas (each computed by :mod:`theory`, never here; papers as in :mod:`gradstat.theory.sources`: QCS
+(Abdi & Fekri), DQSG (Abdi & Fekri), SIDCo (Abdelmoniem et al.), QSGD (Alistarh et al.), Wangni et al.):
 
 ========================  ==========================================================  ======  ===================
 key                       bound                                                       claim   source
 ========================  ==========================================================  ======  ===================
-``qcs_gamma``             gamma(n, k, Q)                                              upper   000 Thm 2 eq. (10)
-``qcs_mmse``              1 - alpha = gamma / (gamma + 1)                             upper   000 Lemma 3 eq. (13)
-``dqsg_exact``            ||g||_inf^2 n Delta^2 / 12 / ||g||^2 (per block, summed)    equal   002 Lemma 3
-``qsgd``                  min(n / s^2, sqrt(n) / s) (per bucket of n)                 upper   Alistarh 2017 L3.1
-``half_dither_linf``      sum_i Var of the l_inf-scaled stochastic quantizer / ||g||^2  equal   002 Sec. 2.1.1, L2
-``topk_contraction``      1 - k/d, k = ceil(ratio d)                                  upper   001 Lemma 3 / App. C
-``wangni_variance``       sum g_i^2 (1/p_i - 1) / ||g||^2 with the optimal p_i        equal   Wangni 2018 Sec. 3
+``qcs_gamma``             gamma(n, k, Q)                                              upper   QCS Thm 2 eq. (10)
+``qcs_mmse``              1 - alpha = gamma / (gamma + 1)                             upper   QCS Lemma 3 eq. (13)
+``dqsg_exact``            ||g||_inf^2 n Delta^2 / 12 / ||g||^2 (per block, summed)    equal   DQSG Lemma 3
+``qsgd``                  min(n / s^2, sqrt(n) / s) (per bucket of n)                 upper   QSGD Lemma 3.1
+``half_dither_linf``      sum_i Var of the l_inf-scaled stochastic quantizer / ||g||^2  equal   DQSG Sec. 2.1.1, L2
+``topk_contraction``      1 - k/d, k = ceil(ratio d)                                  upper   SIDCo Lemma 3 / App. C
+``wangni_variance``       sum g_i^2 (1/p_i - 1) / ||g||^2 with the optimal p_i        equal   Wangni et al. Sec. 3
 ========================  ==========================================================  ======  ===================
 """
 
@@ -26,6 +27,7 @@ import torch
 
 from gradstat.analysis.measure.verdicts import Claim
 from gradstat.compressors import Compressor
+from gradstat.theory.sources import cite
 
 
 @dataclass(frozen=True)
@@ -63,21 +65,23 @@ def closed_form_bound(comp: Compressor, g: torch.Tensor) -> Bound:
 def _topk(comp: Compressor, g: torch.Tensor) -> Bound:
     d = g.numel()
     k = math.ceil(float(comp.ratio) * d)
-    return Bound(1.0 - k / d, "1 - k/d", "upper", "001_ac87256369ec7547.txt Lemma 3 / App. C")
+    return Bound(1.0 - k / d, "1 - k/d", "upper", cite("SIDCo", "Lemma 3 / App. C"))
 
 
 @rule("wangni_variance")
 def _wangni(comp: Compressor, g: torch.Tensor) -> Bound:
-    from gradstat.compressors.wangni import optimal_probabilities
-    from gradstat.theory.wangni import variance
+    """The optimal p come from :func:`gradstat.theory.wangni.optimal_probabilities` (not from the compressor), so a
+    compressor that draws wrong probabilities disagrees with the bound."""
+    from gradstat.theory.wangni import optimal_probabilities, variance
 
-    p = optimal_probabilities(g.abs().float(), math.ceil(float(comp.ratio) * g.numel()))
-    gg = float(g.double().square().sum())
+    x = g.double().cpu().numpy()
+    k = math.ceil(float(comp.ratio) * g.numel())
+    p, _ = optimal_probabilities(x, k / g.numel())
     return Bound(
-        variance(g.double().cpu().numpy(), p.double().cpu().numpy()) / gg,
+        variance(x, p) / float((x * x).sum()),
         "sum g^2 (1/p - 1) / ||g||^2",
         "equal",
-        "Wangni et al. 2018 Sec. 3; 000 Fig. 3",
+        cite("wangni", "Sec. 3; QCS Fig. 3"),
     )
 
 
@@ -99,7 +103,7 @@ def _dqsg(comp: Compressor, g: torch.Tensor) -> Bound:
         total / float(g.double().square().sum()),
         "sum_K ||g_K||_inf^2 n_K Delta^2/12 / ||g||^2",
         "equal",
-        "002_87c17e3716ede1d0.txt Lemma 3 / App. B",
+        cite("DQSG", "Lemma 3 / App. B"),
     )
 
 
@@ -113,7 +117,7 @@ def _half(comp: Compressor, g: torch.Tensor) -> Bound:
         total / float(g.double().square().sum()),
         "sum_i step^2 f_i (1 - f_i) / ||g||^2",
         "equal",
-        "002_87c17e3716ede1d0.txt Sec. 2.1.1 and Lemma 2",
+        cite("DQSG", "Sec. 2.1.1 and Lemma 2"),
     )
 
 
@@ -129,7 +133,7 @@ def _qsgd(comp: Compressor, g: torch.Tensor) -> Bound:
         variance_bound(q.bucket_size(d), int(q.levels)),
         "min(n/s^2, sqrt(n)/s), n = bucket",
         "upper",
-        "Alistarh et al. 2017 Lemma 3.1 (000_4b111efa75352b2d.txt Fig. 3)",
+        cite("QSGD", "Lemma 3.1 (QCS Fig. 3)"),
     )
 
 
@@ -143,7 +147,7 @@ def qcs_gamma(comp: Compressor) -> float:
 
 @rule("qcs_gamma")
 def _qcs(comp: Compressor, g: torch.Tensor) -> Bound:
-    return Bound(qcs_gamma(comp), "gamma(n, k, Q)", "upper", "000_4b111efa75352b2d.txt Thm 2 eq. (10)")
+    return Bound(qcs_gamma(comp), "gamma(n, k, Q)", "upper", cite("QCS", "Thm 2 eq. (10)"))
 
 
 @rule("qcs_mmse")
@@ -154,5 +158,5 @@ def _qcs_mmse(comp: Compressor, g: torch.Tensor) -> Bound:
         mmse_error_factor(qcs_gamma(comp)),
         "1 - alpha = gamma/(gamma+1)",
         "upper",
-        "000_4b111efa75352b2d.txt Lemma 3 eq. (13)",
+        cite("QCS", "Lemma 3 eq. (13)"),
     )

@@ -1,12 +1,18 @@
 """Weighted error feedback: the residual ``E||r_t||^2 / B`` against the bound eta(beta) of QCS Lemma 4.
 
-Source: 000_4b111efa75352b2d.txt, eq. (14a-d) (the feedback, ``compressors.ErrorFeedback.qcs(beta)``), Lemma 4
-(15)/(16), Remark 2 (17)/(18) and Remark 3 (Karimireddy et al.'s eta_k). ``B`` is the largest ``||g_t||^2`` of the
+Source: QCS (Abdi & Fekri, Quantized Compressive Sampling), eq. (14a-d) (the feedback,
+``compressors.ErrorFeedback.qcs(beta)``), Lemma 4 (15)/(16), Remark 2 (17)/(18) and Remark 3 (Karimireddy et al.'s
+eta_k). ``B`` is the largest ``||g_t||^2`` of the
 replayed sequence (so ``E||g||^2 <= B`` holds), the expectation is over seeds (independent replays).
 
 Which eta applies: MMSE-QCS (bound key ``qcs_mmse``) gets (16) with its gamma; any other unbiased compressor with
-a closed-form variance factor gamma (``analysis.studies.bounds``; QCS's (10), QSGD's, DQSG's, ...) gets (15), whose proof
-uses only unbiasedness and ``E||e||^2 <= gamma ||z||^2``. Anything else has no bound here.
+a closed-form variance factor gamma (``analysis.studies.bounds``; QCS's (10), QSGD's, DQSG's, ...) gets (15), whose
+proof uses only unbiasedness and ``E||e||^2 <= gamma ||z||^2``. Anything else has no bound here.
+
+How long to replay: the residual obeys ``r_{t+1} = (1 - beta) r_t + e_t`` from ``r_0 = 0``, so its second moment
+approaches its stationary level like ``1 - (1 - beta)^t``; a maximum over fewer steps than that checks the bound
+before the residual can reach it. :func:`settle_steps` gives the number of steps after which the transient
+``(1 - beta)^T`` is below ``1e-4`` (42 steps at beta = 0.2, 88 at beta = 0.1), at least 20.
 """
 
 from __future__ import annotations
@@ -75,6 +81,27 @@ def feedback_theory(comp: Compressor, g: torch.Tensor) -> FeedbackTheory:
     return FeedbackTheory(None, None)
 
 
+SETTLE_TOLERANCE = 1e-4
+"""Transient (1 - beta)^T left when a replay stops (see the module docstring)."""
+
+
+def settle_steps(beta: float, tolerance: float = SETTLE_TOLERANCE, minimum: int = 20) -> int:
+    """Steps T with ``(1 - beta)^T <= tolerance`` (at least ``minimum``): long enough for the residual of weighted
+    feedback (14d) to settle. beta must lie in (0, 1]."""
+    if not 0.0 < beta <= 1.0:
+        raise ValueError(f"feedback weight beta must lie in (0, 1], got {beta}")
+    if not 0.0 < tolerance < 1.0:
+        raise ValueError(f"tolerance must lie in (0, 1), got {tolerance}")
+    if beta == 1.0:
+        return minimum
+    return max(minimum, math.ceil(math.log(tolerance) / math.log(1.0 - beta)))
+
+
+def cycled(sequence: Sequence, length: int) -> list:
+    """``sequence`` repeated up to ``length`` items (a dump has fewer recorded steps than a replay needs)."""
+    return [sequence[t % len(sequence)] for t in range(length)]
+
+
 def residual_samples(
     comp: Compressor, beta: float, sequence: Sequence[Sequence[torch.Tensor]], seeds: Sequence[int]
 ) -> np.ndarray:
@@ -99,14 +126,17 @@ def feedback_table(
     seeds: Sequence[int],
     level: float = DEFAULT_LEVEL,
     progress: bool = False,
+    settle: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """eta vs beta for compressor ``spec`` over a gradient sequence.
+    """eta vs beta for compressor ``spec`` over a gradient sequence; with ``settle``, each beta replays the
+    sequence cycled to at least :func:`settle_steps` steps (column ``steps``).
 
     Returns
     -------
     (summary, per_step) : ``summary`` has one row per beta: ``beta, empirical`` (max over t of the seed-mean of
     ``||r_t||^2 / B``), ``ci_low, ci_high`` (interval of that mean at the maximising step), ``mean_over_steps``,
-    ``eta`` (inf when no bound), ``eta_reason``, ``eta_minkowski`` (MMSE only), ``verdict``, ``gamma``, ``bound_kind``, ``beta_star``,
+    ``eta`` (inf when no bound), ``eta_reason``, ``eta_minkowski`` (MMSE only), ``verdict``, ``gamma``, ``bound_kind``,
+    ``beta_star``,
     ``eta_star``, ``eta_karimireddy``, ``B``; ``per_step`` has ``beta, step, residual_rel_mean`` per step.
     """
     from gradstat.theory.qcs import karimireddy_residual_bound
@@ -124,7 +154,8 @@ def feedback_table(
     eta_k = karimireddy_residual_bound(th.gamma) if th.kind == "mmse" else math.nan
     rows, steps = [], []
     for beta in tqdm(betas, desc="feedback", disable=not progress, leave=False):
-        r = residual_samples(comp, beta, sequence, seeds) / B
+        seq = cycled(sequence, max(len(sequence), settle_steps(beta))) if settle else sequence
+        r = residual_samples(comp, beta, seq, seeds) / B
         means = r.mean(axis=0)
         t_max = int(np.argmax(means))
         est = mean_ci(r[:, t_max], level)
@@ -148,7 +179,8 @@ def feedback_table(
                 "eta_karimireddy": eta_k,
                 "B": B,
                 "seeds": len(seeds),
-                "steps": len(sequence),
+                "steps": len(seq),
+                "distinct_blocks": len(sequence),
             }
         )
         steps.extend({"beta": beta, "step": t, "residual_rel_mean": float(m)} for t, m in enumerate(means))
@@ -156,14 +188,24 @@ def feedback_table(
 
 
 def eta_curve(summary: pd.DataFrame, points: int = 200) -> pd.DataFrame:
-    """The bound eta(beta) of ``summary``'s compressor over ``beta`` in [0.01, 1] (columns ``beta, eta``)."""
+    """The bounds of ``summary``'s compressor over ``beta`` in (0, 1], each only where it is valid.
+
+    Columns ``beta, bound, value``: ``eta`` ((15) or (16) as printed; rows only where the formula gives a bound),
+    ``eta_minkowski`` (MMSE only, every beta in (0, 1]) and ``karimireddy`` (Remark 3's eta_k, MMSE only, at
+    beta = 1 only: it is stated for feedback weight 1).
+    """
     first = summary.iloc[0]
     th = FeedbackTheory(
         None if pd.isna(first["gamma"]) else float(first["gamma"]),
         None if pd.isna(first["bound_kind"]) else str(first["bound_kind"]),
     )
     grid = np.linspace(0.01, 1.0, points)
-    return pd.DataFrame({"beta": grid, "eta": [th.eta(b)[0] for b in grid]})
+    rows = [{"beta": b, "bound": "eta", "value": v} for b in grid if math.isfinite(v := th.eta(b)[0])]
+    if th.kind == "mmse":
+        rows += [{"beta": b, "bound": "eta_minkowski", "value": th.eta_minkowski(b)} for b in grid]
+        if math.isfinite(first["eta_karimireddy"]):
+            rows.append({"beta": 1.0, "bound": "karimireddy", "value": float(first["eta_karimireddy"])})
+    return pd.DataFrame(rows, columns=["beta", "bound", "value"])
 
 
 def run(
@@ -178,9 +220,11 @@ def run(
     device: torch.device,
     progress: bool = True,
     stem: str = "feedback",
+    settle: bool = False,
 ) -> pd.DataFrame:
-    """eta vs beta (``analysis.studies.feedback``) on ``steps`` consecutive gradient blocks of length ``n``; files
-    ``<stem>.csv``, ``<stem>_steps.csv``, ``<stem>_eta_vs_beta.png``."""
+    """eta vs beta (``analysis.studies.feedback``) on ``steps`` consecutive gradient blocks of length ``n`` (cycled
+    to :func:`settle_steps` per beta with ``settle``); files ``<stem>.csv``, ``<stem>_steps.csv``,
+    ``<stem>_eta_vs_beta.png``."""
     from gradstat.analysis.plots.feedback import eta_vs_beta
 
     sequence = []
@@ -190,7 +234,9 @@ def run(
             if source.dump is not None
             else [source.vector(n, device, index=t)]
         )
-    summary, per_step = feedback_table(spec, betas, sequence, list(range(seeds)), progress=progress)
+    summary, per_step = feedback_table(spec, betas, sequence, list(range(seeds)), progress=progress, settle=settle)
+    summary["n"] = n
+    summary["workers"] = len(workers) if source.dump is not None else 1
     write_table(summary, out, stem)
     write_table(per_step, out, f"{stem}_steps")
     eta_vs_beta(summary, eta_curve(summary), out, f"{stem}_eta_vs_beta")

@@ -2,7 +2,7 @@
 
 For each vector (a layer's or the whole model's gradient at a step, optionally l2-normalised as in SIDCo's
 figures, optionally the error-compensated gradient when the dump recorded it) and each family (double
-exponential / Laplace, double gamma, double generalized Pareto; SIDCo 001_ac87256369ec7547.txt Sec. 2.3) and
+exponential / Laplace, double gamma, double generalized Pareto; SIDCo (Abdelmoniem et al.) Sec. 2.3) and
 estimator (closed form or MLE, :func:`gradstat.theory.estimators.fit`), one table row holds:
 
 - ``scale``, ``shape`` (NaN for the exponential), ``n`` (nonzero values fitted), ``zero_fraction``;

@@ -4,7 +4,7 @@ Every estimator is a registered sparsifier with a ``ratio`` field (the spec temp
 each selected step it encodes the gradient (with its own state across steps, so SIDCo's adaptive stage count
 evolves as in training) and k_hat is the number of indices it sends; k = ceil(delta d). Per estimator and ratio
 the summary gives the mean of k_hat/k, the central 90 % interval over steps (SIDCo's estimation-quality metric,
-001_ac87256369ec7547.txt Sec. 4) and the band a perfect fit would give: the central 90 % interval of
+SIDCo (Abdelmoniem et al.) Sec. 4) and the band a perfect fit would give: the central 90 % interval of
 Binomial(d, delta) / k (:func:`gradstat.theory.sidco.exceedance_count_interval`, App. C). Estimators whose compressor is not
 registered are skipped and listed in the summary's ``missing`` attribute.
 """

@@ -1,5 +1,5 @@
-"""Variance vs compression gain, QCS Fig. 3 (000_4b111efa75352b2d.txt, discussion after eq. (11)), with measured
-points.
+"""Variance vs compression gain, QCS Fig. 3 (Abdi & Fekri, Quantized Compressive Sampling, discussion after
+eq. (11)), with measured points.
 
 Theory curves (computed by :mod:`theory`):
 
@@ -52,7 +52,7 @@ def theory_curves(n: int = 256, gains: Sequence[float] = GAINS) -> pd.DataFrame:
     gam, k, q, achieved = min_gamma_curve(n, g)
     rows = [
         {"method": "QCS (min over k, Q)", "gain": float(a), "gamma": float(v), "setting": f"k={int(kk)},Q={int(qq)}"}
-        for a, v, kk, qq in zip(achieved, gam, k, q)
+        for a, v, kk, qq in zip(achieved, gam, k, q, strict=True)
         if np.isfinite(v)
     ]
     rows += [

@@ -2,7 +2,7 @@
 
 Each of P workers computes the gradient of its own shard of the mini-batch (``torch.tensor_split`` along the
 first dimension); the model is updated with the average of the P gradients, as synchronous distributed SGD does
-(SIDCo 001_ac87256369ec7547.txt, App. A, Algorithm 2; ECQ-SGD 003_da514025a9ec0a1c.txt, w <- w - eta/P sum_p g_p).
+(SIDCo (Abdelmoniem et al.), App. A, Algorithm 2; ECQ-SGD (Wu et al.), w <- w - eta/P sum_p g_p).
 
 With a compressor in the loop, every worker compresses its whole flat gradient (model order), with its own
 error-feedback state (``z = g + compensation*h``, see :mod:`gradstat.compressors.feedback`), and the model is updated

@@ -3,7 +3,9 @@
 - :mod:`~gradstat.analysis.validation.engine`: :class:`Check`, :class:`Result`, running checks;
 - :mod:`~gradstat.analysis.validation.checks`: the checks, one module per paper family;
 - :mod:`~gradstat.analysis.validation.registry`: every check, in table order;
-- :mod:`~gradstat.analysis.validation.outputs`: the validation table written as the checks finish.
+- :mod:`~gradstat.analysis.validation.outputs`: the validation table written as the checks finish;
+- :mod:`~gradstat.analysis.validation.mutations`: planted bugs for every check and the kill-rate table
+  (``python -m gradstat.analysis.validation.mutations --out reports/mutations.md``).
 
 Intervals, verdicts and gradient sources are in :mod:`gradstat.analysis.measure`.
 """

@@ -1,7 +1,11 @@
 """The validation engine: a :class:`Check` is a claim of a paper turned into a Monte Carlo experiment.
 
-A check has a name, a source (paper file and equation), a claim direction and a ``measure`` function that returns
-the theory value and a Monte Carlo :class:`~gradstat.analysis.measure.intervals.Estimate` from fixed seeds. The verdict
+A check has a name, a readable source (``QCS (Abdi & Fekri) Thm 2 eq. (10)``, from
+:func:`gradstat.theory.sources.cite`) with the paper's file kept beside it, a claim direction and a ``measure``
+function that returns the theory value, a Monte Carlo :class:`~gradstat.analysis.measure.intervals.Estimate` from
+fixed seeds and the provenance of its vectors (a dump's step, worker and block; a synthetic law; or a paper's
+constructed example). A measurement whose trials cannot differ (a deterministic computation replayed) is reported
+as one measurement: ``deterministic`` is set and the interval is the value itself. The verdict
 compares the interval with the theory value by the rule of :mod:`gradstat.analysis.measure.verdicts`; a check is also
 **not applicable** when a piece it needs is not available (its ``measure`` raises :class:`NotApplicable`).
 
@@ -41,11 +45,17 @@ class NotApplicable(Exception):
 
 @dataclass(frozen=True)
 class Measurement:
-    """What a check's ``measure`` returns: the theory value (None: no bound) and the Monte Carlo estimate."""
+    """What a check's ``measure`` returns: the theory value (None: no bound), the Monte Carlo estimate, the
+    provenance of the vectors (``vectors``: ``dump D step s worker w (block a:b)``, ``synthetic: Laplace(1), d =
+    1000``, ``constructed (paper's counter-example)``), whether the trials are all the same computation
+    (``deterministic``) and the set-up parameters (``setup``: name -> value, rendered by the report)."""
 
     theory: float | None
     estimate: Estimate
     note: str = ""
+    vectors: str = ""
+    deterministic: bool = False
+    setup: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -65,14 +75,16 @@ class Check:
     Attributes
     ----------
     name : short identifier (``qcs-gamma``), unique in the registry.
-    source : paper file and equation/lemma, e.g. ``000_4b111efa75352b2d.txt Thm 2 eq. (10)``.
+    source : readable citation, e.g. ``QCS (Abdi & Fekri) Thm 2 eq. (10)`` (:func:`gradstat.theory.sources.cite`).
     claim : ``upper`` (empirical <= theory), ``lower`` or ``equal``.
     quantity : what is estimated, in words (e.g. ``E||g - g_hat||^2 / ||g||^2``).
     measure : ``measure(setting) -> Measurement``; draws only from generators seeded by ``setting.seed``.
     trials : Monte Carlo trials for the ``quick`` and ``full`` sizes.
     tolerance : absolute slack of an equality claim (0 for a purely statistical comparison).
     must_hold : a violation of this check is a failure (exit status 1); False for claims the project reports
-        without endorsing (e.g. an equation that is wrong as printed).
+        without endorsing (e.g. an equation that is wrong as printed, or a bound too loose to be a test).
+    paper : the paper's file for traceability (:func:`gradstat.theory.sources.file_of`); "" for outside sources.
+    rel_tolerance : slack of an equality claim relative to ``|theory|`` (float32 round-off of exact identities).
     """
 
     name: str
@@ -83,6 +95,8 @@ class Check:
     trials: dict[Size, int]
     tolerance: float = 0.0
     must_hold: bool = True
+    paper: str = ""
+    rel_tolerance: float = 0.0
 
     def run(
         self, size: Size = "quick", seed: int = 0, device: torch.device | str = "cpu", source: object = None
@@ -96,13 +110,17 @@ class Check:
             m = self.measure(setting)
         except NotApplicable as exc:
             return Result(self, None, None, "not applicable", str(exc), time.perf_counter() - t0)
+        tol = self.tolerance + (self.rel_tolerance * abs(m.theory) if m.theory is not None else 0.0)
         return Result(
             self,
             m.theory,
             m.estimate,
-            verdict(self.claim, m.theory, m.estimate, self.tolerance),
+            verdict(self.claim, m.theory, m.estimate, tol),
             m.note,
             time.perf_counter() - t0,
+            m.vectors,
+            m.deterministic,
+            dict(m.setup),
         )
 
 
@@ -116,6 +134,9 @@ class Result:
     verdict: Verdict
     note: str = ""
     seconds: float = 0.0
+    vectors: str = ""
+    deterministic: bool = False
+    setup: dict[str, object] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -132,21 +153,27 @@ class Result:
     def row(self) -> dict[str, object]:
         e = self.estimate
         nan = math.nan
+        det = self.deterministic
         return {
             "check": self.check.name,
             "source": self.check.source,
+            "paper_file": self.check.paper,
             "claim": self.check.claim,
             "quantity": self.check.quantity,
+            "vectors": self.vectors,
             "theory": nan if self.theory is None else self.theory,
             "empirical": nan if e is None else e.mean,
-            "ci_low": nan if e is None else e.low,
-            "ci_high": nan if e is None else e.high,
-            "level": nan if e is None else e.level,
-            "trials": 0 if e is None else e.trials,
+            "ci_low": nan if e is None or det else e.low,
+            "ci_high": nan if e is None or det else e.high,
+            "level": nan if e is None or det else e.level,
+            "trials": 0 if e is None else 1 if det else e.trials,
+            "deterministic": det,
             "theory_over_empirical": self.ratio,
             "verdict": self.verdict,
             "must_hold": self.check.must_hold,
+            "tolerance": self.check.tolerance + (self.check.rel_tolerance * abs(self.theory) if self.theory else 0.0),
             "note": self.note,
+            "setup": "; ".join(f"{k}={v}" for k, v in self.setup.items()),
             "seconds": round(self.seconds, 3),
         }
 

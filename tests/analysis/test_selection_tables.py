@@ -91,4 +91,4 @@ def test_report_without_a_dump_has_the_synthetic_sections(tmp_path):
 
     assert main(["report", "--out", str(tmp_path), "--quick", "--checks", "topk", "--quiet"]) == 0
     text = (tmp_path / "report.md").read_text()
-    assert "## Validation (on synthetic exponential)" in text and "## Threshold quality" not in text
+    assert "## Validation: 2 checks, 2 on synthetic vectors" in text and "## Threshold quality" not in text

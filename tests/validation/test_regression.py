@@ -7,11 +7,17 @@ deterministic.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from gradstat.analysis.validation import registry
 from gradstat.analysis.validation.checks.sidco import sidco_check
+
+PROVENANCE = ("dump ", "synthetic: ", "constructed ")
+"""Every row says what its vectors were: a dump's step/worker/block, a synthetic law, or a paper's example."""
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "logreg-topk-ef"
 
 
 @pytest.mark.parametrize("name", registry.names())
@@ -19,6 +25,22 @@ def test_check_is_not_violated(name):
     r = registry.get(name).run("quick", seed=0)
     assert r.verdict != "violated" or not r.check.must_hold, r.row()
     assert r.verdict != "not applicable", f"{name} could not run: {r.note}"
+    assert r.vectors.startswith(PROVENANCE), r.vectors
+    assert "_" not in r.check.source.split(" ")[0] and ".txt" not in r.check.source  # a readable citation
+
+
+def test_on_a_dump_every_row_names_its_dump_block_or_its_synthetic_law():
+    """The sample dump (logreg, 2 steps): checks of conditional bounds run on its blocks and say which; the SIDCo
+    genie checks say they are synthetic whatever the dump."""
+    from gradstat.analysis.dumps import open_dump
+    from gradstat.analysis.measure.sources import GradientSource
+
+    source = GradientSource(open_dump(SAMPLE))
+    for check in registry.CHECKS:
+        r = check.run("quick", seed=0, source=source)
+        assert r.verdict != "violated" or not check.must_hold, r.row()
+        expected = "synthetic: genie" if check.name.startswith("sidco-") else "dump logreg step"
+        assert r.vectors.startswith(expected), (check.name, r.vectors)
 
 
 def test_qcs_with_alpha_1_1_violates_gamma_and_unbiasedness(monkeypatch):

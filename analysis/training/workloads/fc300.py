@@ -1,4 +1,4 @@
-"""FC-300-100: the 784-300-100-10 ReLU MLP of NDQSG (002_87c17e3716ede1d0.txt, Sec. 5, Table 1: 266,610
+"""FC-300-100: the 784-300-100-10 ReLU MLP of NDQSG (Abdi & Fekri, Nested Dithered Quantization, Sec. 5, Table 1: 266,610
 parameters), trained on the digits upsampled to 28x28."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""LeNet of NDQSG (002_87c17e3716ede1d0.txt, Sec. 5, Table 1): conv 5x5x32, conv 5x5x64, fc 3136-512,
+"""LeNet of NDQSG (Abdi & Fekri, Nested Dithered Quantization, Sec. 5, Table 1): conv 5x5x32, conv 5x5x64, fc 3136-512,
 fc 512-10 (1,663,370 parameters). 'same' padding and 2x2 max-pooling take 28x28 to 14x14 to 7x7 (7*7*64 = 3136)."""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Synthetic linear regression.
 
-- ``variant=qcs`` (default): QCS Sec. 2, Example (000_4b111efa75352b2d.txt): learn z = W x with
+- ``variant=qcs`` (default): QCS Sec. 2, Example (Abdi & Fekri, Quantized Compressive Sampling): learn z = W x with
   f = 0.5 E||y - W x||^2, x ~ N(0, R), R with eigenvalues spread evenly between ``lambda_min`` = 1 and
   ``lambda_max`` = 4 (random orthogonal eigenvectors), n = ``inputs`` = 64, m = ``outputs`` = 50, batch 32,
   step size below 1/lambda_max.
-- ``variant=ecq``: ECQ-SGD's Syn-d (003_da514025a9ec0a1c.txt, experiments, linear models):
+- ``variant=ecq``: ECQ-SGD's Syn-d (Wu et al., experiments, linear models):
   y_i = w*^T x_i + eps_i with d = ``d`` features (256, 512, 1024), 10k samples, learning rate 0.02;
   x ~ N(0, I) (the source does not give the input distribution).
 

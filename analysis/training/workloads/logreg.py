@@ -1,4 +1,4 @@
-"""Multinomial logistic regression, GMC's convex case (004_8d479783bc85b5d8.txt, Sec. 5, Table 1: logistic
+"""Multinomial logistic regression, GMC's convex case (Zhao et al., Global Momentum Compression, Sec. 5, Table 1: logistic
 regression on MNIST, weight decay 1e-4, batch 128), here on the digits upsampled to 28x28 (7,850 parameters)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """2-layer character-level LSTM language model, the SIDCo/PTB recurrent workload in miniature
-(001_ac87256369ec7547.txt, Table 1: 2-layer LSTM on PTB), trained on the Zen of Python, the text of the
+(SIDCo, Abdelmoniem et al., Table 1: 2-layer LSTM on PTB), trained on the Zen of Python, the text of the
 standard-library module ``this`` (ships with every Python, no download)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """CIFAR ResNet-20 (He et al. 2016, Sec. 4.2: 3 stages of 3 basic blocks, 16/32/64 channels, identity shortcuts
-with zero-padding, option A), the SIDCo image workload (001_ac87256369ec7547.txt, Table 1), on 3x32x32 inputs
+with zero-padding, option A), the SIDCo image workload (Abdelmoniem et al., Table 1), on 3x32x32 inputs
 built from the digits (upsampled to 32x32, the grey level repeated over 3 channels). 269,722 parameters
 (SIDCo's Table 1 says 269,467; its App. B uses d = 269,722 for the same model)."""
 

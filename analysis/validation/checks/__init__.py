@@ -1,1 +1,2 @@
-"""The checks the project knows, one module per paper family; :mod:`gradstat.analysis.validation.registry` lists them."""
+"""The checks the project knows, one module per paper family; :mod:`gradstat.analysis.validation.registry` lists
+them."""

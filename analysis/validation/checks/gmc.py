@@ -1,78 +1,195 @@
-"""GMC's claims (004_8d479783bc85b5d8.txt): the memory bound of Theorem 9 and the communication-ratio bound of Sec. 5.
+"""GMC's claims (Zhao et al., Global Momentum Compression): the memory of Theorem 9 and the communication ratio CR
+of Sec. 5, each with a companion that can fail.
 
-Both replay :class:`gradstat.compressors.momentum.GlobalMomentumCompression` with top-K masks (``||m_{t,k}||_0 = s``) over
-P workers and T steps. Worker k's mini-batch gradient at step t is the check's gradient block number ``t P + k``
-(synthetic Laplace by default), and G^2 is the largest squared norm among them, so ``||grad f|| <= G`` holds by
-construction. The memory bound is checked with momentum beta = 0, where its constant C drops out
-(``4 (d - s)(2d + s) G^2 / s^2``); with beta > 0 it needs C of the paper's Lemma 5, which depends on the whole
-trajectory. On a dump the blocks cycle through the dump's few steps, so every trial replays the same gradients
-with deterministic top-K masks and the interval has zero width.
+Every run replays :class:`gradstat.compressors.momentum.GlobalMomentumCompression` over P workers and T steps.
+Worker k's mini-batch gradient at step t is a block drawn at random for that (run, step, worker)
+(:func:`~gradstat.analysis.validation.checks.common.random_block`: a random step and window of a dump, or a fresh
+synthetic draw), so runs are independent Monte Carlo trials.
+
+- ``gmc-memory`` (Theorem 9, upper): random-K masks (``randk``, ``||m_{t,k}||_0 = s``, what the theorem allows
+  besides top-K) and momentum beta = 0, where the constant C drops out: ``4 (d - s)(2d + s) G^2 / s^2`` with G^2
+  the largest squared gradient norm of the run. The bound is thousands of times the memory, so it cannot see a
+  realistic bug; it is kept as the paper's claim.
+- ``gmc-memory-recursion`` (equality): top-K masks and beta = 0.9; ``max_t ||sum_k u_{t,k}||^2`` of the compressor
+  against the same quantity from the exact recursion of Algorithm 1 (``g = grad/p - beta/(p eta)(w_t - w_{t-1})``,
+  ``u <- (1 - m) (g + u)``, m the top-s of |g + u|, ``w_{t+1} = w_t - eta sum_k m (g + u)``) computed here in
+  float64 NumPy, independently of the code under test; paired per run.
+- ``gmc-cr`` (Sec. 5, upper): CR with random-K masks and beta = 0.9 against ``(1 + p) s / d``.
+- ``gmc-cr-exact`` (equality): with independent uniformly random s-subsets the masks cover, on average,
+  ``d (1 - (1 - s/d)^p)`` coordinates, so ``E[CR] = s/d + 1 - (1 - s/d)^p`` exactly when the update's support is
+  counted as the union of the masks (the positions the server must send; counting the update's nonzeros instead,
+  as ``gmc-cr`` does, a gradient's exact zeros -- dead units of a real network -- lower it).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from gradstat.analysis.measure.intervals import mean_ci
-from gradstat.analysis.validation.checks.common import block, create
+from gradstat.analysis.validation.checks.common import create, paired, random_block, random_origin
 from gradstat.analysis.validation.engine import Check, Measurement, Setting
 from gradstat.compressors import Context
+from gradstat.theory.sources import cite, file_of
 
-GMC = "004_8d479783bc85b5d8.txt"
+GMC = "GMC"
 D, S, P, T = 1000, 10, 4, 30
+LR = 0.1
 
 
-def _run(s: Setting, trial: int, momentum: float) -> tuple[float, float, float]:
-    """One GMC run: returns (max_t ||u_tilde_t||^2, G^2, CR)."""
+def _grads(s: Setting, run: int, t: int) -> list[torch.Tensor]:
+    return [random_block(s, D, (run * T + t) * P + k) for k in range(P)]
+
+
+def _run(s: Setting, run: int, masks: str, momentum: float) -> dict[str, float]:
+    """One GMC run with ``masks`` ``randk`` or ``topk``: max_t ||u_tilde_t||^2, G^2, CR and the exact-recursion
+    reference of max_t ||u_tilde_t||^2 (top-K only)."""
     from gradstat.compressors.momentum import GlobalMomentumCompression
     from gradstat.theory.gmc import communication_ratio
 
-    gmc = GlobalMomentumCompression(create(f"topk:ratio={S / D}"), lr=0.1, momentum=momentum)
+    gmc = GlobalMomentumCompression(create(f"{masks}:ratio={S / D}"), lr=LR, momentum=momentum)
     states, shared = gmc.new_states(P), gmc.new_shared()
-    u_max, g2, masks, updates = 0.0, 0.0, [], []
+    ref_u = np.zeros((P, D))
+    ref_last: np.ndarray | None = None
+    u_max = ref_max = g2 = 0.0
+    mask_nnz, update_nnz, union = [], [], []
     for t in range(T):
-        grads = [block(s, D, index=(trial * T + t) * P + k) for k in range(P)]
+        grads = _grads(s, run, t)
         g2 = max(g2, max(float(g.double().square().sum()) for g in grads))
-        res = gmc.round(grads, states, shared, Context(seed=s.seed, step=t))
+        res = gmc.round(grads, states, shared, Context(seed=s.seed * 1_000_003 + run, step=t))
         u = sum(st.feedback.residual.double() for st in states)
         u_max = max(u_max, float(u.square().sum()))
-        masks.append([p.parts["indices"].tensor.numel() for p in res.payloads])
-        updates.append(int((res.info["update"] != 0).sum()))
-    return u_max, g2, communication_ratio(np.asarray(masks), np.asarray(updates), D)
+        update_nnz.append(int((res.info["update"] != 0).sum()))
+        if masks == "randk":  # ||m_{t,k}||_0: the values sent; the positions as the receiver regenerates them
+            sent = [_positions(p) for p in res.payloads]
+            mask_nnz.append([len(x) for x in sent])
+            union.append(len(set().union(*sent)))
+        else:
+            mask_nnz.append([int(p.parts["indices"].tensor.numel()) for p in res.payloads])
+        if masks == "topk":
+            ref_last = _reference_step(np.stack([g.double().cpu().numpy() for g in grads]), ref_u, ref_last, momentum)
+            ref_max = max(ref_max, float(np.square(ref_u.sum(0)).sum()))
+    cr = communication_ratio(np.asarray(mask_nnz), np.asarray(update_nnz), D)
+    cr_masks = communication_ratio(np.asarray(mask_nnz), np.asarray(union), D) if union else float("nan")
+    return {"u_max": u_max, "g2": g2, "cr": cr, "cr_masks": cr_masks, "ref_max": ref_max}
+
+
+def _positions(payload) -> set[int]:
+    """The coordinates a random-K payload covers (``randk`` sends values and the seed of its subset)."""
+    from gradstat.compressors.randk import random_subset
+
+    k = payload["values"].numel()
+    return set(random_subset(payload.numel, k, payload.seed, payload["values"].device).tolist())
+
+
+def _reference_step(grads: np.ndarray, u: np.ndarray, last: np.ndarray | None, momentum: float) -> np.ndarray:
+    """One step of GMC's Algorithm 1 with top-s masks, in place on the memories ``u`` (p, d); returns
+    ``w_{t+1} - w_t``."""
+    p = grads.shape[0]
+    g = grads / p if last is None else grads / p - momentum / (p * LR) * last
+    z = g + u
+    sent = np.zeros_like(z)
+    for k in range(p):
+        idx = np.argpartition(-np.abs(z[k]), S - 1)[:S]
+        sent[k, idx] = z[k, idx]
+    u[:] = z - sent
+    return -LR * sent.sum(0)
+
+
+def _setup(masks: str, momentum: float) -> dict[str, object]:
+    return {"d": D, "s": S, "p": P, "T": T, "masks": masks, "beta": momentum, "eta": LR}
 
 
 def _memory(s: Setting) -> Measurement:
     from gradstat.theory.gmc import memory_bound
 
-    runs = [_run(s, t, 0.0) for t in range(s.trials)]
-    g2 = max(r[1] for r in runs)
-    est = mean_ci([r[0] for r in runs])
+    runs = [_run(s, r, "randk", 0.0) for r in range(s.trials)]
+    g2 = max(r["g2"] for r in runs)
     return Measurement(
         memory_bound(D, S, g2**0.5, 0.0, 0.0),
+        mean_ci([r["u_max"] for r in runs]),
+        f"d={D}, s={S}, p={P}, T={T}, random-K masks, beta=0; sample = max_t ||u_tilde_t||^2 per run; "
+        "G^2 = largest squared gradient norm",
+        random_origin(s, D, s.trials, "worker and step of a run"),
+        setup=_setup("random-K", 0.0),
+    )
+
+
+def _recursion(s: Setting) -> Measurement:
+    runs = [_run(s, r, "topk", 0.9) for r in range(s.trials)]
+    theory, est, _ = paired([r["u_max"] for r in runs], [r["ref_max"] for r in runs])
+    return Measurement(
+        theory,
         est,
-        f"d={D}, s={S}, p={P}, T={T}, beta=0; sample = max_t ||u_tilde_t||^2 per run",
+        f"d={D}, s={S}, p={P}, T={T}, top-K masks, beta=0.9, eta={LR}; reference: Algorithm 1's recursion in "
+        "float64 NumPy; interval of the paired difference",
+        random_origin(s, D, s.trials, "worker and step of a run"),
+        setup=_setup("top-K", 0.9),
     )
 
 
 def _ratio(s: Setting) -> Measurement:
     from gradstat.theory.gmc import communication_ratio_bound
 
-    runs = [_run(s, t, 0.9) for t in range(s.trials)]
+    runs = [_run(s, r, "randk", 0.9) for r in range(s.trials)]
     return Measurement(
-        communication_ratio_bound(P, S, D), mean_ci([r[2] for r in runs]), f"d={D}, s={S}, p={P}, T={T}, beta=0.9"
+        communication_ratio_bound(P, S, D),
+        mean_ci([r["cr"] for r in runs]),
+        f"d={D}, s={S}, p={P}, T={T}, random-K masks, beta=0.9",
+        random_origin(s, D, s.trials, "worker and step of a run"),
+        setup=_setup("random-K", 0.9),
+    )
+
+
+def _ratio_exact(s: Setting) -> Measurement:
+    runs = [_run(s, r, "randk", 0.9) for r in range(s.trials)]
+    return Measurement(
+        S / D + 1 - (1 - S / D) ** P,
+        mean_ci([r["cr_masks"] for r in runs]),
+        f"d={D}, s={S}, p={P}, T={T}, random-K masks, beta=0.9; E[CR] = s/d + 1 - (1 - s/d)^p (union of p "
+        "independent random s-subsets); the update's support counted as the union of the masks (a gradient's "
+        "exact zeros would otherwise lower it)",
+        random_origin(s, D, s.trials, "worker and step of a run"),
+        setup=_setup("random-K", 0.9),
     )
 
 
 CHECKS = [
     Check(
-        "gmc-memory", f"{GMC} Thm 9", "upper", "max_t ||sum_k u_t,k||^2 (beta = 0)", _memory, {"quick": 5, "full": 30}
+        "gmc-memory",
+        cite(GMC, "Thm 9"),
+        "upper",
+        "max_t ||sum_k u_t,k||^2 (beta = 0)",
+        _memory,
+        {"quick": 10, "full": 100},
+        paper=file_of(GMC),
+    ),
+    Check(
+        "gmc-memory-recursion",
+        cite(GMC, "Algorithm 1 / eq. (4) (memory recursion)"),
+        "equal",
+        "max_t ||sum_k u_t,k||^2 (beta = 0.9) vs exact recursion",
+        _recursion,
+        {"quick": 5, "full": 50},
+        paper=file_of(GMC),
+        rel_tolerance=1e-4,
     ),
     Check(
         "gmc-cr",
-        f"{GMC} Sec. 5 (CR <= (1 + p) s / d)",
+        cite(GMC, "Sec. 5 (CR <= (1 + p) s / d)"),
         "upper",
         "communication ratio CR",
         _ratio,
-        {"quick": 5, "full": 30},
+        {"quick": 10, "full": 100},
+        paper=file_of(GMC),
+    ),
+    Check(
+        "gmc-cr-exact",
+        cite(GMC, "Sec. 5 (CR), random-K masks"),
+        "equal",
+        "communication ratio CR",
+        _ratio_exact,
+        {"quick": 10, "full": 100},
+        paper=file_of(GMC),
     ),
 ]

@@ -1,4 +1,5 @@
-"""Checks of the quantizers' variance claims: QCS (000), DQSG and its half-dithered form (002), QSGD."""
+"""Checks of the quantizers' variance claims: QCS (Abdi & Fekri, Quantized Compressive Sampling), DQSG and its
+half-dithered form (Abdi & Fekri, Nested Dithered Quantization), QSGD (Alistarh et al.)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import torch
 
 from gradstat.analysis.measure.intervals import mean_ci
 from gradstat.analysis.studies.variance import bias_samples
-from gradstat.analysis.validation.checks.common import block, create, variance_check
+from gradstat.analysis.validation.checks.common import block, create, origin, paired, variance_check
 from gradstat.analysis.validation.engine import Check, Measurement, Setting
+from gradstat.compressors import Context
+from gradstat.theory.sources import cite, file_of
 
-QCS = "000_4b111efa75352b2d.txt"
-DQSG = "002_87c17e3716ede1d0.txt"
+QCS = "QCS"
+DQSG = "DQSG"
 N_QCS = 256
 QCS_UNBIASED = f"qcs:block={N_QCS},k=64,Q=4,alpha=unbiased"
 QCS_MMSE = f"qcs:block={N_QCS},k=64,Q=4,alpha=mmse"
@@ -20,7 +23,13 @@ def _qcs_unbiased(s: Setting) -> Measurement:
     """Projected bias <g_hat - g, g>/||g||^2 of unbiased QCS; 0 in expectation (eq. (9))."""
     comp = create(QCS_UNBIASED)
     g = block(s, N_QCS)
-    return Measurement(0.0, mean_ci(bias_samples(comp, g, s.trials, s.seed)), f"{QCS_UNBIASED}; direction g")
+    return Measurement(
+        0.0,
+        mean_ci(bias_samples(comp, g, s.trials, s.seed)),
+        f"{QCS_UNBIASED}; direction g",
+        origin(s, N_QCS),
+        setup={"compressor": QCS_UNBIASED, "n": N_QCS},
+    )
 
 
 def _lemma1(s: Setting) -> Measurement:
@@ -37,37 +46,75 @@ def _lemma1(s: Setting) -> Measurement:
     r = rademacher((k, N_QCS), s.seed, s.device).double()[:1].expand(k, N_QCS)
     ttt = mix(unmix(torch.eye(k, dtype=torch.float64, device=s.device), r), r, k)  # rows: T T^T e_j
     dev = float((ttt - (N_QCS / k) * torch.eye(k, dtype=torch.float64, device=s.device)).abs().max())
-    return Measurement(1.0, mean_ci(samples), f"n={N_QCS}, k={k}; max |T T^T - (n/k) I| = {dev:.1e}")
+    return Measurement(
+        1.0,
+        mean_ci(samples),
+        f"n={N_QCS}, k={k}; max |T T^T - (n/k) I| = {dev:.1e}",
+        origin(s, N_QCS),
+        setup={"n": N_QCS, "k": k},
+    )
+
+
+QCS2 = f"qcs:block={N_QCS},k={N_QCS},Q=1"
+
+
+def _qcs_dither_exact(s: Setting) -> Measurement:
+    """QCS-2 (k = n, Q = 1; QCS Sec. 6): T is orthogonal, so the whole error is the dithered quantization of
+    v = T g. Without overload (|v/s| <= Q) each element's error is uniform over one step s/Q and independent of v
+    (Theorem 1 of the dithered quantizer, eq. (4)-(6)), and T^T keeps its energy: given the sent scale s,
+    ``E[||g_hat - g||^2 | s] = n (s/Q)^2 / 12`` per block. Paired per trial against the scale the payload carries."""
+    comp = create(QCS2)
+    g = block(s, N_QCS)
+    gg = float(g.double().square().sum())
+    measured, exact = [], []
+    for t in range(s.trials):
+        ctx = Context(seed=s.seed, step=t)
+        payload = comp.encode(g, ctx)
+        scale = payload["scales"].double()
+        measured.append(float((comp.decode(payload, ctx).double() - g.double()).square().sum()) / gg)
+        exact.append(float((N_QCS * scale.square() / 12.0).sum()) / gg)
+    theory, est, _ = paired(measured, exact)
+    return Measurement(
+        theory,
+        est,
+        f"{QCS2} (QCS-2); reference: n (s/Q)^2 / 12 per block with the sent scale s = ||T g||_inf; interval of the "
+        "paired difference",
+        origin(s, N_QCS),
+        setup={"compressor": QCS2, "n": N_QCS},
+    )
 
 
 CHECKS = [
-    variance_check("qcs-gamma", QCS_UNBIASED, N_QCS, "upper", f"{QCS} Thm 2 eq. (10)", 300, 3000),
-    variance_check("qcs-mmse", QCS_MMSE, N_QCS, "upper", f"{QCS} Lemma 3 eq. (13)", 300, 3000),
+    variance_check("qcs-gamma", QCS_UNBIASED, N_QCS, "upper", QCS, "Thm 2 eq. (10)", 300, 3000),
+    variance_check("qcs-mmse", QCS_MMSE, N_QCS, "upper", QCS, "Lemma 3 eq. (13)", 300, 3000),
     Check(
         "qcs-unbiased",
-        f"{QCS} eq. (9), Thm 2",
+        cite(QCS, "eq. (9), Thm 2"),
         "equal",
         "E<g_hat - g, g> / ||g||^2",
         _qcs_unbiased,
         {"quick": 300, "full": 3000},
+        paper=file_of(QCS),
+    ),
+    Check(
+        "qcs-dither-exact",
+        cite(QCS, "eq. (4)-(6) with k = n (QCS-2, Sec. 6): dithered error s^2/12 per element"),
+        "equal",
+        "E||g_hat - g||^2 / ||g||^2 vs n (s/Q)^2 / 12 / ||g||^2",
+        _qcs_dither_exact,
+        {"quick": 300, "full": 3000},
+        paper=file_of(QCS),
     ),
     Check(
         "qcs-lemma1",
-        f"{QCS} Lemma 1 eq. (3)",
+        cite(QCS, "Lemma 1 eq. (3)"),
         "equal",
         "E||T x||^2 / ||x||^2 (= x^T E[T^T T] x / ||x||^2)",
         _lemma1,
         {"quick": 300, "full": 3000},
+        paper=file_of(QCS),
     ),
-    variance_check("dqsg-exact", "dqsg:M=4", 1024, "equal", f"{DQSG} Lemma 3 / App. B", 300, 3000),
-    variance_check("half-dither-exact", "dqsg:M=4,half=true", 1024, "equal", f"{DQSG} Sec. 2.1.1, Lemma 2", 300, 3000),
-    variance_check(
-        "qsgd-bound",
-        "qsgd:s=4,bucket=512",
-        1024,
-        "upper",
-        "Alistarh et al. 2017 Lemma 3.1 (000 Fig. 3; 002 Lemma 2)",
-        300,
-        3000,
-    ),
+    variance_check("dqsg-exact", "dqsg:M=4", 1024, "equal", DQSG, "Lemma 3 / App. B", 300, 3000),
+    variance_check("half-dither-exact", "dqsg:M=4,half=true", 1024, "equal", DQSG, "Sec. 2.1.1, Lemma 2", 300, 3000),
+    variance_check("qsgd-bound", "qsgd:s=4,bucket=512", 1024, "upper", "QSGD", "Lemma 3.1", 300, 3000),
 ]
