@@ -1,0 +1,216 @@
+"""The explicit, checkpointable state of a compression hook: per rank, per DDP bucket, per block.
+
+One :class:`CompressionHookState` lives on each rank (like torch's ``PowerSGDState``). For every DDP bucket it
+holds a :class:`BucketState`: the bucket's signature (which parameters it holds, in which order) and, per block
+(the whole bucket, or each parameter's slice in layer-wise mode), a
+:class:`~gradstat.compressors.pipeline.WorkerState`: the error-feedback residual and the compressor's own state
+(SIDCo's stage count, PowerSGD's warm-start factor). DDP rebuilds its buckets after the first iteration (and may
+change which parameters a bucket index holds); a bucket whose signature changed gets a fresh state, counted in
+``rebuilds``.
+
+``state_dict()`` holds only tensors and plain Python values (``torch.save(..., weights_only=True)`` can read it);
+``load_state_dict()`` restores it into a state built with the same compressor and feedback.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from gradstat.compressors.base import Compressor
+from gradstat.compressors.feedback import ErrorFeedback
+from gradstat.compressors.pipeline import WorkerState
+
+Granularity = Literal["bucket", "layer"]
+Exchange = Literal["gather", "allreduce"]
+Observer = Callable[[int, "BucketView"], None]
+
+
+@dataclass
+class Block:
+    """One compressed unit of a bucket: ``buffer[start:end]`` with the seed key ``block`` (see the hook)."""
+
+    block: int
+    start: int
+    end: int
+
+
+@dataclass
+class BucketView:
+    """What an observer sees of one bucket before compression on this rank (views, not copies).
+
+    params : positions of the bucket's parameters among the model's trainable parameters (None when unbound).
+    grads : each parameter's local gradient (this rank's, before averaging and compensation), its own shape.
+    residuals : each parameter's slice of the feedback residual before this step (None where there is none yet).
+    """
+
+    rank: int
+    params: list[int] | None
+    grads: list[torch.Tensor]
+    residuals: list[torch.Tensor | None]
+
+
+@dataclass
+class BucketState:
+    signature: tuple
+    blocks: list[WorkerState]
+
+
+@dataclass
+class StepMetrics:
+    """This rank's totals over the buckets of one step.
+
+    bits : exact payload bits (``Payload.bits`` summed over blocks); wire_bytes : serialised bytes (header and
+    last-byte padding included); sent_bytes : bytes handed to the collectives (padded messages, length exchanges,
+    or the all-reduced buffer); hook_seconds : time inside the hook and its callbacks; buckets : buckets seen.
+    """
+
+    bits: int = 0
+    wire_bytes: int = 0
+    sent_bytes: int = 0
+    hook_seconds: float = 0.0
+    buckets: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class CompressionHookState:
+    """State of :func:`gradstat.compressors.ddp.hook.compression_hook` on one rank.
+
+    Parameters
+    ----------
+    compressor : any registered compressor, or None for plain all-reduce (the baseline, instrumented alike).
+    feedback : error feedback around the compressor (``ErrorFeedback.none()`` for none).
+    process_group : the group to communicate in (None: the default group).
+    seed : base seed of the compressors' randomness (the same on every rank; ranks differ by ``worker = rank``).
+    granularity : ``bucket`` (one block per bucket) or ``layer`` (one block per parameter slice).
+    exchange : ``gather`` (serialised payloads, padded all-gather; every compressor) or ``allreduce`` (each rank
+        all-reduces its own decoded message densely; not for side-information schemes).
+    keep_payloads : keep the last step's decoded messages and bits per (rank, block) in ``last`` (for tests).
+    """
+
+    compressor: Compressor | None
+    feedback: ErrorFeedback = field(default_factory=ErrorFeedback.none)
+    process_group: dist.ProcessGroup | None = None
+    seed: int = 0
+    granularity: Granularity = "bucket"
+    exchange: Exchange = "gather"
+    keep_payloads: bool = False
+    step: int = 0
+    buckets: dict[int, BucketState] = field(default_factory=dict)
+    rebuilds: int = 0
+    metrics: StepMetrics = field(default_factory=StepMetrics)
+    observers: list[Observer] = field(default_factory=list)
+    param_index: dict[int, int] | None = None
+    last: dict[tuple[int, int], tuple[int, torch.Tensor]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.granularity not in ("bucket", "layer"):
+            raise ValueError(f"granularity must be 'bucket' or 'layer', got {self.granularity!r}")
+        if self.exchange not in ("gather", "allreduce"):
+            raise ValueError(f"exchange must be 'gather' or 'allreduce', got {self.exchange!r}")
+        if self.exchange == "allreduce" and self.compressor is not None and self.compressor.properties.needs_side:
+            raise ValueError(f"{self.compressor.name} decodes with side information: it needs exchange='gather'")
+
+    # -- binding and buckets --------------------------------------------------------------------------------------
+    def bind(self, model: nn.Module) -> "CompressionHookState":
+        """Name parameters by their position among ``model``'s trainable parameters (stable across processes and
+        checkpoints): bucket signatures and layer-wise seeds use it. Call before training."""
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        self.param_index = {id(p): i for i, p in enumerate(trainable)}
+        return self
+
+    def positions(self, params: Sequence[torch.Tensor]) -> list[int] | None:
+        if self.param_index is None:
+            return None
+        try:
+            return [self.param_index[id(p)] for p in params]
+        except KeyError:
+            raise ValueError("a bucket holds a parameter of another model than the one bound to this state") from None
+
+    def bucket_state(self, index: int, signature: tuple, blocks: int) -> BucketState:
+        """The state of bucket ``index``; a fresh one when the bucket is new or DDP rebuilt it differently."""
+        current = self.buckets.get(index)
+        if current is not None and current.signature == signature and len(current.blocks) == blocks:
+            return current
+        if current is not None:
+            self.rebuilds += 1
+        fresh = BucketState(signature, [self._new_worker_state() for _ in range(blocks)])
+        self.buckets[index] = fresh
+        return fresh
+
+    def _new_worker_state(self) -> WorkerState:
+        return WorkerState(compressor=self.compressor.new_state() if self.compressor is not None else None)
+
+    def take_metrics(self) -> StepMetrics:
+        """This step's metrics, and reset them for the next step."""
+        out, self.metrics = self.metrics, StepMetrics()
+        return out
+
+    # -- checkpointing --------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Step counter, seed and every bucket's signature, residuals and compressor states (tensors and plain
+        values only)."""
+        return {
+            "compressor": None if self.compressor is None else self.compressor.spec(),
+            "feedback": [self.feedback.compensation, self.feedback.decay],
+            "granularity": self.granularity,
+            "step": self.step,
+            "seed": self.seed,
+            "rebuilds": self.rebuilds,
+            "buckets": {
+                int(i): {
+                    "signature": list(b.signature),
+                    "blocks": [{"residual": w.feedback.residual, "compressor": _plain(w.compressor)} for w in b.blocks],
+                }
+                for i, b in self.buckets.items()
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output; the compressor, feedback and granularity must be the same."""
+        mine = self.state_dict()
+        for key in ("compressor", "feedback", "granularity"):
+            if state.get(key) != mine[key]:
+                raise ValueError(f"hook state was saved with {key}={state.get(key)!r}, this hook uses {mine[key]!r}")
+        self.step, self.seed, self.rebuilds = int(state["step"]), int(state["seed"]), int(state["rebuilds"])
+        self.buckets = {}
+        for i, b in state["buckets"].items():
+            blocks = []
+            for saved in b["blocks"]:
+                w = self._new_worker_state()
+                w.feedback.residual = saved["residual"]
+                w.compressor = _restore(w.compressor, saved["compressor"])
+                blocks.append(w)
+            self.buckets[int(i)] = BucketState(tuple(b["signature"]), blocks)
+
+
+def _plain(obj: Any) -> Any:
+    """A compressor state as tensors and plain values (dataclass fields; deques as lists)."""
+    if obj is None or isinstance(obj, (int, float, str, bool, torch.Tensor)):
+        return obj
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple, collections.deque)):
+        return [_plain(x) for x in obj]
+    raise TypeError(f"cannot checkpoint a compressor state holding {type(obj).__name__}")
+
+
+def _restore(fresh: Any, saved: Any) -> Any:
+    """Fill a fresh compressor state (from ``new_state()``) with saved plain values."""
+    if fresh is None or not dataclasses.is_dataclass(fresh):
+        return saved if fresh is None else fresh
+    for f in dataclasses.fields(fresh):
+        value, current = saved[f.name], getattr(fresh, f.name)
+        if isinstance(current, collections.deque):
+            value = collections.deque((tuple(x) if isinstance(x, list) else x for x in value), maxlen=current.maxlen)
+        setattr(fresh, f.name, value)
+    return fresh
