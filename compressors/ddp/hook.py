@@ -94,11 +94,11 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
         raise RuntimeError(f"bucket {bucket.index()}: parameters hold {offsets[-1]} elements, buffer {buffer.numel()}")
     positions = state.positions(params)
     blocks = _blocks(state.granularity, bucket.index(), positions, offsets)
-    bstate = state.bucket_state(
-        bucket.index(), tuple(positions) if positions is not None else tuple(shapes), len(blocks)
-    )
+    signature = tuple(positions) if positions is not None else (bucket.index(), tuple(shapes))
     step = state.step
+    bstate = state.bucket_state(signature, shapes, len(blocks), step, state.granularity == "layer")
     if bucket.is_last():
+        state.end_step(step)
         state.step += 1
     if state.observers:
         view = _view(rank, positions, buffer, shapes, offsets, blocks, bstate)
@@ -143,7 +143,7 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
             buffer[blk.start : blk.end].copy_(mean.reshape(-1))
             if state.keep_payloads:
                 for r in range(world):
-                    state.last[(r, blk.block)] = (per_rank[r][b].bits, decoded[r].detach().clone())
+                    state.last[(r, blk.block)] = (per_rank[r][b], decoded[r].detach().clone())
         state.metrics.hook_seconds += time.perf_counter() - t0
         return buffer
 
@@ -198,15 +198,7 @@ def _view(
 ) -> BucketView:
     """Per-parameter views of the local gradient and of the residual before this step."""
     grads = [buffer[offsets[j] : offsets[j + 1]].view(s) for j, s in enumerate(shapes)]
-    residuals: list[torch.Tensor | None] = []
-    for j, s in enumerate(shapes):
-        if len(blocks) == 1:  # one block: the residual is the bucket's flat residual
-            r = bstate.blocks[0].feedback.residual
-            residuals.append(None if r is None else r.reshape(-1)[offsets[j] : offsets[j + 1]].view(s))
-        else:
-            r = bstate.blocks[j].feedback.residual
-            residuals.append(None if r is None else r.view(s))
-    return BucketView(rank, positions, grads, residuals)
+    return BucketView(rank, positions, grads, [bstate.residual_of(j) for j in range(len(shapes))])
 
 
 def _plain_allreduce(

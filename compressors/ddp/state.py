@@ -4,9 +4,14 @@ One :class:`CompressionHookState` lives on each rank (like torch's ``PowerSGDSta
 holds a :class:`BucketState`: the bucket's signature (which parameters it holds, in which order) and, per block
 (the whole bucket, or each parameter's slice in layer-wise mode), a
 :class:`~gradstat.compressors.pipeline.WorkerState`: the error-feedback residual and the compressor's own state
-(SIDCo's stage count, PowerSGD's warm-start factor). DDP rebuilds its buckets after the first iteration (and may
-change which parameters a bucket index holds); a bucket whose signature changed gets a fresh state, counted in
-``rebuilds``.
+(SIDCo's stage count, PowerSGD's warm-start factor). States are keyed by the bucket's signature (the positions of
+its parameters among the model's trainable parameters, in bucket order), not by DDP's bucket index.
+
+DDP rebuilds its buckets after the first iteration of every DDP instance (and a bucket index may then hold other
+parameters). A bucket with a new signature gets a fresh compressor state (a stage count or a low-rank factor of
+another bucket means nothing for it), counted in ``rebuilds``, while its error-feedback residual is carried over
+exactly: the residual is a per-coordinate memory, so each parameter's slice is taken from the state that last
+held that parameter. States not used for two steps are dropped.
 
 ``state_dict()`` holds only tensors and plain Python values (``torch.save(..., weights_only=True)`` can read it);
 ``load_state_dict()`` restores it into a state built with the same compressor and feedback.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
@@ -58,8 +64,24 @@ class BucketView:
 
 @dataclass
 class BucketState:
+    """signature : bucket key (parameter positions, or (index, shapes) when no model is bound); shapes : the
+    parameters' shapes; blocks : one worker state per block; last_step : the last step that used it."""
+
     signature: tuple
+    shapes: list[tuple[int, ...]]
     blocks: list[WorkerState]
+    last_step: int = -1
+
+    def residual_of(self, j: int) -> torch.Tensor | None:
+        """Parameter j's slice of the residual (its own shape), or None."""
+        if len(self.blocks) == len(self.shapes) and len(self.shapes) > 1:
+            r = self.blocks[j].feedback.residual
+            return None if r is None else r.reshape(self.shapes[j])
+        r = self.blocks[0].feedback.residual
+        if r is None:
+            return None
+        start = sum(math.prod(s) for s in self.shapes[:j])
+        return r.reshape(-1)[start : start + math.prod(self.shapes[j])].view(self.shapes[j])
 
 
 @dataclass
@@ -94,7 +116,8 @@ class CompressionHookState:
     granularity : ``bucket`` (one block per bucket) or ``layer`` (one block per parameter slice).
     exchange : ``gather`` (serialised payloads, padded all-gather; every compressor) or ``allreduce`` (each rank
         all-reduces its own decoded message densely; not for side-information schemes).
-    keep_payloads : keep the last step's decoded messages and bits per (rank, block) in ``last`` (for tests).
+    keep_payloads : keep every (rank, block)'s received payload and decoded tensor of the last step in ``last``
+        (for tests and inspection; ``last[(rank, block)] = (payload, decoded)``).
     """
 
     compressor: Compressor | None
@@ -105,12 +128,12 @@ class CompressionHookState:
     exchange: Exchange = "gather"
     keep_payloads: bool = False
     step: int = 0
-    buckets: dict[int, BucketState] = field(default_factory=dict)
+    buckets: dict[tuple, BucketState] = field(default_factory=dict)
     rebuilds: int = 0
     metrics: StepMetrics = field(default_factory=StepMetrics)
     observers: list[Observer] = field(default_factory=list)
     param_index: dict[int, int] | None = None
-    last: dict[tuple[int, int], tuple[int, torch.Tensor]] = field(default_factory=dict)
+    last: dict[tuple[int, int], tuple[Any, torch.Tensor]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.granularity not in ("bucket", "layer"):
@@ -136,16 +159,60 @@ class CompressionHookState:
         except KeyError:
             raise ValueError("a bucket holds a parameter of another model than the one bound to this state") from None
 
-    def bucket_state(self, index: int, signature: tuple, blocks: int) -> BucketState:
-        """The state of bucket ``index``; a fresh one when the bucket is new or DDP rebuilt it differently."""
-        current = self.buckets.get(index)
-        if current is not None and current.signature == signature and len(current.blocks) == blocks:
-            return current
-        if current is not None:
-            self.rebuilds += 1
-        fresh = BucketState(signature, [self._new_worker_state() for _ in range(blocks)])
-        self.buckets[index] = fresh
-        return fresh
+    def bucket_state(
+        self, signature: tuple, shapes: list[tuple[int, ...]], blocks: int, step: int, granularity_layer: bool
+    ) -> BucketState:
+        """The state of the bucket with ``signature``. The same parameters in another order keep their state
+        (the residual is re-sliced to the new order); a bucket with other parameters gets a fresh one (residual
+        carried over per parameter, compressor state new)."""
+        key = _key(signature)
+        current = self.buckets.get(key)
+        if current is not None and len(current.blocks) == blocks and current.signature != signature:
+            self._reorder(current, signature, list(shapes), granularity_layer)
+        if current is None or len(current.blocks) != blocks:
+            if any(b.last_step < step for b in self.buckets.values()):  # DDP used other buckets before
+                self.rebuilds += 1
+            current = BucketState(signature, list(shapes), [self._new_worker_state() for _ in range(blocks)])
+            self._carry_residuals(current, granularity_layer)
+            self.buckets[key] = current
+        current.last_step = step
+        return current
+
+    def _reorder(self, state: BucketState, signature: tuple, shapes: list[tuple[int, ...]], layer: bool) -> None:
+        old = {pos: j for j, pos in enumerate(state.signature)}
+        slices = [state.residual_of(old[pos]) for pos in signature]
+        if layer:
+            state.blocks = [state.blocks[old[pos]] for pos in signature]
+        elif all(r is not None for r in slices):
+            state.blocks[0].feedback.residual = torch.cat([r.reshape(-1) for r in slices])  # type: ignore[union-attr]
+        state.signature, state.shapes = signature, shapes
+
+    def end_step(self, step: int) -> None:
+        """Drop bucket states unused in steps ``step - 1`` and ``step``."""
+        self.buckets = {k: b for k, b in self.buckets.items() if b.last_step >= step - 1}
+
+    def _carry_residuals(self, fresh: BucketState, layer: bool) -> None:
+        if self.param_index is None or not isinstance(fresh.signature[0], int):
+            return
+        donors = sorted(self.buckets.values(), key=lambda b: b.last_step, reverse=True)
+        slices: list[torch.Tensor | None] = []
+        for pos in fresh.signature:
+            found = None
+            for d in donors:
+                if isinstance(d.signature[0], int) and pos in d.signature:
+                    found = d.residual_of(d.signature.index(pos))
+                    break
+            slices.append(None if found is None else found.detach().clone())
+        if all(x is None for x in slices):
+            return
+        filled = [x if x is not None else torch.zeros(shape) for x, shape in zip(slices, fresh.shapes, strict=True)]
+        device = next(x for x in slices if x is not None).device
+        filled = [x.to(device) for x in filled]
+        if layer:
+            for w, r in zip(fresh.blocks, filled, strict=True):
+                w.feedback.residual = r
+        else:
+            fresh.blocks[0].feedback.residual = torch.cat([r.reshape(-1) for r in filled])
 
     def _new_worker_state(self) -> WorkerState:
         return WorkerState(compressor=self.compressor.new_state() if self.compressor is not None else None)
@@ -166,13 +233,15 @@ class CompressionHookState:
             "step": self.step,
             "seed": self.seed,
             "rebuilds": self.rebuilds,
-            "buckets": {
-                int(i): {
+            "buckets": [
+                {
                     "signature": list(b.signature),
+                    "shapes": [list(x) for x in b.shapes],
+                    "last_step": b.last_step,
                     "blocks": [{"residual": w.feedback.residual, "compressor": _plain(w.compressor)} for w in b.blocks],
                 }
-                for i, b in self.buckets.items()
-            },
+                for b in self.buckets.values()
+            ],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -183,14 +252,21 @@ class CompressionHookState:
                 raise ValueError(f"hook state was saved with {key}={state.get(key)!r}, this hook uses {mine[key]!r}")
         self.step, self.seed, self.rebuilds = int(state["step"]), int(state["seed"]), int(state["rebuilds"])
         self.buckets = {}
-        for i, b in state["buckets"].items():
+        for b in state["buckets"]:
             blocks = []
             for saved in b["blocks"]:
                 w = self._new_worker_state()
                 w.feedback.residual = saved["residual"]
                 w.compressor = _restore(w.compressor, saved["compressor"])
                 blocks.append(w)
-            self.buckets[int(i)] = BucketState(tuple(b["signature"]), blocks)
+            signature = tuple(tuple(x) if isinstance(x, list) else x for x in b["signature"])
+            shapes = [tuple(x) for x in b["shapes"]]
+            self.buckets[_key(signature)] = BucketState(signature, shapes, blocks, int(b["last_step"]))
+
+
+def _key(signature: tuple) -> tuple:
+    """Bucket states are found by the set of parameters (positions sorted); unbound signatures as they are."""
+    return tuple(sorted(signature)) if all(isinstance(x, int) for x in signature) else signature
 
 
 def _plain(obj: Any) -> Any:
