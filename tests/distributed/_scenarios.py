@@ -146,23 +146,26 @@ def checkpoint(
     return {"straight": straight, "resumed": resumed, "sigs": sigs, "rebuilds": rebuilds, "buckets": buckets}
 
 
-def record_and_keep(rank: int, world: int, spec: str, feedback: str, iterations: int, dump: str) -> dict:
-    """Train with a layer-wise hook and per-rank recording of every step (residual included); return what the
-    receivers decoded of every rank's message per (step, block): bits and decoded tensor."""
+def record_and_keep(rank: int, world: int, runs: list[tuple[str, str, str]], iterations: int) -> dict:
+    """For each (spec, feedback, dump): train with a layer-wise hook and per-rank recording of every step (residual
+    included); return what the receivers decoded of every rank's message per (step, rank, block): bits, tensor."""
     from gradstat.analysis.training.recorder import RankRecorder
 
-    wl, model, ddp, state, opt = _setup(spec, feedback, granularity="layer", seed=5)
-    rec = RankRecorder.create(dump, model, rank, world, every=1, residual=True, workload=wl.name)
-    rec.attach(state, opt)
-    batches = _batches(wl, rank, world)
-    kept = {}
-    for step in range(iterations):
-        state.last.clear()
-        _step(wl, ddp, opt, *next(batches))
-        for (r, block), (payload, decoded) in state.last.items():
-            kept[f"{step}/{r}/{block}"] = (payload.bits, decoded)
+    out = {}
+    for spec, feedback, dump in runs:
+        wl, model, ddp, state, opt = _setup(spec, feedback, granularity="layer", seed=5)
+        rec = RankRecorder.create(dump, model, rank, world, every=1, residual=True, workload=wl.name)
+        rec.attach(state, opt)
+        batches = _batches(wl, rank, world)
+        kept = {}
+        for step in range(iterations):
+            state.last.clear()
+            _step(wl, ddp, opt, *next(batches))
+            for (r, block), (payload, decoded) in state.last.items():
+                kept[f"{step}/{r}/{block}"] = (payload.bits, decoded)
+        out[spec] = kept
     dist.barrier()
-    return kept
+    return out
 
 
 def rebuild(rank: int, world: int, spec: str, caps: list[int], iterations: int) -> dict:
