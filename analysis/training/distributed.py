@@ -33,6 +33,9 @@ from gradstat.analysis.training.workloads import get_workload
 from gradstat.compressors.context import derive_seed
 from gradstat.compressors.ddp import BASELINES, baseline_hook, make_hook
 
+SINGLE_BUCKET_MB = 4096.0
+"""DDP bucket cap that puts every built-in workload in one bucket (torch's PowerSGD baseline on gloo)."""
+
 STEP_COLUMNS = (
     "run",
     "step",
@@ -142,8 +145,13 @@ def train_run(config: TrainConfig, run: RunSpec, rank: int, world: int, device: 
     local = wl.batch_size // world
     model = wl.model(derive_seed(config.seed, 0), device)
     ddp_kwargs: dict[str, Any] = {"device_ids": [device.index]} if device.type == "cuda" else {}
-    if config.bucket_cap_mb is not None:
-        ddp_kwargs["bucket_cap_mb"] = config.bucket_cap_mb
+    cap = config.bucket_cap_mb
+    if run.baseline == "torch-powersgd" and config.backend == "gloo":
+        # torch's powerSGD_hook waits inside its then() callbacks: with two buckets on gloo the buckets'
+        # collectives interleave and gloo aborts ("Received data size doesn't match expected size"); one bucket
+        cap = max(cap or 0.0, SINGLE_BUCKET_MB)
+    if cap is not None:
+        ddp_kwargs["bucket_cap_mb"] = cap
     ddp = DDP(model, **ddp_kwargs)
     optimizer = wl.optimizer(ddp.module)
     state, hook = _hook_for(config, run, ddp)

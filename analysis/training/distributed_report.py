@@ -31,6 +31,7 @@ def summarize(steps: pd.DataFrame, warmup: int = 2) -> pd.DataFrame:
             {
                 "run": run,
                 "ranks": int(df["rank"].nunique()),
+                "buckets": int(df[df["step"] == last]["buckets"].max()),
                 "steps": last + 1,
                 "first_loss": float(df[df["step"] == 0]["loss"].mean()),
                 "final_loss": float(df[df["step"] == last]["loss"].mean()),
