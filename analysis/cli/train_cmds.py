@@ -15,7 +15,12 @@ def register(group: click.Group) -> None:
     @click.option(
         "--compressor", "compressors", multiple=True, help="Compressor spec; repeat to train several in one launch."
     )
-    @click.option("--feedback", default="none", show_default=True, help="Feedback spec: none, ef, qcs:beta=0.3, ...")
+    @click.option(
+        "--feedback",
+        default="none",
+        show_default=True,
+        help="none, ef, qcs:beta=0.3, ecq:alpha=1,beta=0.9, or dgc:momentum=0.9 (DGC local momentum correction).",
+    )
     @click.option("--iterations", type=int, default=50, show_default=True, help="Training steps per run.")
     @click.option("--record-every", type=int, default=None, help="Record every K-th step's per-rank gradients.")
     @click.option("--residual", is_flag=True, help="Also record the feedback residual (with --record-every).")

@@ -2,14 +2,15 @@
 
 This module is what every process started by ``torchrun`` runs (``python -m gradstat.analysis.training.distributed
 --config FILE``): it joins the process group (gloo on CPU, NCCL on GPU, with a timeout so that nothing waits
-forever), and trains the runs of the configuration one after another in the same process group, each from the
-same initial model and data order: the baselines (plain all-reduce, torch's fp16/bf16 and PowerSGD hooks) and our
+forever), and trains the runs of the configuration one after another in the same process group, each from the same
+initial model and data order: the baselines (plain all-reduce, torch's fp16/bf16 and PowerSGD hooks) and our
 compressors (:func:`gradstat.compressors.ddp.make_hook`). Rank r trains on its slice of every global mini-batch
 (``batch_size / world`` samples). Per step and rank it logs the local loss, the exact payload bits, the serialised
 bytes, the bytes handed to the collectives, the time in the hook and the step time into
-``<results>/steps.rank-<r>.csv``; rank 0 merges them into ``steps.csv`` at the end. With recording on
-(:class:`~gradstat.analysis.training.recorder.RankRecorder`), the recorded run writes a dump holding each rank's
-local gradient as ``worker = rank``.
+``<results>/steps.rank-<r>.csv``; a run whose compression fails on some rank (e.g. a NaN gradient after divergence)
+stops on every rank with its error in the ``error`` column, and the next run starts; rank 0 merges them into
+``steps.csv`` at the end. With recording on (:class:`~gradstat.analysis.training.recorder.RankRecorder`), the
+recorded run writes a dump holding each rank's local gradient as ``worker = rank``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from gradstat.analysis.training.recorder import RankRecorder
 from gradstat.analysis.training.workloads import get_workload
 from gradstat.compressors.context import derive_seed
-from gradstat.compressors.ddp import BASELINES, baseline_hook, make_hook
+from gradstat.compressors.ddp import BASELINES, RemoteError, baseline_hook, make_hook
 
 SINGLE_BUCKET_MB = 4096.0
 """DDP bucket cap that puts every built-in workload in one bucket (torch's PowerSGD baseline on gloo)."""
@@ -47,6 +48,7 @@ STEP_COLUMNS = (
     "hook_seconds",
     "step_seconds",
     "buckets",
+    "error",
 )
 
 
@@ -167,7 +169,11 @@ def train_run(config: TrainConfig, run: RunSpec, rank: int, world: int, device: 
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         loss = wl.loss(ddp(x), y)
-        loss.backward()
+        try:
+            loss.backward()
+        except RemoteError as exc:  # raised alike on every rank: this run stops, the next one starts cleanly
+            rows.append({"run": run.label, "step": step, "rank": rank, "loss": float(loss.detach()), "error": str(exc)})
+            break
         optimizer.step()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -186,6 +192,7 @@ def train_run(config: TrainConfig, run: RunSpec, rank: int, world: int, device: 
                 "hook_seconds": m.hook_seconds if m else float("nan"),
                 "step_seconds": elapsed,
                 "buckets": m.buckets if m else 0,
+                "error": "",
             }
         )
     return rows

@@ -29,8 +29,14 @@ from gradstat.analysis.training.distributed_report import BASELINE, figures, sum
 from gradstat.analysis.training.workloads import get_workload
 from gradstat.compressors import create, parse_feedback
 from gradstat.compressors.ddp import BASELINES
+from gradstat.compressors.ddp.hook import parse_local_momentum
 
 ENTRY = "gradstat.analysis.training.distributed"
+
+
+class TrainingFailed(ValueError):
+    """The ranks stopped with an error (a compressor refusing its input, a NaN gradient, a rank that died); the
+    message holds the ranks' own error lines and the log's path."""
 
 
 @dataclass
@@ -87,7 +93,10 @@ def build_config(
     wl = get_workload(workload)
     if wl.batch_size % nproc:
         raise ValueError(f"workload {wl.name}: batch_size {wl.batch_size} is not divisible by --nproc {nproc}")
-    parse_feedback(feedback)
+    if feedback.strip().partition(":")[0] == "dgc":
+        parse_local_momentum(feedback)
+    else:
+        parse_feedback(feedback)
     for spec in compressors:
         c = create(spec)
         if exchange == "allreduce" and c.properties.needs_side:
@@ -149,8 +158,8 @@ def torchrun_command(config_path: Path, nproc: int) -> list[str]:
 
 
 def train(config: TrainConfig, nproc: int, launch: bool = True, wall_timeout_s: float | None = None) -> TrainResult:
-    """Write the configuration, run torchrun (unless ``launch`` is False), summarise. Raises RuntimeError with the
-    end of the ranks' output when training fails."""
+    """Write the configuration, run torchrun (unless ``launch`` is False), summarise. Raises
+    :class:`TrainingFailed` with the ranks' error lines when training fails."""
     results = Path(config.results)
     results.mkdir(parents=True, exist_ok=True)
     config_path = results / "train_config.json"
@@ -171,7 +180,7 @@ def train(config: TrainConfig, nproc: int, launch: bool = True, wall_timeout_s: 
     if proc.returncode != 0:
         tail = log_path.read_text(errors="replace").splitlines()
         errors = [line for line in tail if "Error" in line and "rank" in line][-4:]
-        raise RuntimeError(
+        raise TrainingFailed(
             f"distributed training failed (exit status {proc.returncode}); see {log_path}\n"
             + "\n".join(errors or tail[-15:])
         )

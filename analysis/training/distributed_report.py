@@ -1,11 +1,12 @@
 """Summary table and figures of a distributed training run (``steps.csv`` of :mod:`.distributed`).
 
-The summary has one row per run: final loss (mean over ranks of the last step's local losses, and of the last
-tenth of the steps), medians over steps (after ``warmup`` steps) and ranks of the step time and of the time in
-the hook, means per rank and step of the exact payload bits, serialised bytes and bytes handed to the collectives,
-and the ratios of bytes and step time to the all-reduce run of the same launch. The figures plot the mean loss
-over ranks against the step and against the cumulative bits sent per rank. They are drawn here with matplotlib
-from the measured table (the training room sits beside ``plots/``, not above it).
+The summary has one row per run: its status (``ok``, or the step where compression failed and why), final loss (mean
+over ranks of the last step's local losses, and of the last tenth of the steps), medians over steps (after
+``warmup`` steps) and ranks of the step time and of the time in the hook, means per rank and step of the exact
+payload bits, serialised bytes and bytes handed to the collectives, and the ratios of bytes and step time to the
+all-reduce run of the same launch. The figures plot the mean loss over ranks against the step and against the
+cumulative bits sent per rank. They are drawn here with matplotlib from the measured table (the training room sits
+beside ``plots/``, not above it).
 """
 
 from __future__ import annotations
@@ -23,13 +24,22 @@ def summarize(steps: pd.DataFrame, warmup: int = 2) -> pd.DataFrame:
     if steps.empty:
         raise ValueError("no steps to summarise")
     rows = []
-    for run, df in steps.groupby("run", sort=False):
+    for run, all_rows in steps.groupby("run", sort=False):
+        errors = all_rows["error"].dropna() if "error" in all_rows else pd.Series([], dtype=object)
+        errors = errors[errors.astype(str) != ""]
+        df = all_rows[~all_rows.index.isin(errors.index)]
+        if df.empty:
+            rows.append({"run": run, "status": f"failed at step 0: {str(errors.iloc[0])[:160]}"})
+            continue
         last = int(df["step"].max())
         tail = df[df["step"] > last - max(1, (last + 1) // 10)]
         timed = df[df["step"] >= warmup] if (df["step"] >= warmup).any() else df
         rows.append(
             {
                 "run": run,
+                "status": "ok"
+                if errors.empty
+                else f"stopped at step {int(all_rows.loc[errors.index, 'step'].min())}: {str(errors.iloc[0])[:160]}",
                 "ranks": int(df["rank"].nunique()),
                 "buckets": int(df[df["step"] == last]["buckets"].max()),
                 "steps": last + 1,
@@ -58,6 +68,8 @@ def figures(steps: pd.DataFrame, out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if "error" in steps:
+        steps = steps[steps["error"].isna() | (steps["error"].astype(str) == "")]
     per_step = steps.groupby(["run", "step"], sort=False).agg(loss=("loss", "mean"), bits=("bits", "mean"))
     per_step = per_step.reset_index()
     paths = []

@@ -46,6 +46,7 @@ from gradstat.compressors.ddp.state import (
     Granularity,
 )
 from gradstat.compressors.feedback import ErrorFeedback, parse_feedback
+from gradstat.compressors.momentum import LocalMomentumState
 from gradstat.compressors.payload import Payload
 from gradstat.compressors.registry import create
 
@@ -66,16 +67,44 @@ def make_hook(
     keep_payloads: bool = False,
 ) -> tuple[CompressionHookState, Hook]:
     """The state and hook for ``compressor`` (a spec string, a compressor, or None for plain all-reduce) with
-    ``feedback`` (a spec for :func:`parse_feedback` or an :class:`ErrorFeedback`). ``model``: the module DDP
-    wraps (``ddp.module``); binding it makes bucket signatures and layer-wise seeds independent of the process."""
+    ``feedback`` (a spec for :func:`parse_feedback`, an :class:`ErrorFeedback`, or ``dgc:momentum=0.9`` for DGC's
+    local momentum correction with plain error feedback; use it with an optimizer without momentum). ``model``:
+    the module DDP wraps (``ddp.module``); binding it makes bucket signatures and layer-wise seeds independent of
+    the process."""
     comp = create(compressor) if isinstance(compressor, str) else compressor
+    momentum, masking = None, True
+    if isinstance(feedback, str) and feedback.strip().partition(":")[0] == "dgc":
+        momentum, masking = parse_local_momentum(feedback)
+        feedback = "ef"
     fb = parse_feedback(feedback) if isinstance(feedback, str) else feedback
     if comp is None and (fb.compensation != 0.0 or fb.decay != 0.0):
         raise ValueError("error feedback needs a compressor (plain all-reduce has no compression error)")
-    state = CompressionHookState(comp, fb, process_group, seed, granularity, exchange, keep_payloads)
+    state = CompressionHookState(
+        comp, fb, process_group, seed, granularity, exchange, keep_payloads, momentum=momentum, masking=masking
+    )
     if model is not None:
         state.bind(model)
     return state, compression_hook
+
+
+def parse_local_momentum(spec: str) -> tuple[float, bool]:
+    """``dgc`` | ``dgc:momentum=0.9,masking=true``: DGC's local momentum correction (with plain error feedback)."""
+    _, _, rest = spec.strip().partition(":")
+    momentum, masking = 0.9, True
+    for item in filter(None, (x.strip() for x in rest.split(","))):
+        key, _, value = item.partition("=")
+        if key == "momentum":
+            try:
+                momentum = float(value)
+            except ValueError:
+                raise ValueError(f"feedback spec {spec!r}: momentum {value!r} is not a number") from None
+        elif key == "masking" and value.lower() in ("true", "1", "false", "0"):
+            masking = value.lower() in ("true", "1")
+        else:
+            raise ValueError(f"feedback spec {spec!r}: {item!r}; dgc takes momentum=<[0, 1)> and masking=true|false")
+    if not 0.0 <= momentum < 1.0:
+        raise ValueError(f"DGC momentum must lie in [0, 1), got {momentum}")
+    return momentum, masking
 
 
 def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -119,13 +148,13 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
     try:
         payloads = []
         for blk, shape, w, ctx in zip(blocks, block_shapes, bstate.blocks, ctxs, strict=True):
-            z = fb.compensate(buffer[blk.start : blk.end].view(shape), w.feedback)
+            z = fb.compensate(_local_momentum(state, w, buffer[blk.start : blk.end].view(shape)), w.feedback)
             zs.append(z)
             payloads.append(comp.encode(z, ctx))
         message, failed = torch.cat([p.to_bytes(buffer.device) for p in payloads]), False
         state.metrics.bits += sum(p.bits for p in payloads)
         state.metrics.wire_bytes += message.numel()
-    except ValueError as exc:  # tell every rank, then every rank raises (never a hang)
+    except Exception as exc:  # tell every rank, then every rank raises (never a hang)
         message, failed = encode_error(exc, buffer.device), True
     gathered = gather_messages(message, failed, group)
     state.metrics.sent_bytes += gathered.sent_bytes
@@ -139,6 +168,7 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
             ctx = ctxs[b].but(state=None)
             decoded = decode_all(comp, [per_rank[r][b] for r in range(world)], ctx)
             fb.update(zs[b], decoded[rank], w.feedback)
+            _mask_momentum(state, w, decoded[rank])
             mean = torch.stack([d.float() for d in decoded]).mean(0)
             buffer[blk.start : blk.end].copy_(mean.reshape(-1))
             if state.keep_payloads:
@@ -180,6 +210,20 @@ def decode_all(comp: Compressor, payloads: list[Payload], ctx: Context) -> list[
 
 
 # -- helpers --------------------------------------------------------------------------------------------------------
+def _local_momentum(state: CompressionHookState, w: LocalMomentumState, g: torch.Tensor) -> torch.Tensor:
+    """DGC's velocity ``u <- momentum * u + g`` (what feedback then accumulates), or ``g`` when off."""
+    if state.momentum is None:
+        return g
+    w.velocity = g.float() if w.velocity is None else state.momentum * w.velocity + g.float()
+    return w.velocity
+
+
+def _mask_momentum(state: CompressionHookState, w: LocalMomentumState, sent: torch.Tensor) -> None:
+    """DGC's momentum factor masking: zero the velocity where this rank's message was nonzero."""
+    if state.momentum is not None and state.masking and w.velocity is not None:
+        w.velocity = w.velocity.masked_fill(sent.reshape(w.velocity.shape) != 0, 0.0)
+
+
 def _blocks(granularity: Granularity, index: int, positions: list[int] | None, offsets: list[int]) -> list[Block]:
     if granularity == "bucket":
         return [Block(index, 0, offsets[-1])]
@@ -237,15 +281,16 @@ def _decoded_allreduce(
     out = torch.empty_like(buffer)
     try:
         for blk, shape, w, ctx in zip(blocks, shapes, bstate.blocks, ctxs, strict=True):
-            z = fb.compensate(buffer[blk.start : blk.end].view(shape), w.feedback)
+            z = fb.compensate(_local_momentum(state, w, buffer[blk.start : blk.end].view(shape)), w.feedback)
             p = comp.encode(z, ctx)
             z_hat = comp.decode(p, ctx)
             fb.update(z, z_hat, w.feedback)
+            _mask_momentum(state, w, z_hat)
             out[blk.start : blk.end] = z_hat.reshape(-1)
             state.metrics.bits += p.bits
             state.metrics.wire_bytes += p.wire_bytes
         failed, message = False, out.new_zeros(0, dtype=torch.uint8)
-    except ValueError as exc:
+    except Exception as exc:  # tell every rank, then every rank raises (never a hang)
         failed, message = True, encode_error(exc, buffer.device)
     status = gather_messages(message, failed, state.process_group)  # every rank raises if any rank failed
     status.future.wait()  # an empty message: completes at once; waited in the hook body, not in a callback

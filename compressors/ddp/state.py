@@ -31,7 +31,24 @@ from torch import nn
 
 from gradstat.compressors.base import Compressor
 from gradstat.compressors.feedback import ErrorFeedback
+from gradstat.compressors.momentum import LocalMomentumState
 from gradstat.compressors.pipeline import WorkerState
+
+MEMORIES = ("residual", "velocity")
+"""Per-coordinate memories of a block: the feedback residual and DGC's local velocity (re-sliced and carried over
+when DDP changes its buckets)."""
+
+
+def get_memory(w: WorkerState, name: str) -> torch.Tensor | None:
+    return w.feedback.residual if name == "residual" else getattr(w, name, None)
+
+
+def set_memory(w: WorkerState, name: str, value: torch.Tensor | None) -> None:
+    if name == "residual":
+        w.feedback.residual = value
+    else:
+        setattr(w, name, value)
+
 
 Granularity = Literal["bucket", "layer"]
 Exchange = Literal["gather", "allreduce"]
@@ -74,10 +91,14 @@ class BucketState:
 
     def residual_of(self, j: int) -> torch.Tensor | None:
         """Parameter j's slice of the residual (its own shape), or None."""
+        return self.memory_of(j, "residual")
+
+    def memory_of(self, j: int, name: str) -> torch.Tensor | None:
+        """Parameter j's slice of memory ``name`` (``MEMORIES``), in its own shape, or None."""
         if len(self.blocks) == len(self.shapes) and len(self.shapes) > 1:
-            r = self.blocks[j].feedback.residual
+            r = get_memory(self.blocks[j], name)
             return None if r is None else r.reshape(self.shapes[j])
-        r = self.blocks[0].feedback.residual
+        r = get_memory(self.blocks[0], name)
         if r is None:
             return None
         start = sum(math.prod(s) for s in self.shapes[:j])
@@ -116,6 +137,9 @@ class CompressionHookState:
     granularity : ``bucket`` (one block per bucket) or ``layer`` (one block per parameter slice).
     exchange : ``gather`` (serialised payloads, padded all-gather; every compressor) or ``allreduce`` (each rank
         all-reduces its own decoded message densely; not for side-information schemes).
+    momentum, masking : DGC's local momentum correction with momentum factor masking (Lin et al. 2018, Sec.
+        3.2-3.3): ``u <- momentum * u + g`` is what error feedback accumulates and compresses; ``u`` is zeroed where
+        the message was nonzero. None: off.
     keep_payloads : keep every (rank, block)'s received payload and decoded tensor of the last step in ``last``
         (for tests and inspection; ``last[(rank, block)] = (payload, decoded)``).
     """
@@ -127,6 +151,8 @@ class CompressionHookState:
     granularity: Granularity = "bucket"
     exchange: Exchange = "gather"
     keep_payloads: bool = False
+    momentum: float | None = None
+    masking: bool = True
     step: int = 0
     buckets: dict[tuple, BucketState] = field(default_factory=dict)
     rebuilds: int = 0
@@ -140,6 +166,10 @@ class CompressionHookState:
             raise ValueError(f"granularity must be 'bucket' or 'layer', got {self.granularity!r}")
         if self.exchange not in ("gather", "allreduce"):
             raise ValueError(f"exchange must be 'gather' or 'allreduce', got {self.exchange!r}")
+        if self.momentum is not None and not (0.0 <= float(self.momentum) < 1.0):
+            raise ValueError(f"DGC momentum must lie in [0, 1), got {self.momentum}")
+        if self.momentum is not None and self.compressor is None:
+            raise ValueError("local momentum correction needs a compressor")
         if self.exchange == "allreduce" and self.compressor is not None and self.compressor.properties.needs_side:
             raise ValueError(f"{self.compressor.name} decodes with side information: it needs exchange='gather'")
 
@@ -180,11 +210,13 @@ class CompressionHookState:
 
     def _reorder(self, state: BucketState, signature: tuple, shapes: list[tuple[int, ...]], layer: bool) -> None:
         old = {pos: j for j, pos in enumerate(state.signature)}
-        slices = [state.residual_of(old[pos]) for pos in signature]
         if layer:
             state.blocks = [state.blocks[old[pos]] for pos in signature]
-        elif all(r is not None for r in slices):
-            state.blocks[0].feedback.residual = torch.cat([r.reshape(-1) for r in slices])  # type: ignore[union-attr]
+        else:
+            for name in MEMORIES:
+                slices = [state.memory_of(old[pos], name) for pos in signature]
+                if all(r is not None for r in slices):
+                    set_memory(state.blocks[0], name, torch.cat([r.reshape(-1) for r in slices]))  # type: ignore[union-attr]
         state.signature, state.shapes = signature, shapes
 
     def end_step(self, step: int) -> None:
@@ -192,30 +224,34 @@ class CompressionHookState:
         self.buckets = {k: b for k, b in self.buckets.items() if b.last_step >= step - 1}
 
     def _carry_residuals(self, fresh: BucketState, layer: bool) -> None:
+        """Fill a fresh bucket state's memories, parameter by parameter, from the states that last held them."""
         if self.param_index is None or not isinstance(fresh.signature[0], int):
             return
         donors = sorted(self.buckets.values(), key=lambda b: b.last_step, reverse=True)
-        slices: list[torch.Tensor | None] = []
-        for pos in fresh.signature:
-            found = None
-            for d in donors:
-                if isinstance(d.signature[0], int) and pos in d.signature:
-                    found = d.residual_of(d.signature.index(pos))
-                    break
-            slices.append(None if found is None else found.detach().clone())
-        if all(x is None for x in slices):
-            return
-        filled = [x if x is not None else torch.zeros(shape) for x, shape in zip(slices, fresh.shapes, strict=True)]
-        device = next(x for x in slices if x is not None).device
-        filled = [x.to(device) for x in filled]
-        if layer:
-            for w, r in zip(fresh.blocks, filled, strict=True):
-                w.feedback.residual = r
-        else:
-            fresh.blocks[0].feedback.residual = torch.cat([r.reshape(-1) for r in filled])
+        for name in MEMORIES:
+            slices: list[torch.Tensor | None] = []
+            for pos in fresh.signature:
+                found = None
+                for d in donors:
+                    if isinstance(d.signature[0], int) and pos in d.signature:
+                        found = d.memory_of(d.signature.index(pos), name)
+                        break
+                slices.append(None if found is None else found.detach().clone())
+            if all(x is None for x in slices):
+                continue
+            device = next(x for x in slices if x is not None).device
+            filled = [
+                (x if x is not None else torch.zeros(shape)).to(device)
+                for x, shape in zip(slices, fresh.shapes, strict=True)
+            ]
+            if layer:
+                for w, r in zip(fresh.blocks, filled, strict=True):
+                    set_memory(w, name, r)
+            else:
+                set_memory(fresh.blocks[0], name, torch.cat([r.reshape(-1) for r in filled]))
 
-    def _new_worker_state(self) -> WorkerState:
-        return WorkerState(compressor=self.compressor.new_state() if self.compressor is not None else None)
+    def _new_worker_state(self) -> LocalMomentumState:
+        return LocalMomentumState(compressor=self.compressor.new_state() if self.compressor is not None else None)
 
     def take_metrics(self) -> StepMetrics:
         """This step's metrics, and reset them for the next step."""
@@ -230,6 +266,7 @@ class CompressionHookState:
             "compressor": None if self.compressor is None else self.compressor.spec(),
             "feedback": [self.feedback.compensation, self.feedback.decay],
             "granularity": self.granularity,
+            "momentum": self.momentum,
             "step": self.step,
             "seed": self.seed,
             "rebuilds": self.rebuilds,
@@ -238,7 +275,14 @@ class CompressionHookState:
                     "signature": list(b.signature),
                     "shapes": [list(x) for x in b.shapes],
                     "last_step": b.last_step,
-                    "blocks": [{"residual": w.feedback.residual, "compressor": _plain(w.compressor)} for w in b.blocks],
+                    "blocks": [
+                        {
+                            "residual": w.feedback.residual,
+                            "velocity": getattr(w, "velocity", None),
+                            "compressor": _plain(w.compressor),
+                        }
+                        for w in b.blocks
+                    ],
                 }
                 for b in self.buckets.values()
             ],
@@ -247,7 +291,7 @@ class CompressionHookState:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output; the compressor, feedback and granularity must be the same."""
         mine = self.state_dict()
-        for key in ("compressor", "feedback", "granularity"):
+        for key in ("compressor", "feedback", "granularity", "momentum"):
             if state.get(key) != mine[key]:
                 raise ValueError(f"hook state was saved with {key}={state.get(key)!r}, this hook uses {mine[key]!r}")
         self.step, self.seed, self.rebuilds = int(state["step"]), int(state["seed"]), int(state["rebuilds"])
@@ -257,6 +301,7 @@ class CompressionHookState:
             for saved in b["blocks"]:
                 w = self._new_worker_state()
                 w.feedback.residual = saved["residual"]
+                w.velocity = saved.get("velocity")
                 w.compressor = _restore(w.compressor, saved["compressor"])
                 blocks.append(w)
             signature = tuple(tuple(x) if isinstance(x, list) else x for x in b["signature"])

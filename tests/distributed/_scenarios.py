@@ -16,11 +16,13 @@ from gradstat.compressors.ddp.exchange import SIZE_EXCHANGE_BYTES
 WORKLOAD = "fc300"
 
 
-def _setup(spec, feedback="ef", seed=0, bucket_caps=None, granularity="bucket", keep=True):
+def _setup(spec, feedback="ef", seed=0, bucket_caps=None, granularity="bucket", keep=True, exchange="gather"):
     wl = get_workload(WORKLOAD)
     model = wl.model(seed)
     ddp = DDP(model, **({} if bucket_caps is None else {"bucket_cap_mb_list": bucket_caps}))
-    state, hook = make_hook(spec, feedback, model=model, seed=seed, granularity=granularity, keep_payloads=keep)
+    state, hook = make_hook(
+        spec, feedback, model=model, seed=seed, granularity=granularity, keep_payloads=keep, exchange=exchange
+    )
     ddp.register_comm_hook(state, hook)
     return wl, model, ddp, state, wl.optimizer(model)
 
@@ -107,9 +109,15 @@ def failures(rank: int, world: int) -> dict:
     out["zero_indices"] = [int(p["indices"].numel()) for (r, b), (p, d) in state.last.items()]
     opt.step()
     out["params_unchanged"] = all(torch.equal(a, b.detach()) for a, b in zip(params, model.parameters(), strict=True))
-    # the group is still usable afterwards: one more ordinary step on every rank
-    wl, model, ddp, state, opt = _setup("topk:ratio=0.01")
-    out["after"] = _step(wl, ddp, opt, x.nan_to_num(0.0), y)
+    # the group is still usable afterwards: two steps with each exchange give the same model
+    finals = {}
+    for exchange in ("gather", "allreduce"):
+        wl, model, ddp, state, opt = _setup("qsgd", exchange=exchange)
+        batches = _batches(wl, rank, world)
+        out["after"] = [_step(wl, ddp, opt, *next(batches)) for _ in range(2)][-1]
+        finals[exchange] = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        out[f"{exchange}_sent"] = state.take_metrics().sent_bytes
+    out["exchanges_agree"] = torch.equal(finals["gather"], finals["allreduce"])
     return out
 
 

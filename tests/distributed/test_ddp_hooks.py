@@ -78,6 +78,12 @@ def test_all_zero_buckets_and_empty_selections_decode_to_zero(failure_modes):
         assert math.isfinite(res["after"])  # the process group is still usable after the errors
 
 
+def test_all_gather_and_dense_all_reduce_exchanges_train_the_same_model(failure_modes):
+    for res in failure_modes:
+        assert res["exchanges_agree"]
+        assert res["allreduce_sent"] > 4 * res["gather_sent"]  # dense float32 against ~5-bit codes
+
+
 @pytest.fixture(scope="module")
 def resumed() -> list[dict]:
     # sidco (adaptive stage count, period 2) with error feedback; DDP's default buckets: one for fc300, whose
@@ -117,3 +123,23 @@ def test_bucket_rebuild_resets_compressor_state_and_carries_the_residual(rebuilt
         for t in range(len(res["used"]) - 1):  # the residual before step t+1 is the one left by step t
             for pos in range(6):
                 assert torch.equal(res["before"][t + 1][pos], res["after"][t][pos])
+
+
+@pytest.mark.cuda
+def test_nccl_training_on_one_gpu_runs_cuda_tensors_through_the_hook(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    cmd = [sys.executable, "-m", "gradstat", "train", "--workload", "fc300", "--nproc", "1", "--backend", "nccl"]
+    cmd += ["--compressor", "qsgd", "--compressor", "topk:ratio=0.01", "--feedback", "ef", "--iterations", "5"]
+    cmd += ["--out", str(tmp_path / "r")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = pd.read_csv(tmp_path / "r" / "summary.csv")
+    assert list(table["run"]) == ["allreduce", "qsgd+ef", "topk:ratio=0.01+ef"]
