@@ -13,7 +13,10 @@ def register(group: click.Group) -> None:
     @click.option("--workload", required=True, help="Built-in workload (spec), e.g. lenet or fc300:lr=0.1.")
     @click.option("--nproc", type=int, default=2, show_default=True, help="Processes (ranks) on this machine.")
     @click.option(
-        "--compressor", "compressors", multiple=True, help="Compressor spec; repeat to train several in one launch."
+        "--compressor",
+        "compressors",
+        multiple=True,
+        help="Compressor spec (SPEC@FEEDBACK for its own feedback); repeat to train several in one launch.",
     )
     @click.option(
         "--feedback",

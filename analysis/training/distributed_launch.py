@@ -71,7 +71,8 @@ def build_config(
     """Check every argument (clear ValueError) and build the configuration of the ranks.
 
     Runs: ``allreduce`` first (the baseline of the summary), then ``baselines`` (``fp16``, ``bf16``,
-    ``torch-powersgd``), then each compressor spec with ``feedback``. With ``record_every``, exactly one compressor
+    ``torch-powersgd``), then each compressor spec with ``feedback`` (``SPEC@FEEDBACK`` sets one compressor's own,
+    e.g. ``qsgd@none`` beside ``topk@ef``). With ``record_every``, exactly one compressor
     is recorded and ``out`` is its dump; the tables go to ``<out>.train``. Without, ``out`` holds the tables."""
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise ValueError(f"--nproc must be a positive integer, got {nproc!r}")
@@ -93,12 +94,13 @@ def build_config(
     wl = get_workload(workload)
     if wl.batch_size % nproc:
         raise ValueError(f"workload {wl.name}: batch_size {wl.batch_size} is not divisible by --nproc {nproc}")
-    if feedback.strip().partition(":")[0] == "dgc":
-        parse_local_momentum(feedback)
-    else:
-        parse_feedback(feedback)
-    for spec in compressors:
+    pairs = [_split_feedback(spec, feedback) for spec in compressors]
+    for spec, fb in pairs:
         c = create(spec)
+        if fb.strip().partition(":")[0] == "dgc":
+            parse_local_momentum(fb)
+        else:
+            parse_feedback(fb)
         if exchange == "allreduce" and c.properties.needs_side:
             raise ValueError(f"{c.name} decodes with side information: use --exchange gather")
     for b in baselines:
@@ -117,10 +119,7 @@ def build_config(
         results = out
     runs = [RunSpec(BASELINE, baseline=BASELINE)]
     runs += [RunSpec(b, baseline=b) for b in dict.fromkeys(baselines) if b != BASELINE]
-    runs += [
-        RunSpec(f"{s}+{feedback}" if feedback != "none" else s, s, feedback, record=dump is not None)
-        for s in compressors
-    ]
+    runs += [RunSpec(f"{s}+{fb}" if fb != "none" else s, s, fb, record=dump is not None) for s, fb in pairs]
     return TrainConfig(
         workload=workload,
         iterations=iterations,
@@ -137,6 +136,12 @@ def build_config(
         bucket_cap_mb=bucket_cap_mb,
         powersgd_rank=powersgd_rank,
     )
+
+
+def _split_feedback(spec: str, default: str) -> tuple[str, str]:
+    """``SPEC@FEEDBACK`` gives one compressor its own feedback; a plain ``SPEC`` takes ``default``."""
+    spec, at, own = spec.partition("@")
+    return spec.strip(), (own.strip() if at else default)
 
 
 def torchrun_command(config_path: Path, nproc: int) -> list[str]:
