@@ -137,6 +137,7 @@ def train_rank(config: TrainConfig) -> None:
     dist.barrier()
     if rank == 0:
         merge_rank_logs(results, world)
+    dist.barrier()  # leave together: a rank tearing gloo down while another still works can abort (SIGABRT)
 
 
 def train_run(config: TrainConfig, run: RunSpec, rank: int, world: int, device: torch.device) -> list[dict[str, Any]]:
