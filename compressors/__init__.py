@@ -11,6 +11,7 @@ from gradstat.compressors import (
     gaussianksgd,  # noqa: F401,E402
     ndqsg,  # noqa: F401,E402
     onebit,  # noqa: F401,E402
+    powersgd,  # noqa: F401,E402
     qcs,  # noqa: F401,E402
     qsgd,  # noqa: F401,E402
     randk,  # noqa: F401,E402

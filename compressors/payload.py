@@ -3,6 +3,38 @@
 ``Payload.bits`` is exact and host-side: it depends only on tensor shapes (known without a device sync) and on
 the declared width of each part, never on values. ``Payload.entropy_bits()`` gives the empirical entropy of the
 integer codes beside it (it does read values, so it syncs; call it in analysis, not in hot paths).
+
+Wire format (:meth:`Payload.to_bytes` / :meth:`Payload.from_bytes`): one flat ``uint8`` tensor on the payload's
+device, a fixed header followed by the body, every part bit-packed at its declared width
+(:mod:`gradstat.compressors.bitpack`), back to back, only the very last byte padded with zeros. So
+``8 * len(bytes) == header_bits(parts) + 8 * ceil(payload.bits / 8)``. All multi-byte fields are little-endian.
+
+Header, ``HEADER_PREFIX_BYTES + PART_DESCRIPTOR_BYTES * parts`` bytes (96 + 224 per part bits):
+
+====== ===== =============================================================================================
+offset bytes field
+====== ===== =============================================================================================
+0      2     magic ``b"GS"``
+2      1     format version (``WIRE_VERSION``)
+3      1     number of parts (at most 255)
+4      8     body length in bits (uint64), the exact ``payload.bits``
+12     28    one descriptor per part, in the payload's part order:
+             name (8 bytes ASCII, zero-padded), kind (1, index into ``PART_KINDS``), in-memory dtype
+             (1, index into ``WIRE_DTYPES``), width in bits (1), number of dimensions (1, at most 2),
+             dimensions (2 x uint32, unused ones 0), bias (int64)
+====== ===== =============================================================================================
+
+Body encodings (chosen from the part's dtype and width; nothing else is needed to read it back):
+- floating parts: the IEEE bits of each value; the width must equal the dtype's size (e.g. 32 for float32);
+- integer and bool parts at a width >= their dtype's size: two's complement truncated to the width (sign-extended
+  when read back into a signed dtype);
+- integer parts at a narrower width (bit-packed indices, quantizer codes): ``value - bias`` in ``[0, 2**width)``
+  with ``bias`` the part's smallest value, computed on the device and stored in the descriptor, so codes in
+  ``{-L..L}`` or ``{0..k-1}`` alike fit ``ceil(log2 levels)`` bits. Serialising checks (one sync per payload)
+  that every value fits its declared width and raises otherwise: a wrong width never corrupts silently;
+- 64-bit values travel as two 32-bit words (low, high).
+A part of kind ``seed`` is read back to the CPU (decoders read seeds on the host); every other part is read back
+on the device of the byte tensor.
 """
 
 from __future__ import annotations
@@ -13,10 +45,31 @@ from typing import Literal
 
 import torch
 
+from gradstat.compressors import bitpack
+
 SEED_BITS = 64
 """Width at which a payload sends the seed material its decoder needs."""
 
 PartKind = Literal["value", "index", "code", "scale", "threshold", "seed", "mask"]
+PART_KINDS: tuple[str, ...] = ("value", "index", "code", "scale", "threshold", "seed", "mask")
+
+WIRE_MAGIC = b"GS"
+WIRE_VERSION = 1
+HEADER_PREFIX_BYTES = 12
+PART_DESCRIPTOR_BYTES = 28
+PART_NAME_BYTES = 8
+WIRE_DTYPES: tuple[torch.dtype, ...] = (
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+)
 
 
 @dataclass(frozen=True)
@@ -110,6 +163,31 @@ class Payload:
         """Compression gain: 32 bits per element of the original over the exact bits sent."""
         return 32.0 * self.numel / max(self.bits, 1)
 
+    # -- wire format --------------------------------------------------------------------------------------------
+    @property
+    def header_bits(self) -> int:
+        """Bits of the wire header of this payload (:func:`header_bits`)."""
+        return header_bits(len(self.parts))
+
+    @property
+    def wire_bytes(self) -> int:
+        """Length of :meth:`to_bytes` in bytes, known without serialising: header + ``ceil(bits / 8)``."""
+        return self.header_bits // 8 + bitpack.packed_bytes(self.bits)
+
+    def to_bytes(self, device: torch.device | str | None = None) -> torch.Tensor:
+        """The payload as one flat ``uint8`` tensor (see the module docstring for the layout) on ``device``
+        (default: the device of the first part that is not a seed). Raises ValueError for a part that cannot
+        be sent at its declared width (a fractional width, a float at a width other than its size, a value that
+        does not fit)."""
+        return _to_bytes(self, device)
+
+    @classmethod
+    def from_bytes(cls, data: torch.Tensor, shape: torch.Size | tuple[int, ...], dtype: torch.dtype) -> "Payload":
+        """Read a payload written by :meth:`to_bytes`. ``shape`` and ``dtype`` describe the original tensor (both
+        sides know them from the model; they are not sent). Trailing bytes after the body (padding added for a
+        collective) are ignored. Raises ValueError naming what is wrong for bytes that are not a payload."""
+        return _from_bytes(data, torch.Size(shape), dtype)
+
 
 def empirical_entropy(codes: torch.Tensor) -> float:
     """Zeroth-order empirical entropy of integer symbols, in bits per symbol."""
@@ -137,3 +215,144 @@ def code_width(levels: int) -> int:
 def float_width(dtype: torch.dtype) -> int:
     """Bits of one floating-point value sent in ``dtype``."""
     return torch.finfo(dtype).bits
+
+
+# -- wire format ----------------------------------------------------------------------------------------------------
+def header_bits(parts: int) -> int:
+    """Bits of the wire header of a payload of ``parts`` parts: ``8 * (12 + 28 * parts)``."""
+    return 8 * (HEADER_PREFIX_BYTES + PART_DESCRIPTOR_BYTES * parts)
+
+
+def _dtype_bits(dtype: torch.dtype) -> int:
+    return (
+        1 if dtype == torch.bool else (torch.finfo(dtype).bits if dtype.is_floating_point else torch.iinfo(dtype).bits)
+    )
+
+
+_SAME_SIZE_INT = {16: torch.int16, 32: torch.int32, 64: torch.int64}
+
+
+def _wire_words(name: str, part: Part, device: torch.device) -> tuple[torch.Tensor, int, torch.Tensor | None]:
+    """(unsigned words to pack, bits per word, bias or None) of one part; 64-bit parts as 32-bit word pairs."""
+    t = part.tensor.detach().reshape(-1).to(device)
+    width, size = int(part.width), _dtype_bits(part.tensor.dtype)
+    if t.dtype.is_floating_point:
+        if width != size:
+            raise ValueError(f"part {name!r}: a {t.dtype} part is sent at its own {size} bits, not {part.width}")
+        t = t.view(_SAME_SIZE_INT[size])
+    elif width < size:
+        bias = t.amin().to(torch.int64) if t.numel() else torch.zeros((), dtype=torch.int64, device=device)
+        return t.to(torch.int64) - bias, width, bias
+    if width == 64:
+        return bitpack.split_words(t), 32, None
+    if width > bitpack.MAX_WIDTH:
+        raise ValueError(f"part {name!r}: widths above {bitpack.MAX_WIDTH} bits other than 64 are not supported")
+    return t.to(torch.int64), width, None
+
+
+def _to_bytes(payload: Payload, device: torch.device | str | None) -> torch.Tensor:
+    if len(payload.parts) > 255:
+        raise ValueError(f"a payload can send at most 255 parts, this one has {len(payload.parts)}")
+    if device is None:
+        devices = [p.tensor.device for p in payload.parts.values() if p.kind != "seed"]
+        device = devices[0] if devices else torch.device("cpu")
+    device = torch.device(device)
+    prefix = bytearray(WIRE_MAGIC) + bytes([WIRE_VERSION, len(payload.parts)])
+    body_bits = 0
+    descriptors: list[torch.Tensor] = []
+    runs: list[tuple[torch.Tensor, int, int]] = []
+    fits: list[torch.Tensor] = []
+    for name, part in payload.parts.items():
+        if not float(part.width).is_integer() or part.width < 1:
+            raise ValueError(f"part {name!r}: width {part.width} bits cannot be bit-packed (need an integer >= 1)")
+        raw = name.encode("ascii", errors="replace")
+        if len(raw) > PART_NAME_BYTES:
+            raise ValueError(f"part name {name!r} is longer than {PART_NAME_BYTES} ASCII characters")
+        shape = tuple(part.tensor.shape)
+        if len(shape) > 2 or any(s >= 2**32 for s in shape):
+            raise ValueError(f"part {name!r}: shape {shape} cannot be described (at most 2 dimensions < 2**32)")
+        if part.tensor.dtype not in WIRE_DTYPES:
+            raise ValueError(f"part {name!r}: dtype {part.tensor.dtype} is not one of {WIRE_DTYPES}")
+        words, word_width, bias = _wire_words(name, part, device)
+        if bias is not None and words.numel():
+            fits.append(words.amax() < (1 << word_width))
+        runs.append((words, word_width, body_bits))
+        body_bits += words.numel() * word_width
+        static = (
+            raw.ljust(PART_NAME_BYTES, b"\0")
+            + bytes([PART_KINDS.index(part.kind), WIRE_DTYPES.index(part.tensor.dtype), int(part.width), len(shape)])
+            + b"".join(int(s).to_bytes(4, "little") for s in (list(shape) + [0, 0])[:2])
+        )
+        bias_t = bias if bias is not None else torch.zeros((), dtype=torch.int64, device=device)
+        descriptors += [_host_bytes(static, device), bias_t.reshape(1).view(torch.uint8)]
+    prefix += int(body_bits).to_bytes(8, "little")
+    if fits and not bool(torch.stack(fits).all()):  # one sync for all parts
+        raise ValueError("a part holds values that do not fit its declared width (the compressor's bit count is wrong)")
+    acc = torch.zeros(bitpack.packed_bytes(body_bits) + 8, dtype=torch.int64, device=device)
+    for words, word_width, base in runs:
+        bitpack.pack_into(acc, words, word_width, base)
+    body = acc[: bitpack.packed_bytes(body_bits)].to(torch.uint8)
+    return torch.cat([_host_bytes(bytes(prefix), device), *descriptors, body])
+
+
+def _host_bytes(data: bytes, device: torch.device) -> torch.Tensor:
+    return torch.tensor(list(data), dtype=torch.uint8).to(device)
+
+
+def _from_bytes(data: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> Payload:
+    if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or data.dim() != 1:
+        raise ValueError(f"payload bytes must be a 1-D uint8 tensor, got {getattr(data, 'dtype', type(data))}")
+    n = data.numel()
+    if n < HEADER_PREFIX_BYTES:
+        raise ValueError(f"payload bytes: {n} bytes is shorter than the {HEADER_PREFIX_BYTES}-byte header prefix")
+    prefix = bytes(data[:HEADER_PREFIX_BYTES].cpu().tolist())
+    if prefix[:2] != WIRE_MAGIC or prefix[2] != WIRE_VERSION:
+        raise ValueError(f"payload bytes: bad magic/version {prefix[:3]!r} (expected {WIRE_MAGIC!r} version 1)")
+    parts, body_bits = prefix[3], int.from_bytes(prefix[4:12], "little")
+    head = header_bits(parts) // 8
+    if n < head + bitpack.packed_bytes(body_bits):
+        raise ValueError(f"payload bytes: {n} bytes, the header announces {head + bitpack.packed_bytes(body_bits)}")
+    desc = bytes(data[HEADER_PREFIX_BYTES:head].cpu().tolist())
+    stream = torch.cat([data[head : head + bitpack.packed_bytes(body_bits)], data.new_zeros(8)])
+    payload = Payload(shape=shape, dtype=dtype)
+    base = 0
+    for i in range(parts):
+        d = desc[i * PART_DESCRIPTOR_BYTES : (i + 1) * PART_DESCRIPTOR_BYTES]
+        name = d[:PART_NAME_BYTES].rstrip(b"\0").decode("ascii", errors="replace")
+        kind_i, dtype_i, width, ndim = d[8], d[9], d[10], d[11]
+        if kind_i >= len(PART_KINDS) or dtype_i >= len(WIRE_DTYPES) or ndim > 2 or width < 1:
+            raise ValueError(f"payload bytes: corrupt descriptor of part {i} ({name!r})")
+        dims = [int.from_bytes(d[12 + 4 * j : 16 + 4 * j], "little") for j in range(ndim)]
+        part_dtype, numel = WIRE_DTYPES[dtype_i], math.prod(dims)
+        bias_offset = HEADER_PREFIX_BYTES + i * PART_DESCRIPTOR_BYTES + 20
+        bias = data[bias_offset : bias_offset + 8].clone().view(torch.int64)
+        values, base = _read_part(stream, numel, width, part_dtype, bias, base)
+        if base > body_bits:
+            raise ValueError(f"payload bytes: part {name!r} runs past the {body_bits}-bit body")
+        kind = PART_KINDS[kind_i]
+        values = values.reshape(dims)
+        payload.add(name, values.cpu() if kind == "seed" else values, width, kind)  # type: ignore[arg-type]
+    if base != body_bits:
+        raise ValueError(f"payload bytes: parts fill {base} bits, the header announces {body_bits}")
+    return payload
+
+
+def _read_part(
+    stream: torch.Tensor, numel: int, width: int, dtype: torch.dtype, bias: torch.Tensor, base: int
+) -> tuple[torch.Tensor, int]:
+    """One part's values (in ``dtype``) and the bit where the next part starts."""
+    size = _dtype_bits(dtype)
+    if width == 64:
+        words = bitpack.unpack(stream, 2 * numel, 32, base)
+        v = bitpack.join_words(words)
+        return (v.view(torch.float64) if dtype.is_floating_point else v.to(dtype)), base + 64 * numel
+    v = bitpack.unpack(stream, numel, width, base)
+    end = base + width * numel
+    if dtype.is_floating_point:
+        return bitpack.sign_extend(v, width).to(_SAME_SIZE_INT[size]).view(dtype), end
+    if width < size:
+        return (v + bias).to(dtype), end
+    if dtype == torch.bool:
+        return v.bool(), end
+    signed = dtype != torch.uint8
+    return (bitpack.sign_extend(v, width) if signed else v).to(dtype), end

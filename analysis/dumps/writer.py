@@ -1,4 +1,12 @@
-"""Writing gradient dumps: :class:`DumpWriter` creates a dump or appends to one, one step file per call."""
+"""Writing gradient dumps: :class:`DumpWriter` creates a dump or appends to one, one step file per call.
+
+Multi-rank writing (distributed training, one process per worker): each rank writes its own gradients of a step
+with :func:`write_rank_part` into a hidden part file of the dump directory (atomically, under a name ending in the
+temporary suffix, so readers ignore it and :meth:`DumpWriter.append` removes leftovers); once every rank has
+written (the caller synchronises, e.g. ``torch.distributed.barrier``), rank 0 calls
+:meth:`DumpWriter.commit_rank_parts`, which assembles the parts into the ordinary step file, commits the manifest
+atomically as for any step, and removes the parts. The dump format is unchanged.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +20,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import safetensors
 import torch
+from safetensors.torch import load as safetensors_load
 from safetensors.torch import save as safetensors_bytes
 
 from gradstat.analysis.dumps.atomic import write_atomic
@@ -180,6 +189,26 @@ class DumpWriter:
                 (self.path / file).unlink()
             raise
 
+    def commit_rank_parts(self, step: int) -> None:
+        """Assemble the part files of ``step`` written by ranks ``0 .. workers - 1`` (:func:`write_rank_part`)
+        into the step file (validated and committed like :meth:`write_step`), then remove the parts."""
+        files = [self.path / rank_part_file(step, r) for r in range(self.manifest["workers"])]
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise DumpError(f"{self.path}: step {step}: rank part files missing: {missing}")
+        grads: list[dict[str, torch.Tensor]] = []
+        extras: dict[str, list[dict[str, torch.Tensor]]] = {e: [] for e in self.manifest["extras"]}
+        for f in files:
+            tensors = safetensors_load(f.read_bytes())
+            grads.append({k[len(PART_GRAD) :]: t for k, t in tensors.items() if k.startswith(PART_GRAD)})
+            for e in extras:
+                prefix = f"{PART_EXTRA}{e}/"
+                extras[e].append({k[len(prefix) :]: t for k, t in tensors.items() if k.startswith(prefix)})
+        self.write_step(step, grads, extras)
+        for f in files:
+            with contextlib.suppress(OSError):
+                f.unlink()
+
     def _collect(self, out: dict[str, torch.Tensor], per_worker: WorkerTensors, key, what: str) -> None:
         if len(per_worker) != self.manifest["workers"]:
             raise ValueError(f"{what}: expected {self.manifest['workers']} worker dicts, got {len(per_worker)}")
@@ -209,6 +238,32 @@ class DumpWriter:
 
     def _save_manifest(self) -> None:
         write_atomic(self.path / MANIFEST, (json.dumps(self.manifest, indent=1) + "\n").encode("utf-8"))
+
+
+PART_GRAD = "g/"
+PART_EXTRA = "x/"
+
+
+def rank_part_file(step: int, rank: int) -> str:
+    """Name of rank ``rank``'s part of ``step`` (hidden, ending in the temporary suffix readers ignore)."""
+    return f".step-{step:08d}.rank-{rank}.part{TMP_SUFFIX}"
+
+
+def write_rank_part(
+    path: str | Path,
+    step: int,
+    rank: int,
+    grads: Mapping[str, torch.Tensor],
+    extras: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
+) -> None:
+    """Write one rank's gradients (``{param: tensor}``) and extras (``{extra: {param: tensor}}``) of ``step``
+    atomically into the dump at ``path``; :meth:`DumpWriter.commit_rank_parts` on rank 0 assembles them."""
+    if not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"rank must be an integer >= 0, got {rank!r}")
+    tensors = {f"{PART_GRAD}{n}": t.detach().cpu().contiguous() for n, t in grads.items()}
+    for e, named in (extras or {}).items():
+        tensors.update({f"{PART_EXTRA}{e}/{n}": t.detach().cpu().contiguous() for n, t in named.items()})
+    write_atomic(Path(path) / rank_part_file(step, rank), safetensors_bytes(tensors))
 
 
 def check_new_dump_dir(path: Path) -> None:

@@ -157,3 +157,106 @@ def record(
         rec.record(t, result.grads, result.extras)
         bar.set_postfix(loss=f"{result.loss:.4g}", refresh=False)
     return Path(out)
+
+
+class RankRecorder:
+    """Per-rank recording of a DDP run: every rank writes its own *local* gradient (before averaging and
+    compression) as ``worker = rank``, and the feedback residual before the step when asked.
+
+    The recorder observes the compression hook (:class:`gradstat.compressors.ddp.CompressionHookState`, bound to
+    the model), which shows it each bucket's local gradient; an optimizer step pre-hook then writes the rank's part
+    file, waits for every rank (``barrier``) and rank 0 commits the step (manifest updated atomically). Rank 0
+    creates the dump with :meth:`create` before training; the others open it after a barrier.
+
+    Parameters
+    ----------
+    path : the dump directory; rank, world : this process's rank and the world size (= the dump's workers);
+    names : the trainable parameters' names in model order; every : recording interval K;
+    residual : also record the residual (the dump must declare the extra ``residual``);
+    group : the process group to synchronise in.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        rank: int,
+        world: int,
+        names: Sequence[str],
+        every: int = 1,
+        residual: bool = False,
+        group: Any = None,
+    ) -> None:
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a positive integer, got {every!r}")
+        self.path, self.rank, self.world, self.names = Path(path), rank, world, list(names)
+        self.every, self.residual, self.group = every, residual, group
+        self.writer: DumpWriter | None = None
+        self._pending: int | None = None
+        self._grads: dict[str, torch.Tensor] = {}
+        self._residuals: dict[str, torch.Tensor] = {}
+
+    @classmethod
+    def create(
+        cls,
+        path: str | Path,
+        model: nn.Module,
+        rank: int,
+        world: int,
+        every: int = 1,
+        residual: bool = False,
+        group: Any = None,
+        **manifest: Any,
+    ) -> "RankRecorder":
+        """On rank 0 create the dump (``manifest`` keywords go to :class:`DumpWriter`), then synchronise."""
+        import torch.distributed as dist
+
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self = cls(path, rank, world, [n for n, _ in named], every, residual, group)
+        if rank == 0:
+            self.writer = DumpWriter(
+                path,
+                params=[(n, tuple(p.shape)) for n, p in named],
+                workers=world,
+                every=every,
+                extras=["residual"] if residual else [],
+                **manifest,
+            )
+        dist.barrier(group=group)
+        return self
+
+    def attach(self, hook_state: Any, optimizer: torch.optim.Optimizer) -> torch.utils.hooks.RemovableHandle:
+        """Observe ``hook_state`` (a bound compression hook state) and write before every ``optimizer.step()``."""
+        if hook_state.param_index is None:
+            raise ValueError("the hook state must be bound to the model (make_hook(..., model=...)) to record")
+        hook_state.observers.append(self.observe)
+        return optimizer.register_step_pre_hook(lambda opt, args, kwargs: self.flush())
+
+    def observe(self, step: int, view: Any) -> None:
+        """Copy one bucket's local gradients (and residuals) when ``step`` is recorded."""
+        if step % self.every:
+            return
+        self._pending = step
+        for pos, g, r in zip(view.params, view.grads, view.residuals, strict=True):
+            name = self.names[pos]
+            self._grads[name] = g.detach().clone()
+            if self.residual:
+                self._residuals[name] = torch.zeros_like(g) if r is None else r.detach().clone()
+
+    def flush(self) -> None:
+        """Write the pending step's part, wait for every rank, and commit it on rank 0."""
+        import torch.distributed as dist
+
+        from gradstat.analysis.dumps.writer import write_rank_part
+
+        if self._pending is None:
+            return
+        step, self._pending = self._pending, None
+        missing = [n for n in self.names if n not in self._grads]
+        if missing:
+            raise ValueError(f"step {step}: the hook showed no gradient for {missing[:3]}")
+        extras = {"residual": self._residuals} if self.residual else None
+        write_rank_part(self.path, step, self.rank, self._grads, extras)
+        self._grads, self._residuals = {}, {}
+        dist.barrier(group=self.group)
+        if self.writer is not None:
+            self.writer.commit_rank_parts(step)

@@ -34,6 +34,19 @@ RUNS: dict[tuple[str, ...], list[str]] = {
     ("report",): ["{dump}", "--steps", "last:1", "--quick", "--checks", "qcs-gamma"],
     ("demo",): ["--workload", "fc300", "--iterations", "2", "--quick", "--out", "{tmp}/demo"],
     ("bench",): [],
+    ("train",): [
+        "--workload",
+        "fc300",
+        "--nproc",
+        "2",
+        "--compressor",
+        "topk:ratio=0.1",
+        "--iterations",
+        "2",
+        "--config-only",
+        "--out",
+        "{tmp}/train",
+    ],
 }
 SLOW = {("demo",)}  # records, then runs the whole report: 20-30 s on 2 shared cores
 KNOWN_BROKEN = {("bench",): AttributeError}  # issue 13: listing the topics crashes (bench.timing has no run)

@@ -1,0 +1,268 @@
+"""Real data-parallel training under ``torch.distributed`` with DDP and a compression hook, one process per rank.
+
+This module is what every process started by ``torchrun`` runs (``python -m gradstat.analysis.training.distributed
+--config FILE``): it joins the process group (gloo on CPU, NCCL on GPU, with a timeout so that nothing waits
+forever), and trains the runs of the configuration one after another in the same process group, each from the same
+initial model and data order: the baselines (plain all-reduce, torch's fp16/bf16 and PowerSGD hooks) and our
+compressors (:func:`gradstat.compressors.ddp.make_hook`). Rank r trains on its slice of every global mini-batch
+(``batch_size / world`` samples). Per step and rank it logs the local loss, the exact payload bits, the serialised
+bytes, the bytes handed to the collectives, the time in the hook and the step time into
+``<results>/steps.rank-<r>.csv``; a run whose compression fails on some rank (e.g. a NaN gradient after divergence)
+stops on every rank with its error in the ``error`` column, and the next run starts; rank 0 merges them into
+``steps.csv`` at the end. With recording on (:class:`~gradstat.analysis.training.recorder.RankRecorder`), the
+recorded run writes a dump holding each rank's local gradient as ``worker = rank``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from gradstat.analysis.training.recorder import RankRecorder
+from gradstat.analysis.training.workloads import get_workload
+from gradstat.compressors.context import derive_seed
+from gradstat.compressors.ddp import BASELINES, RemoteError, baseline_hook, make_hook
+
+SINGLE_BUCKET_MB = 4096.0
+"""DDP bucket cap that puts every built-in workload in one bucket (torch's PowerSGD baseline on gloo)."""
+
+STEP_COLUMNS = (
+    "run",
+    "step",
+    "rank",
+    "loss",
+    "bits",
+    "wire_bytes",
+    "sent_bytes",
+    "hook_seconds",
+    "step_seconds",
+    "buckets",
+    "error",
+)
+
+
+@dataclass
+class RunSpec:
+    """One training run: ``label`` names it; ``baseline`` (``allreduce`` or one of ``BASELINES``) or
+    ``compressor`` (a spec) with ``feedback``; ``record``: write the dump of this run."""
+
+    label: str
+    compressor: str | None = None
+    feedback: str = "none"
+    baseline: str | None = None
+    record: bool = False
+
+
+@dataclass
+class TrainConfig:
+    """Everything every rank needs (written to a JSON file by the launcher).
+
+    workload : workload spec; iterations : training steps per run; runs : the runs, in order;
+    results : directory of the per-step tables; dump : dump directory of the recorded run (or None);
+    record_every : K; record_residual : record the residual extra; seed : base seed (model, data, compressors);
+    granularity : ``bucket`` | ``layer``; exchange : ``gather`` | ``allreduce``; backend : ``gloo`` | ``nccl``;
+    timeout_s : process-group timeout; bucket_cap_mb : DDP bucket size (None: DDP's default);
+    powersgd_rank : rank of torch's PowerSGD baseline.
+    """
+
+    workload: str
+    iterations: int
+    runs: list[RunSpec] = field(default_factory=list)
+    results: str = "train"
+    dump: str | None = None
+    record_every: int = 1
+    record_residual: bool = False
+    seed: int = 0
+    granularity: str = "bucket"
+    exchange: str = "gather"
+    backend: str = "gloo"
+    timeout_s: float = 300.0
+    bucket_cap_mb: float | None = None
+    powersgd_rank: int = 1
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, path: Path) -> "TrainConfig":
+        raw = json.loads(Path(path).read_text())
+        raw["runs"] = [RunSpec(**r) for r in raw["runs"]]
+        return cls(**raw)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of each torchrun process."""
+    parser = argparse.ArgumentParser(description="one rank of gradstat train (started by torchrun)")
+    parser.add_argument("--config", required=True, type=Path)
+    args = parser.parse_args(argv)
+    config = TrainConfig.load(args.config)
+    timeout = datetime.timedelta(seconds=config.timeout_s)
+    dist.init_process_group(config.backend, timeout=timeout)
+    try:
+        train_rank(config)
+    finally:
+        dist.destroy_process_group()
+
+
+def train_rank(config: TrainConfig) -> None:
+    """Train every run of ``config`` on this rank (inside an initialised process group)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if config.backend == "nccl":
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    else:
+        device = torch.device("cpu")
+    results = Path(config.results)
+    results.mkdir(parents=True, exist_ok=True)
+    log_path = results / f"steps.rank-{rank}.csv"
+    with open(log_path, "w", newline="") as fh:
+        log = csv.DictWriter(fh, fieldnames=STEP_COLUMNS)
+        log.writeheader()
+        for run in config.runs:
+            for row in train_run(config, run, rank, world, device):
+                log.writerow(row)
+            fh.flush()
+    dist.barrier()
+    if rank == 0:
+        merge_rank_logs(results, world)
+    dist.barrier()  # leave together: a rank tearing gloo down while another still works can abort (SIGABRT)
+
+
+def train_run(config: TrainConfig, run: RunSpec, rank: int, world: int, device: torch.device) -> list[dict[str, Any]]:
+    """One run from the common initial model; returns this rank's per-step rows."""
+    wl = get_workload(config.workload)
+    if wl.batch_size % world:
+        raise ValueError(f"workload {wl.name}: batch_size {wl.batch_size} is not divisible by {world} ranks")
+    local = wl.batch_size // world
+    model = wl.model(derive_seed(config.seed, 0), device)
+    ddp_kwargs: dict[str, Any] = {"device_ids": [device.index]} if device.type == "cuda" else {}
+    cap = config.bucket_cap_mb
+    if run.baseline == "torch-powersgd" and config.backend == "gloo":
+        # torch's powerSGD_hook waits inside its then() callbacks: with two buckets on gloo the buckets'
+        # collectives interleave and gloo aborts ("Received data size doesn't match expected size"); one bucket
+        cap = max(cap or 0.0, SINGLE_BUCKET_MB)
+    if cap is not None:
+        ddp_kwargs["bucket_cap_mb"] = cap
+    ddp = DDP(model, **ddp_kwargs)
+    optimizer = wl.optimizer(ddp.module)
+    state, hook = _hook_for(config, run, ddp)
+    if hook is not None:
+        ddp.register_comm_hook(state, hook)
+    if run.record:
+        _recorder(config, run, ddp, state, optimizer, rank, world, wl)
+    batches = wl.batches(derive_seed(config.seed, 1), device)
+    rows = []
+    for step in range(config.iterations):
+        x, y = next(batches)
+        x, y = x[rank * local : (rank + 1) * local], y[rank * local : (rank + 1) * local]
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = wl.loss(ddp(x), y)
+        try:
+            loss.backward()
+        except RemoteError as exc:  # raised alike on every rank: this run stops, the next one starts cleanly
+            rows.append({"run": run.label, "step": step, "rank": rank, "loss": float(loss.detach()), "error": str(exc)})
+            break
+        optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        elapsed = time.perf_counter() - start
+        m = state.take_metrics() if state is not None else None
+        nbytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+        rows.append(
+            {
+                "run": run.label,
+                "step": step,
+                "rank": rank,
+                "loss": float(loss.detach()),
+                "bits": m.bits if m else 8 * nbytes,
+                "wire_bytes": m.wire_bytes if m else nbytes,
+                "sent_bytes": m.sent_bytes if m else nbytes,
+                "hook_seconds": m.hook_seconds if m else float("nan"),
+                "step_seconds": elapsed,
+                "buckets": m.buckets if m else 0,
+                "error": "",
+            }
+        )
+    return rows
+
+
+def _hook_for(config: TrainConfig, run: RunSpec, ddp: DDP) -> tuple[Any, Any]:
+    if run.baseline == "allreduce":
+        return make_hook(None, model=ddp.module, seed=config.seed)
+    if run.baseline is not None:
+        if run.baseline not in BASELINES:
+            raise ValueError(f"unknown baseline {run.baseline!r}; known: allreduce, {', '.join(BASELINES)}")
+        return baseline_hook(run.baseline, rank=config.powersgd_rank)
+    if run.compressor is None:
+        raise ValueError(f"run {run.label!r} names neither a compressor nor a baseline")
+    return make_hook(
+        run.compressor,
+        run.feedback,
+        model=ddp.module,
+        seed=config.seed,
+        granularity=config.granularity,  # type: ignore[arg-type]
+        exchange=config.exchange,  # type: ignore[arg-type]
+    )
+
+
+def _recorder(config, run, ddp, state, optimizer, rank, world, wl) -> RankRecorder:
+    if config.dump is None:
+        raise ValueError("recording needs a dump directory")
+    if not hasattr(state, "observers"):
+        raise ValueError(f"run {run.label!r}: recording needs one of gradstat's hooks, not a torch baseline")
+    seeds = {"seed": config.seed, "model": derive_seed(config.seed, 0), "data": derive_seed(config.seed, 1)}
+    compression = {
+        "compressor": run.compressor or run.baseline,
+        "feedback": run.feedback,
+        "granularity": "whole bucket" if config.granularity == "bucket" else "per parameter",
+        "engine": f"torch.distributed DDP, {config.backend}, {world} ranks",
+    }
+    rec = RankRecorder.create(
+        config.dump,
+        ddp.module,
+        rank,
+        world,
+        every=config.record_every,
+        residual=config.record_residual,
+        workload=wl.name,
+        optimizer=wl.optimizer_config(),
+        seeds=seeds,
+        metadata={"workload_config": wl.config(), "workload_spec": wl.spec(), **wl.metadata()},
+        compression=compression,
+    )
+    rec.attach(state, optimizer)
+    return rec
+
+
+def merge_rank_logs(results: Path, world: int) -> Path:
+    """Concatenate ``steps.rank-<r>.csv`` into ``steps.csv`` (atomically) and remove the rank files."""
+    rows: list[str] = []
+    header = None
+    for r in range(world):
+        lines = (results / f"steps.rank-{r}.csv").read_text().splitlines()
+        header = lines[0]
+        rows += lines[1:]
+    out = results / "steps.csv"
+    tmp = results / ".steps.csv.tmp"
+    tmp.write_text("\n".join([header or ",".join(STEP_COLUMNS), *rows]) + "\n")
+    os.replace(tmp, out)
+    for r in range(world):
+        (results / f"steps.rank-{r}.csv").unlink()
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,337 @@
+"""The explicit, checkpointable state of a compression hook: per rank, per DDP bucket, per block.
+
+One :class:`CompressionHookState` lives on each rank (like torch's ``PowerSGDState``). For every DDP bucket it
+holds a :class:`BucketState`: the bucket's signature (which parameters it holds, in which order) and, per block
+(the whole bucket, or each parameter's slice in layer-wise mode), a
+:class:`~gradstat.compressors.pipeline.WorkerState`: the error-feedback residual and the compressor's own state
+(SIDCo's stage count, PowerSGD's warm-start factor). States are keyed by the bucket's signature (the positions of
+its parameters among the model's trainable parameters, in bucket order), not by DDP's bucket index.
+
+DDP rebuilds its buckets after the first iteration of every DDP instance (and a bucket index may then hold other
+parameters). A bucket with a new signature gets a fresh compressor state (a stage count or a low-rank factor of
+another bucket means nothing for it), counted in ``rebuilds``, while its error-feedback residual is carried over
+exactly: the residual is a per-coordinate memory, so each parameter's slice is taken from the state that last
+held that parameter. States not used for two steps are dropped.
+
+``state_dict()`` holds only tensors and plain Python values (``torch.save(..., weights_only=True)`` can read it);
+``load_state_dict()`` restores it into a state built with the same compressor and feedback.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from gradstat.compressors.base import Compressor
+from gradstat.compressors.feedback import ErrorFeedback
+from gradstat.compressors.momentum import LocalMomentumState
+from gradstat.compressors.pipeline import WorkerState
+
+MEMORIES = ("residual", "velocity")
+"""Per-coordinate memories of a block: the feedback residual and DGC's local velocity (re-sliced and carried over
+when DDP changes its buckets)."""
+
+
+def get_memory(w: WorkerState, name: str) -> torch.Tensor | None:
+    return w.feedback.residual if name == "residual" else getattr(w, name, None)
+
+
+def set_memory(w: WorkerState, name: str, value: torch.Tensor | None) -> None:
+    if name == "residual":
+        w.feedback.residual = value
+    else:
+        setattr(w, name, value)
+
+
+Granularity = Literal["bucket", "layer"]
+Exchange = Literal["gather", "allreduce"]
+Observer = Callable[[int, "BucketView"], None]
+
+
+@dataclass
+class Block:
+    """One compressed unit of a bucket: ``buffer[start:end]`` with the seed key ``block`` (see the hook)."""
+
+    block: int
+    start: int
+    end: int
+
+
+@dataclass
+class BucketView:
+    """What an observer sees of one bucket before compression on this rank (views, not copies).
+
+    params : positions of the bucket's parameters among the model's trainable parameters (None when unbound).
+    grads : each parameter's local gradient (this rank's, before averaging and compensation), its own shape.
+    residuals : each parameter's slice of the feedback residual before this step (None where there is none yet).
+    """
+
+    rank: int
+    params: list[int] | None
+    grads: list[torch.Tensor]
+    residuals: list[torch.Tensor | None]
+
+
+@dataclass
+class BucketState:
+    """signature : bucket key (parameter positions, or (index, shapes) when no model is bound); shapes : the
+    parameters' shapes; blocks : one worker state per block; last_step : the last step that used it."""
+
+    signature: tuple
+    shapes: list[tuple[int, ...]]
+    blocks: list[WorkerState]
+    last_step: int = -1
+
+    def residual_of(self, j: int) -> torch.Tensor | None:
+        """Parameter j's slice of the residual (its own shape), or None."""
+        return self.memory_of(j, "residual")
+
+    def memory_of(self, j: int, name: str) -> torch.Tensor | None:
+        """Parameter j's slice of memory ``name`` (``MEMORIES``), in its own shape, or None."""
+        if len(self.blocks) == len(self.shapes) and len(self.shapes) > 1:
+            r = get_memory(self.blocks[j], name)
+            return None if r is None else r.reshape(self.shapes[j])
+        r = get_memory(self.blocks[0], name)
+        if r is None:
+            return None
+        start = sum(math.prod(s) for s in self.shapes[:j])
+        return r.reshape(-1)[start : start + math.prod(self.shapes[j])].view(self.shapes[j])
+
+
+@dataclass
+class StepMetrics:
+    """This rank's totals over the buckets of one step.
+
+    bits : exact payload bits (``Payload.bits`` summed over blocks); wire_bytes : serialised bytes (header and
+    last-byte padding included); sent_bytes : bytes handed to the collectives (padded messages, length exchanges,
+    or the all-reduced buffer); hook_seconds : time inside the hook and its callbacks; buckets : buckets seen.
+    """
+
+    bits: int = 0
+    wire_bytes: int = 0
+    sent_bytes: int = 0
+    hook_seconds: float = 0.0
+    buckets: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class CompressionHookState:
+    """State of :func:`gradstat.compressors.ddp.hook.compression_hook` on one rank.
+
+    Parameters
+    ----------
+    compressor : any registered compressor, or None for plain all-reduce (the baseline, instrumented alike).
+    feedback : error feedback around the compressor (``ErrorFeedback.none()`` for none).
+    process_group : the group to communicate in (None: the default group).
+    seed : base seed of the compressors' randomness (the same on every rank; ranks differ by ``worker = rank``).
+    granularity : ``bucket`` (one block per bucket) or ``layer`` (one block per parameter slice).
+    exchange : ``gather`` (serialised payloads, padded all-gather; every compressor) or ``allreduce`` (each rank
+        all-reduces its own decoded message densely; not for side-information schemes).
+    momentum, masking : DGC's local momentum correction with momentum factor masking (Lin et al. 2018, Sec.
+        3.2-3.3): ``u <- momentum * u + g`` is what error feedback accumulates and compresses; ``u`` is zeroed where
+        the message was nonzero. None: off.
+    keep_payloads : keep every (rank, block)'s received payload and decoded tensor of the last step in ``last``
+        (for tests and inspection; ``last[(rank, block)] = (payload, decoded)``).
+    """
+
+    compressor: Compressor | None
+    feedback: ErrorFeedback = field(default_factory=ErrorFeedback.none)
+    process_group: dist.ProcessGroup | None = None
+    seed: int = 0
+    granularity: Granularity = "bucket"
+    exchange: Exchange = "gather"
+    keep_payloads: bool = False
+    momentum: float | None = None
+    masking: bool = True
+    step: int = 0
+    buckets: dict[tuple, BucketState] = field(default_factory=dict)
+    rebuilds: int = 0
+    metrics: StepMetrics = field(default_factory=StepMetrics)
+    observers: list[Observer] = field(default_factory=list)
+    param_index: dict[int, int] | None = None
+    last: dict[tuple[int, int], tuple[Any, torch.Tensor]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.granularity not in ("bucket", "layer"):
+            raise ValueError(f"granularity must be 'bucket' or 'layer', got {self.granularity!r}")
+        if self.exchange not in ("gather", "allreduce"):
+            raise ValueError(f"exchange must be 'gather' or 'allreduce', got {self.exchange!r}")
+        if self.momentum is not None and not (0.0 <= float(self.momentum) < 1.0):
+            raise ValueError(f"DGC momentum must lie in [0, 1), got {self.momentum}")
+        if self.momentum is not None and self.compressor is None:
+            raise ValueError("local momentum correction needs a compressor")
+        if self.exchange == "allreduce" and self.compressor is not None and self.compressor.properties.needs_side:
+            raise ValueError(f"{self.compressor.name} decodes with side information: it needs exchange='gather'")
+
+    # -- binding and buckets --------------------------------------------------------------------------------------
+    def bind(self, model: nn.Module) -> "CompressionHookState":
+        """Name parameters by their position among ``model``'s trainable parameters (stable across processes and
+        checkpoints): bucket signatures and layer-wise seeds use it. Call before training."""
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        self.param_index = {id(p): i for i, p in enumerate(trainable)}
+        return self
+
+    def positions(self, params: Sequence[torch.Tensor]) -> list[int] | None:
+        if self.param_index is None:
+            return None
+        try:
+            return [self.param_index[id(p)] for p in params]
+        except KeyError:
+            raise ValueError("a bucket holds a parameter of another model than the one bound to this state") from None
+
+    def bucket_state(
+        self, signature: tuple, shapes: list[tuple[int, ...]], blocks: int, step: int, granularity_layer: bool
+    ) -> BucketState:
+        """The state of the bucket with ``signature``. The same parameters in another order keep their state
+        (the residual is re-sliced to the new order); a bucket with other parameters gets a fresh one (residual
+        carried over per parameter, compressor state new)."""
+        key = _key(signature)
+        current = self.buckets.get(key)
+        if current is not None and len(current.blocks) == blocks and current.signature != signature:
+            self._reorder(current, signature, list(shapes), granularity_layer)
+        if current is None or len(current.blocks) != blocks:
+            if any(b.last_step < step for b in self.buckets.values()):  # DDP used other buckets before
+                self.rebuilds += 1
+            current = BucketState(signature, list(shapes), [self._new_worker_state() for _ in range(blocks)])
+            self._carry_residuals(current, granularity_layer)
+            self.buckets[key] = current
+        current.last_step = step
+        return current
+
+    def _reorder(self, state: BucketState, signature: tuple, shapes: list[tuple[int, ...]], layer: bool) -> None:
+        old = {pos: j for j, pos in enumerate(state.signature)}
+        if layer:
+            state.blocks = [state.blocks[old[pos]] for pos in signature]
+        else:
+            for name in MEMORIES:
+                slices = [state.memory_of(old[pos], name) for pos in signature]
+                if all(r is not None for r in slices):
+                    set_memory(state.blocks[0], name, torch.cat([r.reshape(-1) for r in slices]))  # type: ignore[union-attr]
+        state.signature, state.shapes = signature, shapes
+
+    def end_step(self, step: int) -> None:
+        """Drop bucket states unused in steps ``step - 1`` and ``step``."""
+        self.buckets = {k: b for k, b in self.buckets.items() if b.last_step >= step - 1}
+
+    def _carry_residuals(self, fresh: BucketState, layer: bool) -> None:
+        """Fill a fresh bucket state's memories, parameter by parameter, from the states that last held them."""
+        if self.param_index is None or not isinstance(fresh.signature[0], int):
+            return
+        donors = sorted(self.buckets.values(), key=lambda b: b.last_step, reverse=True)
+        for name in MEMORIES:
+            slices: list[torch.Tensor | None] = []
+            for pos in fresh.signature:
+                found = None
+                for d in donors:
+                    if isinstance(d.signature[0], int) and pos in d.signature:
+                        found = d.memory_of(d.signature.index(pos), name)
+                        break
+                slices.append(None if found is None else found.detach().clone())
+            if all(x is None for x in slices):
+                continue
+            device = next(x for x in slices if x is not None).device
+            filled = [
+                (x if x is not None else torch.zeros(shape)).to(device)
+                for x, shape in zip(slices, fresh.shapes, strict=True)
+            ]
+            if layer:
+                for w, r in zip(fresh.blocks, filled, strict=True):
+                    set_memory(w, name, r)
+            else:
+                set_memory(fresh.blocks[0], name, torch.cat([r.reshape(-1) for r in filled]))
+
+    def _new_worker_state(self) -> LocalMomentumState:
+        return LocalMomentumState(compressor=self.compressor.new_state() if self.compressor is not None else None)
+
+    def take_metrics(self) -> StepMetrics:
+        """This step's metrics, and reset them for the next step."""
+        out, self.metrics = self.metrics, StepMetrics()
+        return out
+
+    # -- checkpointing --------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Step counter, seed and every bucket's signature, residuals and compressor states (tensors and plain
+        values only)."""
+        return {
+            "compressor": None if self.compressor is None else self.compressor.spec(),
+            "feedback": [self.feedback.compensation, self.feedback.decay],
+            "granularity": self.granularity,
+            "momentum": self.momentum,
+            "step": self.step,
+            "seed": self.seed,
+            "rebuilds": self.rebuilds,
+            "buckets": [
+                {
+                    "signature": list(b.signature),
+                    "shapes": [list(x) for x in b.shapes],
+                    "last_step": b.last_step,
+                    "blocks": [
+                        {
+                            "residual": w.feedback.residual,
+                            "velocity": getattr(w, "velocity", None),
+                            "compressor": _plain(w.compressor),
+                        }
+                        for w in b.blocks
+                    ],
+                }
+                for b in self.buckets.values()
+            ],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output; the compressor, feedback and granularity must be the same."""
+        mine = self.state_dict()
+        for key in ("compressor", "feedback", "granularity", "momentum"):
+            if state.get(key) != mine[key]:
+                raise ValueError(f"hook state was saved with {key}={state.get(key)!r}, this hook uses {mine[key]!r}")
+        self.step, self.seed, self.rebuilds = int(state["step"]), int(state["seed"]), int(state["rebuilds"])
+        self.buckets = {}
+        for b in state["buckets"]:
+            blocks = []
+            for saved in b["blocks"]:
+                w = self._new_worker_state()
+                w.feedback.residual = saved["residual"]
+                w.velocity = saved.get("velocity")
+                w.compressor = _restore(w.compressor, saved["compressor"])
+                blocks.append(w)
+            signature = tuple(tuple(x) if isinstance(x, list) else x for x in b["signature"])
+            shapes = [tuple(x) for x in b["shapes"]]
+            self.buckets[_key(signature)] = BucketState(signature, shapes, blocks, int(b["last_step"]))
+
+
+def _key(signature: tuple) -> tuple:
+    """Bucket states are found by the set of parameters (positions sorted); unbound signatures as they are."""
+    return tuple(sorted(signature)) if all(isinstance(x, int) for x in signature) else signature
+
+
+def _plain(obj: Any) -> Any:
+    """A compressor state as tensors and plain values (dataclass fields; deques as lists)."""
+    if obj is None or isinstance(obj, (int, float, str, bool, torch.Tensor)):
+        return obj
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple, collections.deque)):
+        return [_plain(x) for x in obj]
+    raise TypeError(f"cannot checkpoint a compressor state holding {type(obj).__name__}")
+
+
+def _restore(fresh: Any, saved: Any) -> Any:
+    """Fill a fresh compressor state (from ``new_state()``) with saved plain values."""
+    if fresh is None or not dataclasses.is_dataclass(fresh):
+        return saved if fresh is None else fresh
+    for f in dataclasses.fields(fresh):
+        value, current = saved[f.name], getattr(fresh, f.name)
+        if isinstance(current, collections.deque):
+            value = collections.deque((tuple(x) if isinstance(x, list) else x for x in value), maxlen=current.maxlen)
+        setattr(fresh, f.name, value)
+    return fresh

@@ -1,0 +1,71 @@
+"""Run a function on P local processes joined in a gloo process group, with timeouts so nothing can hang.
+
+``run_ranks(fn, world=2, **kwargs)`` spawns P processes; each joins the group (file rendezvous, process-group
+timeout ``PG_TIMEOUT_S``), calls ``fn(rank, world, **kwargs)`` and saves its return value (or its traceback).
+The parent waits at most ``timeout_s`` and fails the test (killing the ranks) if they have not finished: a hang
+is a failure, never a stuck suite.
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing as mp
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+
+PG_TIMEOUT_S = 60.0
+
+
+def _entry(fn: Callable, rank: int, world: int, init_file: str, out_dir: str, kwargs: dict) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{init_file}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=PG_TIMEOUT_S),
+    )
+    try:
+        result: Any = {"ok": fn(rank, world, **kwargs)}
+    except BaseException:  # report to the parent, which fails the test with it
+        result = {"error": traceback.format_exc()}
+    torch.save(result, Path(out_dir) / f"rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+def run_ranks(fn: Callable, world: int = 2, timeout_s: float = 240.0, **kwargs: Any) -> list[Any]:
+    """``[fn(0, world, **kwargs), ..., fn(world - 1, world, **kwargs)]`` computed on ``world`` processes."""
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory() as tmp:
+        init_file = str(Path(tmp) / "rendezvous")
+        procs = [ctx.Process(target=_entry, args=(fn, r, world, init_file, tmp, kwargs)) for r in range(world)]
+        for p in procs:
+            p.start()
+        end = time.monotonic() + timeout_s
+        for p in procs:
+            p.join(max(0.0, end - time.monotonic()))
+        alive = [r for r, p in enumerate(procs) if p.is_alive()]
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+        if alive:
+            pytest.fail(f"ranks {alive} did not finish within {timeout_s} s (a hang)")
+        results = []
+        for r in range(world):
+            file = Path(tmp) / f"rank{r}.pt"
+            if not file.is_file():
+                pytest.fail(f"rank {r} exited with status {procs[r].exitcode} without a result")
+            out = torch.load(file, weights_only=True)
+            if "error" in out:
+                pytest.fail(f"rank {r} raised:\n{out['error']}")
+            results.append(out["ok"])
+        return results

@@ -1,0 +1,198 @@
+"""What the ranks do in the distributed tests (functions run by ``_ranks.run_ranks``; plain values returned)."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from gradstat.analysis.training.workloads import get_workload
+from gradstat.compressors.ddp import make_hook
+from gradstat.compressors.ddp.exchange import SIZE_EXCHANGE_BYTES
+
+WORKLOAD = "fc300"
+
+
+def _setup(spec, feedback="ef", seed=0, bucket_caps=None, granularity="bucket", keep=True, exchange="gather"):
+    wl = get_workload(WORKLOAD)
+    model = wl.model(seed)
+    ddp = DDP(model, **({} if bucket_caps is None else {"bucket_cap_mb_list": bucket_caps}))
+    state, hook = make_hook(
+        spec, feedback, model=model, seed=seed, granularity=granularity, keep_payloads=keep, exchange=exchange
+    )
+    ddp.register_comm_hook(state, hook)
+    return wl, model, ddp, state, wl.optimizer(model)
+
+
+def _batches(wl, rank, world, seed=1):
+    local = wl.batch_size // world
+    for x, y in wl.batches(seed):
+        yield x[rank * local : (rank + 1) * local], y[rank * local : (rank + 1) * local]
+
+
+def _eval_loss(wl, model) -> float:
+    x, y = wl.dataset()
+    with torch.no_grad():
+        return float(wl.loss(model(x[:512]), y[:512]))
+
+
+def _step(wl, ddp, opt, x, y) -> float:
+    opt.zero_grad(set_to_none=True)
+    loss = wl.loss(ddp(x), y)
+    loss.backward()
+    opt.step()
+    return float(loss.detach())
+
+
+def train_each(rank: int, world: int, specs: list[str], feedback: str, iterations: int) -> dict:
+    """Train fc300 with each compressor; per spec: eval loss before/after, per-step metrics and the byte count
+    expected from the received payloads (``ceil(bits/8)`` plus header per block; padded to the longest rank plus
+    the length exchange for the collective)."""
+    out = {}
+    for spec in specs:
+        wl, model, ddp, state, opt = _setup(spec, feedback)
+        batches = _batches(wl, rank, world)
+        before = _eval_loss(wl, model)
+        steps = []
+        for _ in range(iterations):
+            state.last.clear()
+            _step(wl, ddp, opt, *next(batches))
+            m = state.take_metrics()
+            wire = {r: 0 for r in range(world)}
+            for (r, _block), (payload, _decoded) in state.last.items():
+                wire[r] += payload.header_bits // 8 + math.ceil(payload.bits / 8)
+            bits_mine = sum(p.bits for (r, _b), (p, _d) in state.last.items() if r == rank)
+            steps.append(
+                {
+                    "bits": m.bits,
+                    "wire_bytes": m.wire_bytes,
+                    "sent_bytes": m.sent_bytes,
+                    "expected_bits": bits_mine,
+                    "expected_wire": wire[rank],
+                    "expected_sent": max(wire.values()) + SIZE_EXCHANGE_BYTES * m.buckets,
+                    "buckets": m.buckets,
+                }
+            )
+        out[spec] = {"before": before, "after": _eval_loss(wl, model), "steps": steps}
+    return out
+
+
+def failures(rank: int, world: int) -> dict:
+    """A rank with NaN gradients, a compressor refusing its input on every rank, all-zero buckets (an empty
+    SIDCo selection): what each rank sees."""
+    out: dict = {}
+    wl, model, ddp, state, opt = _setup("topk:ratio=0.01")
+    x, y = next(_batches(wl, rank, world))
+    if rank == 1:
+        x = x.clone()
+        x[0, 0] = float("nan")
+    try:
+        _step(wl, ddp, opt, x, y)
+        out["nan"] = None
+    except Exception as exc:  # what the training loop of each rank sees
+        out["nan"] = f"{type(exc).__name__}: {exc}"
+    wl, model, ddp, state, opt = _setup("topk:ratio=0.000001")  # keeps < 1 of 266,610 elements: refused
+    try:
+        _step(wl, ddp, opt, x if rank == 0 else x.nan_to_num(0.0), y)
+        out["refused"] = None
+    except Exception as exc:
+        out["refused"] = f"{type(exc).__name__}: {exc}"
+    wl, model, ddp, state, opt = _setup("sidco:ratio=0.01", keep=True)
+    params = [p.detach().clone() for p in model.parameters()]
+    opt.zero_grad(set_to_none=True)
+    (0.0 * wl.loss(ddp(x.nan_to_num(0.0)), y)).backward()  # every gradient is exactly zero
+    out["zero_grads_nonzero"] = sum(int(p.grad.count_nonzero()) for p in model.parameters())
+    out["zero_bits"] = state.take_metrics().bits
+    out["zero_indices"] = [int(p["indices"].numel()) for (r, b), (p, d) in state.last.items()]
+    opt.step()
+    out["params_unchanged"] = all(torch.equal(a, b.detach()) for a, b in zip(params, model.parameters(), strict=True))
+    # the group is still usable afterwards: two steps with each exchange give the same model
+    finals = {}
+    for exchange in ("gather", "allreduce"):
+        wl, model, ddp, state, opt = _setup("qsgd", exchange=exchange)
+        batches = _batches(wl, rank, world)
+        out["after"] = [_step(wl, ddp, opt, *next(batches)) for _ in range(2)][-1]
+        finals[exchange] = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        out[f"{exchange}_sent"] = state.take_metrics().sent_bytes
+    out["exchanges_agree"] = torch.equal(finals["gather"], finals["allreduce"])
+    return out
+
+
+def checkpoint(
+    rank: int, world: int, spec: str, feedback: str, iterations: int, split: int, caps: list[int] | None
+) -> dict:
+    """Straight training vs. training interrupted at ``split``: hook state, model and optimizer saved
+    (``torch.save``), everything rebuilt in fresh objects, state loaded (``weights_only=True``), training resumed.
+    Returns both final parameter vectors, the bucket signatures seen and the hook's rebuild count."""
+
+    def run(stop: int | None, resume: bytes | None):
+        wl, model, ddp, state, opt = _setup(spec, feedback, bucket_caps=caps)
+        if resume is not None:
+            saved = torch.load(io.BytesIO(resume), weights_only=True)
+            model.load_state_dict(saved["model"])
+            opt.load_state_dict(saved["opt"])
+            state.load_state_dict(saved["hook"])
+        batches = _batches(wl, rank, world)
+        first = 0 if resume is None else split
+        for _ in range(first):
+            next(batches)
+        sigs = []
+        for _ in range(first, stop if stop is not None else iterations):
+            _step(wl, ddp, opt, *next(batches))
+            sigs.append(sorted(list(k) for k, b in state.buckets.items() if b.last_step == state.step - 1))
+        buf = io.BytesIO()
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "hook": state.state_dict()}, buf)
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        return flat, buf.getvalue(), sigs, state.rebuilds, len(state.buckets)
+
+    straight, _, sigs, rebuilds, buckets = run(None, None)
+    _, saved, _, _, _ = run(split, None)
+    resumed, _, _, _, _ = run(None, saved)
+    return {"straight": straight, "resumed": resumed, "sigs": sigs, "rebuilds": rebuilds, "buckets": buckets}
+
+
+def record_and_keep(rank: int, world: int, runs: list[tuple[str, str, str]], iterations: int) -> dict:
+    """For each (spec, feedback, dump): train with a layer-wise hook and per-rank recording of every step (residual
+    included); return what the receivers decoded of every rank's message per (step, rank, block): bits, tensor."""
+    from gradstat.analysis.training.recorder import RankRecorder
+
+    out = {}
+    for spec, feedback, dump in runs:
+        wl, model, ddp, state, opt = _setup(spec, feedback, granularity="layer", seed=5)
+        rec = RankRecorder.create(dump, model, rank, world, every=1, residual=True, workload=wl.name)
+        rec.attach(state, opt)
+        batches = _batches(wl, rank, world)
+        kept = {}
+        for step in range(iterations):
+            state.last.clear()
+            _step(wl, ddp, opt, *next(batches))
+            for (r, block), (payload, decoded) in state.last.items():
+                kept[f"{step}/{r}/{block}"] = (payload.bits, decoded)
+        out[spec] = kept
+    dist.barrier()
+    return out
+
+
+def rebuild(rank: int, world: int, spec: str, caps: list[int], iterations: int) -> dict:
+    """Train with small buckets; per step, the signatures of the buckets used and each parameter's residual as
+    the state holds it after the step and as the hook shows it to observers before the next step."""
+    wl, model, ddp, state, opt = _setup(spec, "ef", bucket_caps=caps)
+    seen: dict = {}
+
+    def observe(step, view):
+        for pos, r in zip(view.params, view.residuals, strict=True):
+            seen[(step, pos)] = None if r is None else r.detach().clone()
+
+    state.observers.append(observe)
+    batches = _batches(wl, rank, world)
+    used, after = [], []
+    for _ in range(iterations):
+        _step(wl, ddp, opt, *next(batches))
+        now = [b for b in state.buckets.values() if b.last_step == state.step - 1]
+        used.append(sorted(list(b.signature) for b in now))
+        after.append({pos: b.residual_of(j).clone() for b in now for j, pos in enumerate(b.signature)})
+    before = [{pos: seen[(t, pos)] for pos in range(6)} for t in range(iterations)]
+    return {"used": used, "after": after, "before": before, "rebuilds": state.rebuilds, "kept": len(state.buckets)}

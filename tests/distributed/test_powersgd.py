@@ -1,0 +1,61 @@
+"""The ``powersgd`` compressor (Vogels et al. 2019, Algorithm 1 with warm start)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gradstat import compressors
+from gradstat.compressors.context import Context
+from gradstat.compressors.powersgd import matrix_shape
+
+
+def test_a_rank_r_matrix_is_reconstructed_exactly():
+    gen = torch.Generator().manual_seed(0)
+    u, v = torch.randn(40, 2, generator=gen), torch.randn(2, 30, generator=gen)
+    m = u @ v
+    c = compressors.create("powersgd:rank=2")
+    out = c.decode(c.encode(m, Context(seed=1)))
+    # the factors travel as float32: exact up to float32 rounding (rank 1 would miss a whole component)
+    assert torch.allclose(out, m, rtol=0, atol=1e-5 * m.abs().max().item())
+    one = compressors.create("powersgd:rank=1")
+    assert not torch.allclose(one.decode(one.encode(m, Context(seed=1))), m, rtol=0, atol=1e-2 * m.abs().max().item())
+
+
+def test_the_reconstruction_is_a_projection_so_it_never_grows_the_error():
+    gen = torch.Generator().manual_seed(1)
+    c = compressors.create("powersgd:rank=1")
+    for seed in range(20):
+        g = torch.randn(64, 48, generator=gen)
+        out = c.decode(c.encode(g, Context(seed=seed)))
+        # M_hat = P P^T M with P orthonormal: ||M - M_hat||^2 = ||M||^2 - ||M_hat||^2
+        assert torch.isclose((g - out).square().sum(), g.square().sum() - out.square().sum(), rtol=1e-4)
+        assert (g - out).norm() <= g.norm()
+
+
+def test_bits_are_32_r_times_rows_plus_columns():
+    for shape, rank in (((64, 48), 1), ((10, 3, 5, 5), 4), ((1000,), 2), ((7,), 3)):
+        g = torch.randn(shape)
+        n, m = matrix_shape(shape, g.numel())
+        p = compressors.create(f"powersgd:rank={rank}").encode(g)
+        assert p.bits == 32 * min(rank, n, m) * (n + m)
+
+
+def test_warm_start_power_iterations_converge_to_the_best_rank_r_approximation():
+    gen = torch.Generator().manual_seed(2)
+    u, v = torch.randn(50, 1, generator=gen), torch.randn(1, 40, generator=gen)
+    g = 0.3 * u @ v + torch.randn(50, 40, generator=gen)  # a spectral gap, as gradients have, so it converges
+    best = torch.linalg.svdvals(g.double())[1:].square().sum()  # best rank-1 error (Eckart-Young)
+    c = compressors.create("powersgd:rank=1")
+    state = c.new_state()
+    errors = []
+    for step in range(30):
+        out = c.decode(c.encode(g, Context(seed=3, step=step, state=state)))
+        errors.append(float((g - out).square().sum()))
+    assert errors[-1] == pytest.approx(float(best), rel=1e-5)
+    assert errors[0] > errors[-1] * 1.01  # the first, cold start is not yet the best
+    cold = compressors.create("powersgd:rank=1,warm_start=false")
+    cold_err = [
+        float((g - cold.decode(cold.encode(g, Context(seed=3, step=s, state=state)))).square().sum()) for s in range(3)
+    ]
+    assert min(cold_err) > errors[-1] * 1.01
