@@ -89,7 +89,7 @@ def register(group: click.Group) -> None:
         communication hook, beside plain all-reduce; per step: loss, exact bits, bytes sent, hook and step time.
 
         Multi-node: --config-only writes the ranks' configuration and prints the torchrun command to start on
-        every node (the README's "Distributed training with DDP hooks" section gives the rendezvous options)."""
+        every node (the README's command table gives the rendezvous options)."""
         from gradstat.analysis.training.distributed_launch import build_config, torchrun_command, train
 
         config = build_config(
