@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "gradstat.analysis.cli.compressor_cmds",
     "gradstat.analysis.cli.analysis_cmds",
     "gradstat.analysis.cli.bench_cmds",
+    "gradstat.analysis.cli.experiment_cmds",
 )
 
 
