@@ -6,18 +6,20 @@ count k_hat that can be off by a factor of two on real gradients at small delta 
 Sec. 4: estimation quality k_hat/k). Here the count is measured and the threshold corrected until it lies within
 ``[(1 - tol) k, (1 + tol) k]``:
 
-1. start: the single-stage exponential threshold eta_0 = mean|g| log(1/delta) (SIDCo Cor. 1.1, exponential
-   closed form; one pass for the mean);
-2. first correction, a peak-over-threshold step anchored on the *measured* count: the n_0 exceedances of eta_0
-   have mean excess b = mean(|g| - eta_0 over |g| >= eta_0) (the same pass as the count), and under an
-   exponential tail above eta_0 (SIDCo Cor. 2.1 (10)-(11)) the threshold that keeps k of them is
-   eta_1 = eta_0 + b log(n_0 / k). Where SIDCo's second stage assumes n_0 = delta_1 d, this uses the count itself;
-3. later corrections: a secant step on log(count) against log(threshold) through the last two measurements (a
-   locally Pareto tail), kept inside the bracket of thresholds known to select too many / too few, and bisection
-   of the bracket when the secant step leaves it.
+1. anchor: the single-stage exponential threshold for delta_1 = max(delta, 1/4), eta_1 = mean|g| log(1/delta_1)
+   (SIDCo Cor. 1.1, exponential closed form, at SIDCo's first-stage ratio, Sec. 4: one pass for the mean), which
+   lies in the bulk where a fit is good and so selects more than k;
+2. a peak-over-threshold step anchored on the *measured* count: the n exceedances of the threshold have mean excess
+   b = mean(|g| - eta over |g| >= eta) (same pass as the count), and under an exponential tail above eta (SIDCo
+   Cor. 2.1 (10)-(11)) the threshold that keeps k of them is eta + b log(n / k). Where SIDCo's later stages assume
+   the count delta_m d, this uses the count itself; repeated while no threshold is known to select too few;
+3. once the threshold is bracketed (one selecting too many, one too few): interpolation of log(count) linearly in
+   the threshold between the two (exact for an exponential tail), with a bisection whenever the same end of the
+   bracket moved twice in a row (the Illinois safeguard against a stalled regula falsi).
 
-At most ``max_counts`` counts; the last threshold is used if the band is not reached (reported in
-``payload.info["counts"]`` and ``["in_band"]``). Each count needs its value on the host, the same inherent
+The band is at least k - 1 .. k + 1 (a band narrower than one element cannot be hit when k is small). At most
+``max_counts`` counts; if the band is not reached, the measured threshold whose count came closest to k (reported
+in ``payload.info["counts"]`` and ``["in_band"]``). Each count needs its value on the host, the same inherent
 synchronisation as RedSync's and GaussianKSGD's searches (:func:`gradstat.compressors.threshold.search_threshold`).
 """
 
@@ -34,6 +36,9 @@ from gradstat.compressors.payload import Payload
 from gradstat.compressors.registry import register
 from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier
 
+FIRST_RATIO = 0.25
+"""delta_1 of the anchor threshold (SIDCo Sec. 4: the first stage's ratio)."""
+
 
 def count_and_excess(abs_g: torch.Tensor, eta: torch.Tensor) -> tuple[int, torch.Tensor]:
     """The number n of nonzero ``abs_g >= eta`` (host int: the search decides on it) and the sum of
@@ -43,35 +48,24 @@ def count_and_excess(abs_g: torch.Tensor, eta: torch.Tensor) -> tuple[int, torch
     return n, torch.where(mask, abs_g - eta, torch.zeros_like(abs_g)).sum()
 
 
-def next_threshold(
-    points: list[tuple[torch.Tensor, int]], k: int, low: torch.Tensor | None, high: torch.Tensor | None
-) -> torch.Tensor:
-    """Secant step on (log eta, log n) through the last two measured points towards n = k, clipped to the bracket
-    ``(low, high)`` (thresholds known to select too many / too few); bisection when it leaves the bracket or the two
-    points cannot define a slope."""
-    (e1, n1), (e2, n2) = points[-2], points[-1]
-    guess: torch.Tensor | None = None
-    if n1 > 0 and n2 > 0 and n1 != n2 and bool(e1 > 0) and bool(e2 > 0) and bool(e1 != e2):
-        slope = (math.log(n2) - math.log(n1)) / (torch.log(e2) - torch.log(e1))
-        guess = torch.exp(torch.log(e2) + (math.log(k) - math.log(n2)) / slope)
-    inside = guess is not None and bool(torch.isfinite(guess))
-    inside = inside and (low is None or bool(guess > low)) and (high is None or bool(guess < high))
-    if inside:
-        return guess
-    if low is not None and high is not None:
-        return (low + high) / 2
-    return high / 2 if low is None else low * 2
+def interpolate(low: tuple[torch.Tensor, int], high: tuple[torch.Tensor, int], k: int) -> torch.Tensor:
+    """Threshold where log(count) reaches log(k) on the line through ``low`` = (eta, n > k) and ``high`` =
+    (eta, n < k) (a count of 0 is read as 1/2); the midpoint when that is not strictly inside the bracket."""
+    (e_lo, n_lo), (e_hi, n_hi) = low, high
+    t = (math.log(n_lo) - math.log(k)) / (math.log(n_lo) - math.log(max(n_hi, 0.5)))
+    guess = e_lo + t * (e_hi - e_lo)
+    return guess if bool(guess > e_lo) and bool(guess < e_hi) else (e_lo + e_hi) / 2
 
 
 @register("tailcount")
 @dataclass
 class TailCount(ThresholdSparsifier):
     """ratio: target density delta in (0, 1). tol: accepted |k_hat/k - 1| (0.05). max_counts: at most this many
-    counting passes (6). packed: bit-packed indices, else int32."""
+    counting passes (8). packed: bit-packed indices, else int32."""
 
     ratio: float = 0.01
     tol: float = 0.05
-    max_counts: int = 6
+    max_counts: int = 8
     packed: bool = True
 
     properties = Properties(
@@ -94,34 +88,36 @@ class TailCount(ThresholdSparsifier):
         d = g.numel()
         check_ratio(self.ratio, d, who="tailcount ratio")
         k = math.ceil(self.ratio * d)
-        lo_n, hi_n = (1.0 - self.tol) * k, (1.0 + self.tol) * k
-        eta = abs_g.mean() * math.log(1.0 / self.ratio)
+        lo_n, hi_n = min((1.0 - self.tol) * k, k - 1.0), max((1.0 + self.tol) * k, k + 1.0)
+        eta = abs_g.mean() * math.log(1.0 / max(self.ratio, FIRST_RATIO))
         if not bool(eta > 0):  # all zeros: nothing to send
             payload.info.update(counts=0, in_band=False)
             return torch.full((), math.inf, dtype=abs_g.dtype, device=abs_g.device)
-        low: torch.Tensor | None = None  # selects too many
-        high: torch.Tensor | None = None  # selects too few
-        points: list[tuple[torch.Tensor, int]] = []
-        counts, in_band = 0, False
-        for counts in range(1, int(self.max_counts) + 1):
+        low: tuple[torch.Tensor, int] | None = None  # (threshold, count > (1 + tol) k)
+        high: tuple[torch.Tensor, int] | None = None  # (threshold, count < (1 - tol) k)
+        tried: list[tuple[torch.Tensor, int]] = []
+        counts, in_band, last_side, repeats = 0, False, 0, 0
+        for attempt in range(1, int(self.max_counts) + 1):
+            counts = attempt
             n, excess = count_and_excess(abs_g, eta)
+            tried.append((eta, n))
             if lo_n <= n <= hi_n:
                 in_band = True
                 break
-            if n > hi_n:
-                low = eta
+            side = 1 if n > hi_n else -1
+            repeats = repeats + 1 if side == last_side else 0
+            last_side = side
+            if side > 0:
+                low = (eta, n)
             else:
-                high = eta
-            points.append((eta, n))
-            if counts == int(self.max_counts):
-                break
-            if len(points) == 1 and n > 0:
+                high = (eta, n)
+            if low is not None and high is not None:
+                eta = (low[0] + high[0]) / 2 if repeats else interpolate(low, high, k)
+            elif low is not None:
                 eta = eta + excess / n * math.log(n / k)  # POT step anchored on the measured count
-                if (high is not None and not bool(eta < high)) or (low is not None and not bool(eta > low)):
-                    eta = high / 2 if low is None else low * 2
             else:
-                eta = next_threshold(points if len(points) > 1 else points * 2, k, low, high)
+                eta = eta / 2  # nothing selected yet: halve until something is
         if not in_band:  # out of counts: the measured threshold whose count came closest to k
-            eta = min(points, key=lambda p: abs(math.log(max(p[1], 0.5) / k)))[0]
+            eta = min(tried, key=lambda p: abs(math.log(max(p[1], 0.5) / k)))[0]
         payload.info.update(counts=counts, in_band=in_band)
         return eta
