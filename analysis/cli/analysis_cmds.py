@@ -142,10 +142,20 @@ def register(cli: click.Group) -> None:
     @click.option("--compressor", "specs", multiple=True, required=True, help="compressor spec (repeatable)")
     @click.option("--feedback", default="none", show_default=True, help="none | ef | qcs:beta=B | ecq:alpha=A,beta=B")
     @click.option("--seeds", default=1, show_default=True, type=click.IntRange(1), help="independent replays")
-    def compress_cmd(dump, steps, workers, device, out, seed, quiet, specs, feedback, seeds):
+    @click.option("--per-layer", is_flag=True, help="compare per-tensor with whole-model compression (first worker)")
+    def compress_cmd(dump, steps, workers, device, out, seed, quiet, specs, feedback, seeds, per_layer):
         """Replay compressors (with feedback and per-worker state) over the dump's steps."""
         d = _open(dump)
         out = _out(out, "gradstat-out/compress")
+        if per_layer:
+            from gradstat.analysis.studies import layerwise
+
+            worker = parse_indices(workers, range(d.workers), "workers")[0]
+            _, summary = layerwise.run(
+                d, out, specs, feedback, parse_indices(steps, d.steps, "steps"), worker, resolve_device(device), seed
+            )
+            _echo_table(summary, "per-layer vs whole-model (means over steps)")
+            return _written(out)
         _, summary = replay_study.run(
             d,
             out,

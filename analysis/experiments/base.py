@@ -162,7 +162,7 @@ def write_result(exp: Experiment, result: ExperimentResult, out: str | os.PathLi
         "",
         "## Paper vs ours",
         "",
-        to_markdown(comp),
+        to_markdown(comp) if len(comp) else "No published number to compare with (see the source above).\n",
         f"**Verdict:** {overall_verdict(result.comparisons)}.",
         "",
     ]
