@@ -31,7 +31,7 @@ from gradstat.analysis.training.workloads.linreg import LinReg
 from gradstat.compressors import ErrorFeedback, create
 
 ALPHA, BETA, LEVELS, LR = 0.2, 0.99, 4, 0.02
-FULL = {"dims": (256, 512, 1024), "steps": 3000, "runs": 3}
+FULL = {"dims": (256, 512, 1024), "steps": 2000, "runs": 2}
 QUICK = {"dims": (256,), "steps": 300, "runs": 1}
 REF = "ECQ-SGD (Wu et al.), summary: experiments, linear models, first figure"
 
@@ -150,5 +150,5 @@ EXPERIMENT = Experiment(
     "(figures only; no printed numbers)",
     run=run,
     quick_s=5,
-    full_s=150,
+    full_s=90,
 )

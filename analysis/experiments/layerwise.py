@@ -23,7 +23,7 @@ from gradstat.analysis.training.parallel import DataParallel
 from gradstat.analysis.training.workloads import get_workload, workload_names
 
 SPECS = ("topk:ratio=0.01", "sidco:ratio=0.01,dist=exp", "tailcount:ratio=0.01", "qsgd:s=4,bucket=0")
-FULL = {"workloads": ("resnet20", "lstm", "lenet"), "steps": 30}
+FULL = {"workloads": ("resnet20", "lstm", "lenet"), "steps": 12}
 QUICK = {"workloads": ("fc300",), "steps": 6}
 
 
@@ -99,6 +99,6 @@ EXPERIMENT = Experiment(
     source="no paper (GRACE and DDP hooks compress per tensor; the papers' analyses treat one vector)",
     run=run,
     quick_s=8,
-    full_s=240,
+    full_s=120,
     workloads=tuple(workload_names()),
 )

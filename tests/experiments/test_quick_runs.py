@@ -141,3 +141,23 @@ def test_layerwise_topk_sends_exactly_k_on_the_whole_vector(layerwise):
     assert top.loc["whole", "k_ratio"] == 1.0
     per = pd.Series(top.loc["per-layer", ["k_ratio", "k_target"]])
     assert per["k_ratio"] == pytest.approx(per["k_target"] / math.ceil(0.01 * 266_610))
+
+
+# -- QCS Fig. 4 ---------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fig4(tmp_path_factory):
+    return quick("qcs-fig4", tmp_path_factory)
+
+
+def test_fig4_qcs_error_stays_below_theorem_2s_gamma_and_gains_are_the_hand_count(fig4):
+    s = fig4[0].tables["qcs_fig4_summary"].set_index("method")
+    for label in ("qcs gain 28", "qcs gain 64"):
+        assert s.loc[label, "mean"] <= s.loc[label, "gamma_bound"]
+    blocks = math.ceil(266_610 / 256)
+    assert s.loc["qcs gain 28", "gain"] == pytest.approx(32 * 266_610 / (blocks * (64 * 4 + 32) + 64))
+    assert s.loc["qcs gain 64", "gain"] == pytest.approx(32 * 266_610 / (blocks * (32 * 3 + 32) + 64))
+
+
+def test_fig4_fewer_qsgd_levels_give_a_larger_error(fig4):
+    s = fig4[0].tables["qcs_fig4_summary"].set_index("method")
+    assert s.loc["qsgd s=1", "mean"] > 2 * s.loc["qsgd s=4", "mean"]
