@@ -47,7 +47,7 @@ class LayerwiseReplay:
         if self.mode == "whole":
             blocks = {"<model>": torch.cat([g.reshape(-1).float() for g in grads.values()])}
         else:
-            blocks = {name: g.reshape(-1).float() for name, g in grads.items()}
+            blocks = {name: g.float() for name, g in grads.items()}  # shapes kept: 1-bit SGD's columns need them
         err = norm = bits = ent = 0.0
         sent = target = 0
         ratio = getattr(self.comp, "ratio", None)

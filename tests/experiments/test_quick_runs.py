@@ -161,3 +161,20 @@ def test_fig4_qcs_error_stays_below_theorem_2s_gamma_and_gains_are_the_hand_coun
 def test_fig4_fewer_qsgd_levels_give_a_larger_error(fig4):
     s = fig4[0].tables["qcs_fig4_summary"].set_index("method")
     assert s.loc["qsgd s=1", "mean"] > 2 * s.loc["qsgd s=4", "mean"]
+
+
+# -- NDQSG Tables 1-2 ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ndqsg(tmp_path_factory):
+    return quick("ndqsg-bits", tmp_path_factory)
+
+
+def test_ndqsg_paper_packing_reproduces_the_fc300_cells_and_payloads_are_the_hand_count(ndqsg):
+    t = ndqsg[0].tables["ndqsg_bits"].set_index("method")
+    n, tensors, columns = 266_610, 6, 784 + 300 + 100 + 3
+    assert t.loc["QSGD", "closed_form_kbits"] == pytest.approx((n * math.log2(3) + tensors * 32) / 1e3)
+    assert round(t.loc["DQSGD", "closed_form_kbits"], 1) == 422.8  # Table 1
+    assert round(t.loc["One-Bit", "closed_form_kbits"], 1) == 342.6  # Table 1
+    assert t.loc["QSGD", "measured_raw_kbits"] == pytest.approx((2 * n + tensors * 32) / 1e3)
+    assert t.loc["One-Bit", "measured_raw_kbits"] == pytest.approx((n + 2 * 32 * columns) / 1e3)
+    assert (t.drop(index="Baseline")["measured_entropy_kbits"] < t.drop(index="Baseline")["measured_raw_kbits"]).all()
