@@ -133,8 +133,9 @@ class Experiment:
     """One reproduction: its name on the command line, what it reproduces, where, and how long it takes here.
 
     run(out, quick, workloads, seed) measures (figures are written into ``out`` as they are drawn) and returns the
-    result. ``quick_s`` / ``full_s``: wall seconds of the quick and full sizes measured on this project's 2-core
-    CPU machine (shared, so indicative).
+    result. ``quick_s`` / ``full_s``: the quick and full sizes' run time on one core of this project's 2-core CPU
+    machine, estimated from CPU time measured there (the machine was shared: wall time under load was several
+    times longer), so indicative.
     """
 
     name: str

@@ -41,7 +41,7 @@ METHODS: dict[str, str | None] = {
 }
 CONVERGED = 4.0
 """A run converges when its final training loss is finite and at most this many times L*."""
-FULL = {"mus": (0.02, 0.05, 0.08, 0.10, 0.15, 0.20, 0.25, 0.30), "runs": 5, "steps": 300}
+FULL = {"mus": (0.02, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30), "runs": 3, "steps": 250}
 QUICK = {"mus": (0.05, 0.10, 0.40), "runs": 2, "steps": 150}
 CURVE_MUS = (0.05, 0.10)
 REF = "QCS (Abdi & Fekri), Sec. 2 Example, Fig. 2"
@@ -226,5 +226,5 @@ EXPERIMENT = Experiment(
     "(Linear Regression) and Fig. 2a-c; the figure's values are not printed, its text states the trends compared",
     run=run,
     quick_s=10,
-    full_s=150,
+    full_s=60,
 )
