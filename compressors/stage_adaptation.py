@@ -64,9 +64,14 @@ class StageState:
         if self.settled == "within":
             return f"M = {self.stages} meets |k_hat/k - 1| <= {eps:g} (mean {self.measured[self.stages]:.3g})"
         if self.settled == "none_within":
-            best = self.measured.get(self.stages, float("nan"))
             tried = ", ".join(f"M={m}: {q:.3g}" for m, q in sorted(self.measured.items()))
-            return f"no M meets |k_hat/k - 1| <= {eps:g} ({tried}); using the best, M = {self.stages} ({best:.3g})"
+            best = min(self.measured, key=lambda m: (abs(self.measured[m] - 1.0), m))
+            using = f"using M = {self.stages}" + (
+                " (the best measured)"
+                if best == self.stages
+                else f" (within eps of the best measured, M = {best}; it moves only for a gain larger than eps)"
+            )
+            return f"no M meets |k_hat/k - 1| <= {eps:g} ({tried}); {using}"
         tried = ", ".join(f"M={m}: {q:.3g}" for m, q in sorted(self.measured.items()))
         return f"searching (measured {tried}), next M = {self.stages}"
 
