@@ -54,7 +54,7 @@ def gradient(w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 @dataclass
 class Trajectory:
     """Full training loss and distance ||W - W*||_F at the listed steps (0: the start), and the mean bits per
-    worker per step (0 without compression)."""
+    worker per step over the steps run (0 without compression)."""
 
     steps: np.ndarray
     loss: np.ndarray
@@ -87,7 +87,7 @@ def train(
     losses[0] = float(loss(w, problem.x, problem.y))
     dist[0] = float((w - problem.w_star).norm())
     point = 1
-    bits = 0.0
+    bits, sent = 0.0, 0
     count = problem.x.shape[0]
     for t in range(steps):
         idx = torch.randint(0, count, (batch,), generator=gen)
@@ -102,6 +102,7 @@ def train(
             result = feedback_round(compressor, fb, grads, states, Context(seed=seed, step=t))
             update = result.mean.reshape(m, n)
             bits += result.bits / workers
+            sent += 1
         w = w - mu * update
         if t + 1 != at[point]:
             continue
@@ -111,4 +112,4 @@ def train(
         losses[point] = current
         dist[point] = float((w - problem.w_star).norm())
         point += 1
-    return Trajectory(at, losses, dist, bits / steps)
+    return Trajectory(at, losses, dist, bits / max(sent, 1))
