@@ -5,7 +5,8 @@ An experiment reproduces one figure or table of a paper. It runs for real (train
 (a quantity the paper publishes, where it is published, and our measurement of it), and :func:`write_result` writes
 everything under one folder:
 
-- ``<table>.csv`` / ``<table>.md`` for every measured table, ``<figure>.png`` (+ the CSV of what it drew);
+- ``<table>.csv`` / ``<table>.md`` for every measured table (per-step tables, ``*_steps``, as CSV only),
+  ``<figure>.png`` (+ the CSV of what it drew);
 - ``comparison.csv`` and ``README.md``: the paper-vs-ours table with one verdict per row and a one-line verdict
   for the experiment, all generated from the numbers.
 
@@ -151,7 +152,10 @@ def write_result(exp: Experiment, result: ExperimentResult, out: str | os.PathLi
     """Write the tables, ``comparison.csv`` and ``README.md`` of ``result`` into ``out``; return the README path."""
     out = Path(out)
     for name, table in result.tables.items():
-        write_table(table, out, name)
+        if name.endswith("_steps"):  # per-step data: CSV only (a Markdown twin of thousands of rows helps nobody)
+            atomic_write_text(out / f"{name}.csv", table.to_csv(index=False))
+        else:
+            write_table(table, out, name)
     comp = comparison_table(result.comparisons)
     atomic_write_text(out / "comparison.csv", comp.to_csv(index=False))
     lines = [
