@@ -18,6 +18,7 @@ from gradstat.compressors import (
     redsync,  # noqa: F401,E402
     sidco,  # noqa: F401,E402
     sign,  # noqa: F401,E402
+    tailcount,  # noqa: F401,E402
     terngrad,  # noqa: F401,E402
     threshold,  # noqa: F401,E402
     topk,  # noqa: F401,E402

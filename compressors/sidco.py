@@ -11,15 +11,11 @@ every stage. ``anchor``: the stages fit the exceedances shifted by the previous 
 smallest survivor (the SIDCo authors' code).
 
 Stage adaptation (``stages="adaptive"``): the worker's :class:`SIDCoState` averages the estimation quality
-q = k_hat / (delta d) over Q calls; when the average leaves [1 - eps, 1 + eps] (eq. (12)) the number of stages M
-moves by one, and then by the rule ``adapt``:
-
-- ``"error"`` (default): in the direction that reduces |q - 1| -- the search keeps its direction while the error
-  shrinks and reverses it when the last move made the error larger. It starts at M = 1 going up.
-- ``"paper"``: Algorithm 1 as printed: M - 1 when q > 1 + eps, M + 1 when q < 1 - eps. This is not the direction
-  that reduces the error in the paper's own account: a single exponential stage on heavier-than-exponential
-  gradients over-estimates k (Sec. 4.1 "SIDCo starts as single-stage ... over-estimation of k"), and the printed
-  rule then lowers M from 1, i.e. stays at one stage. Kept as an option for comparison.
+q = k_hat / (delta d) over Q calls and, when the average leaves [1 - eps, 1 + eps] (eq. (12)), chooses another M by
+the rule ``adapt``: ``"error"`` (default), a search over [1, max_stages] that explores before it reverses and says
+when no M meets the tolerance, or ``"paper"``, Algorithm 1 as printed (M - 1 when q > 1 + eps, M + 1 when
+q < 1 - eps; from M = 1 on heavier-than-exponential gradients it stays at one stage). The rules live in
+:mod:`gradstat.compressors.stage_adaptation`.
 
 Without a state (``ctx.state is None``) an adaptive SIDCo runs with ``initial_stages`` and learns nothing.
 """
@@ -27,8 +23,7 @@ Without a state (``ctx.state is None``) an adaptive SIDCo runs with ``initial_st
 from __future__ import annotations
 
 import math
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -37,32 +32,11 @@ from gradstat.compressors.base import Properties, check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
 from gradstat.compressors.registry import register
+from gradstat.compressors.stage_adaptation import StageState as SIDCoState
+from gradstat.compressors.stage_adaptation import record
 from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier, count_at_least
 from gradstat.theory.distributions.names import distribution_name
 from gradstat.theory.pot import multistage_threshold
-
-HISTORY = 1024
-"""How many calls' (M, k_hat/k) a :class:`SIDCoState` remembers (bounded: a state lives for a whole training run)."""
-
-
-@dataclass
-class SIDCoState:
-    """One worker's (and one tensor's) SIDCo state: the current number of stages M and the period statistics.
-
-    stages : M used by the next call.
-    calls : calls so far.
-    quality_sum : sum of q = k_hat / (delta d) over the current period (reset every Q calls).
-    last_error : |mean q - 1| of the previous period after which M moved (None before the first move).
-    direction : +1 or -1, where the ``error`` rule moves M next.
-    history : (M, q) of the last ``HISTORY`` calls, for analysis.
-    """
-
-    stages: int = 1
-    calls: int = 0
-    quality_sum: float = 0.0
-    last_error: float | None = None
-    direction: int = 1
-    history: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=HISTORY))
 
 
 @register("sidco")
@@ -163,25 +137,5 @@ class SIDCo(ThresholdSparsifier):
         return eta
 
     def _adapt(self, state: SIDCoState, quality: float, used: int) -> None:
-        """Record q = k_hat/(delta d) for this call and, every Q calls, move M (SIDCo Algorithm 1, Adapt_Stages)."""
-        state.calls += 1
-        state.quality_sum += quality
-        state.history.append((used, quality))
-        if state.calls % int(self.period):
-            return
-        mean_q = state.quality_sum / int(self.period)
-        state.quality_sum = 0.0
-        error = abs(mean_q - 1.0)
-        if error <= self.eps:  # eq. (12) holds: keep M
-            return
-        if self.adapt == "paper":
-            step = -1 if mean_q > 1.0 else 1
-        else:
-            if state.last_error is not None and error > state.last_error:
-                state.direction = -state.direction  # the last move made it worse: go back the other way
-            step = state.direction
-        state.last_error = error
-        new = min(max(state.stages + step, 1), int(self.max_stages))
-        if new == state.stages and self.adapt == "error":  # at a bound: turn around for the next period
-            state.direction = -state.direction
-        state.stages = new
+        """Record q = k_hat/(delta d) for this call and, every Q calls, choose M (SIDCo Algorithm 1, Adapt_Stages)."""
+        record(state, quality, used, int(self.period), float(self.eps), int(self.max_stages), self.adapt)

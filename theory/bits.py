@@ -32,6 +32,7 @@ __all__ = [
     "qsgd_elias_bits",
     "terngrad_bits",
     "one_bit_bits",
+    "one_bit_columns",
     "qcs_bits",
     "variable_length_bits_bound",
 ]
@@ -89,17 +90,20 @@ def ndqsg_bits(
     return n * code_bits(ratio, packing) + partitions * _count("scale_bits", scale_bits)
 
 
-def qsgd_bits(n: int, s: int, scale_bits: int = 32, packing: str = "fixed") -> float:
-    """Bits of one QSGD message without entropy coding: ``n`` codes in ``{-s..s}`` plus the 32-bit norm.
+def qsgd_bits(n: int, s: int, scale_bits: int = 32, packing: str = "fixed", partitions: int = 1) -> float:
+    """Bits of one QSGD message without entropy coding: ``n`` codes in ``{-s..s}`` plus one 32-bit norm per
+    separately scaled partition (``partitions``; one per tensor when a model is sent tensor by tensor).
 
     Source: Alistarh et al. 2017, Sec. 3 (sign and level of each coordinate, one float norm), as used for the
-    QSGD column of 002_87c17e3716ede1d0.txt, Table 1. ECQ-SGD (003_da514025a9ec0a1c.txt) sends the same:
+    QSGD column of NDQSG (Abdi & Fekri, Nested Dithered Quantization), Table 1, whose cells (422.8 Kbits on
+    FC-300-100, 2636.7 on LeNet) are ``n log2(3)`` plus one scale per tensor. ECQ-SGD sends the same:
     ``r = ceil(log2(2s + 1))`` bits per element plus one 32-bit scale (``packing="fixed"``); the summary's
     "32 + d bits" total drops the factor r.
     """
     n = _checks.integer("n", n, minimum=1)
     s = _checks.integer("s", s, minimum=1)
-    return n * code_bits(2 * s + 1, packing) + _count("scale_bits", scale_bits)
+    partitions = _checks.integer("partitions", partitions, minimum=1, maximum=n)
+    return n * code_bits(2 * s + 1, packing) + partitions * _count("scale_bits", scale_bits)
 
 
 def qsgd_elias_bits_bound(n: int, s: int, scale_bits: int = 32) -> float:
@@ -152,13 +156,37 @@ def qsgd_elias_bits(codes: np.ndarray, scale_bits: int = 32) -> int:
     return int(body) + _count("scale_bits", scale_bits)
 
 
-def terngrad_bits(n: int, scale_bits: int = 32, packing: str = "fixed") -> float:
-    """Bits of one TernGrad message: ``n`` ternary codes plus one scale.
+def terngrad_bits(n: int, scale_bits: int = 32, packing: str = "fixed", partitions: int = 1) -> float:
+    """Bits of one TernGrad message: ``n`` ternary codes plus one scale per partition (one per tensor when sent
+    tensor by tensor, TernGrad's per-layer scaler).
 
-    Source: 002_87c17e3716ede1d0.txt, Sec. 2.1.1 (TernGrad is the stochastic quantizer with M = 1).
+    Source: NDQSG (Abdi & Fekri, Nested Dithered Quantization), Sec. 2.1.1 (TernGrad is the stochastic quantizer
+    with M = 1).
     """
     n = _checks.integer("n", n, minimum=1)
-    return n * code_bits(3, packing) + _count("scale_bits", scale_bits)
+    partitions = _checks.integer("partitions", partitions, minimum=1, maximum=n)
+    return n * code_bits(3, packing) + partitions * _count("scale_bits", scale_bits)
+
+
+def one_bit_columns(shapes: list[tuple[int, ...]], rule: str = "matrix") -> int:
+    """Number of columns (each with two reconstruction values) of a model sent tensor by tensor with 1-bit SGD.
+
+    ``rule="matrix"``: a tensor of shape (r, ...) is the matrix (r, numel / r) (what
+    :mod:`gradstat.compressors.onebit` does): Linear (out, in) has ``in`` columns, a convolution (out, in, kh, kw)
+    has ``in kh kw``, a 1-D tensor one column. ``rule="last"``: the last dimension's size (``in`` for a Linear,
+    ``kw`` for a convolution, 1 for a 1-D tensor). NDQSG's Table 1 one-bit cells fit ``"matrix"`` on FC-300-100
+    (1,187 columns); its LeNet cell implies 3,663 columns, which ``"last"`` comes within one of (3,662).
+    """
+    rule = _checks.choice("rule", rule, ("matrix", "last"))
+    total = 0
+    for shape in shapes:
+        if len(shape) < 2:
+            total += 1
+        elif rule == "matrix":
+            total += math.prod(shape[1:])
+        else:
+            total += shape[-1]
+    return total
 
 
 def one_bit_bits(n: int, columns: int = 1, scale_bits: int = 32) -> float:

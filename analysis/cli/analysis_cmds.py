@@ -157,19 +157,29 @@ def register(cli: click.Group) -> None:
     @click.option("--compressor", "specs", multiple=True, required=True, help="Compressor spec (repeatable).")
     @click.option("--feedback", default="none", show_default=True, help="none | ef | qcs:beta=B | ecq:alpha=A,beta=B.")
     @click.option("--seeds", default=1, show_default=True, type=click.IntRange(1), help="Independent replays.")
-    def compress_cmd(dump, steps, workers, device, out, seed, quiet, specs, feedback, seeds):
+    @click.option(
+        "--per-layer", is_flag=True, help="Compare per-tensor with whole-model compression (first selected worker)."
+    )
+    def compress_cmd(dump, steps, workers, device, out, seed, quiet, specs, feedback, seeds, per_layer):
         """Replay compressors over the dump's steps.
 
         Each worker keeps its own compressor state and feedback residual, as in training; the tables give the
         relative error, bias, k_hat/k, exact and entropy-coded bits and the residual per step. Warns when the
         replay is not faithful (feedback over steps that are not consecutive, too few steps for SIDCo's
-        adaptation) or when the error or residual grows over the replay.
+        adaptation) or when the error or residual grows over the replay. --per-layer compresses each tensor on
+        its own (as DDP buckets and GRACE do) beside the flat model vector.
         """
         d = _open(dump)
         _check_specs(specs, feedback)
         chosen = parse_indices(steps, d.steps, "steps"), parse_indices(workers, range(d.workers), "workers")
         dev = resolve_device(device)
         with _results(out, "compress") as folder:
+            if per_layer:
+                from gradstat.analysis.studies import layerwise
+
+                _, summary = layerwise.run(d, folder, specs, feedback, chosen[0], chosen[1][0], dev, seed)
+                _echo_table(summary, "per-layer vs whole-model (means over steps)")
+                return
             pairs = [(s, feedback) for s in specs]
             _, summary = replay_study.run(d, folder, pairs, *chosen, list(range(seed, seed + seeds)), dev, not quiet)
             _echo_table(summary, "replay summary (means over steps and seeds)")

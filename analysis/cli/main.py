@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "gradstat.analysis.cli.analysis_cmds",
     "gradstat.analysis.cli.bench_cmds",
     "gradstat.analysis.cli.train_cmds",
+    "gradstat.analysis.cli.experiment_cmds",
 )
 
 

@@ -34,6 +34,7 @@ RUNS: dict[tuple[str, ...], list[str]] = {
     ("report",): ["{dump}", "--steps", "last:1", "--quick", "--checks", "qcs-gamma"],
     ("demo",): ["--workload", "fc300", "--iterations", "2", "--quick", "--out", "{tmp}/demo"],
     ("bench",): [],
+    ("experiment",): ["list"],
     ("train",): [
         "--workload",
         "fc300",

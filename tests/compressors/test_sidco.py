@@ -106,14 +106,6 @@ def test_the_printed_rule_stays_at_one_stage_where_the_error_rule_does_not():
     assert state.stages == 1 and min(q for _, q in state.history) > 3
 
 
-def test_the_error_rule_reverses_when_a_move_makes_things_worse():
-    c = create("sidco:period=1,eps=0.2,max_stages=5")
-    state = c.new_state()
-    for quality_seen, expected_m in [(3.0, 2), (2.0, 3), (2.5, 2), (1.1, 2), (0.5, 1)]:
-        c._adapt(state, quality_seen, state.stages)
-        assert state.stages == expected_m
-
-
 def test_without_a_state_an_adaptive_sidco_uses_its_initial_stage_count():
     c = create("sidco:ratio=0.001,initial_stages=2")
     assert c.encode(laplace(100_000, 6), Context()).info["stages"] == 2
