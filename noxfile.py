@@ -48,14 +48,9 @@ def _env() -> dict[str, str]:
 
 def _show_versions(session: nox.Session) -> None:
     """Print the Python and the installed version of every declared dependency (the session's record)."""
-    session.run(
-        "python",
-        "-c",
-        "import sys, importlib.metadata as m; print('python', sys.version.split()[0]); "
-        "[print(n, m.version(n)) for n in ('torch', 'numpy', 'scipy', 'pandas', 'matplotlib', 'scikit-learn', "
-        "'safetensors', 'click', 'tqdm', 'pytest', 'import-linter')]",
-        silent=False,
-    )
+    names = "torch numpy scipy pandas matplotlib scikit-learn safetensors click tqdm pytest import-linter"
+    code = "import sys; from importlib.metadata import version as v; print('python', sys.version.split()[0]);"
+    session.run("python", "-c", code + f"[print(n, v(n)) for n in {names.split()!r}]", silent=False)
 
 
 def _pytest(session: nox.Session, *args: str) -> None:
