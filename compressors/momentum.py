@@ -69,11 +69,13 @@ class LocalMomentumCorrection:
     ) -> RoundResult:
         """One step over the workers; ``result.mean`` is the averaged sparse update direction (apply
         ``w <- w - lr * result.mean``). States are updated in place."""
-        for g, s in zip(grads, states):
+        if len(states) != len(grads):
+            raise ValueError(f"{len(grads)} gradients but {len(states)} worker states")
+        for g, s in zip(grads, states, strict=True):
             s.velocity = g.float() if s.velocity is None else self.momentum * s.velocity + g.float()
         result = feedback_round(self.compressor, ErrorFeedback.plain(), [s.velocity for s in states], states, ctx)
         if self.masking:
-            for s, sent in zip(states, result.decoded):
+            for s, sent in zip(states, result.decoded, strict=True):
                 s.velocity = s.velocity.masked_fill(sent.reshape(s.velocity.shape) != 0, 0.0)
         return result
 

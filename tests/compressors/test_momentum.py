@@ -94,3 +94,12 @@ def test_momentum_wrappers_reject_bad_hyper_parameters(bad):
     if "momentum" in bad:
         with pytest.raises(ValueError):
             LocalMomentumCorrection(create("topk"), momentum=bad["momentum"])
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_dgc_refuses_a_round_whose_gradients_and_worker_states_differ_in_number(workers):
+    """Three gradients and two states once averaged two workers and dropped the third gradient without a word."""
+    dgc = LocalMomentumCorrection(create("topk:ratio=0.5"), momentum=0.0, masking=False)
+    grads = [torch.ones(4), torch.ones(4), torch.full((4,), 100.0)]
+    with pytest.raises(ValueError, match=f"3 gradients but {workers} worker states"):
+        dgc.round(grads, dgc.new_states(workers))

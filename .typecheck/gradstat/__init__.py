@@ -1,0 +1,1 @@
+../../gradstat/__init__.py

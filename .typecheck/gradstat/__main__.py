@@ -1,0 +1,1 @@
+../../gradstat/__main__.py
