@@ -3,7 +3,8 @@
 This module is the one home of the step every magnitude sparsifier shares (Top-k, fixed threshold, DGC, GMC's
 approximate top-K, RedSync, GaussianKSGD, SIDCo):
 
-- :func:`select_at_least` -- the indices of ``|g| >= eta`` (zeros never selected: sending a zero is waste);
+- :func:`select_at_least` -- the indices of ``|g| >= eta`` (zeros never selected: sending a zero is waste; the
+  primitive itself lives in :mod:`gradstat.compressors.primitives`);
 - :func:`add_sparse` / :func:`decode_sparse` -- the wire format: ``indices`` (bit-packed at ``ceil(log2 d)`` bits or
   int32) and ``values`` (float32), so ``bits = k_hat * (ceil(log2 d) + 32)``;
 - :class:`ThresholdSparsifier` -- a compressor that only has to say how it finds its threshold (``_threshold``).
@@ -23,24 +24,11 @@ import torch
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload, float_width, index_width
+from gradstat.compressors.primitives import count_at_least, select_at_least, to_float32_wire
 from gradstat.compressors.registry import register
 
 THRESHOLD_CONTRACTION = "1 - k_hat/d"
 """Contraction constant of any sparsifier that keeps the k_hat largest magnitudes (k_hat = nonzeros sent)."""
-
-
-def select_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> torch.Tensor:
-    """Indices (int64, 1-D) of the nonzero entries with ``abs_g >= threshold``.
-
-    ``nonzero`` needs the count on the host: that sync is inherent to sending a variable number of elements.
-    """
-    return torch.nonzero((abs_g >= threshold) & (abs_g > 0)).squeeze(1)
-
-
-def count_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> int:
-    """How many nonzero entries have ``abs_g >= threshold`` (the count :func:`select_at_least` would return).
-    Syncs: every iterative threshold search needs this count on the host to decide its next step."""
-    return int(((abs_g >= threshold) & (abs_g > 0)).sum())
 
 
 def search_threshold(
@@ -96,7 +84,9 @@ def search_threshold(
 def add_sparse(payload: Payload, g: torch.Tensor, indices: torch.Tensor, packed: bool = True) -> None:
     """Put ``indices`` (at ``ceil(log2 d)`` bits if ``packed``, else 32) and ``g[indices]`` (float32) into ``payload``."""
     payload.add("indices", indices, index_width(g.numel(), packed), "index")
-    payload.add("values", g[indices].float(), float_width(torch.float32), "value")
+    payload.add(
+        "values", to_float32_wire(g[indices], "sparsifier", "selected value"), float_width(torch.float32), "value"
+    )
 
 
 def decode_sparse(payload: Payload) -> torch.Tensor:
