@@ -24,7 +24,7 @@ import torch
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload, float_width, index_width
-from gradstat.compressors.primitives import count_at_least, select_at_least, to_float32_wire
+from gradstat.compressors.primitives import abs_scratch, count_at_least, select_at_least, to_float32_wire
 from gradstat.compressors.registry import register
 
 THRESHOLD_CONTRACTION = "1 - k_hat/d"
@@ -107,7 +107,7 @@ class ThresholdSparsifier(Compressor):
     packed: bool
 
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
-        abs_g = g.abs()
+        abs_g = abs_scratch(g)  # valid for this encode only (nothing below keeps a view of it)
         eta = self._threshold(g, abs_g, ctx, payload)
         indices = self._refine(abs_g, select_at_least(abs_g, eta), payload, ctx)
         payload.info["threshold"] = eta
