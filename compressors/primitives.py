@@ -33,6 +33,7 @@ __all__ = [
     "positive_threshold",
     "pow2_exponent",
     "scale_by_pow2",
+    "normalise_by_pow2",
     "max_abs",
     "l2_norm",
     "mean_abs",
@@ -161,6 +162,13 @@ def scale_by_pow2(x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
     first = torch.exp2(half.to(x.dtype))
     second = torch.exp2((e - half).to(x.dtype))
     return x * first * second
+
+
+def normalise_by_pow2(x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """``x * 2^-e`` in place (two multiplications, each factor in float32's normal range; see
+    :func:`scale_by_pow2`). Returns ``x``."""
+    half = torch.div(-e, 2, rounding_mode="floor")
+    return x.mul_(torch.exp2(half.to(x.dtype))).mul_(torch.exp2((-e - half).to(x.dtype)))
 
 
 def l2_norm(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
