@@ -32,6 +32,8 @@ out : str -- directory for bench.csv, bench.md, bench.png (default '': write not
 memory_fraction : float -- skip a size whose working set (~12 copies of the vector) exceeds this fraction of the
     available memory (default 0.5).
 seed : int -- seed of the Laplace vector and of the compressors' contexts (default 0).
+max_elements : int -- skip sizes above this many elements, saying so (default 0: no limit), e.g. to keep a run on
+    a shared machine within its time.
 """
 
 EXTRA_SPARSIFIERS = ("sidco:dist=exp,stages=3", "sidco:dist=gamma,stages=3", "sidco:dist=gp,stages=3")
@@ -207,6 +209,7 @@ def run(
     out: str = "",
     memory_fraction: float = 0.5,
     seed: int = 0,
+    max_elements: int = 0,
 ) -> pd.DataFrame:
     """The micro-benchmark table, one row per (size, threads, ratio, compressor or phase, operation).
 
@@ -237,6 +240,17 @@ def run(
             torch.set_num_threads(n_threads or cores)
             for size in sizes:
                 need = WORKING_COPIES * 4 * size
+                if max_elements and size > max_elements:
+                    progress(f"bench microbench: size {size:,} skipped (max_elements={max_elements:,})")
+                    rows.append(
+                        {
+                            "size": size,
+                            "threads": label,
+                            "group": "skipped",
+                            "name": f"over max_elements={max_elements:,}",
+                        }
+                    )
+                    continue
                 if dev.type == "cpu" and need > memory_fraction * _available_bytes():
                     progress(f"bench microbench: size {size:,} skipped (needs ~{need / 1e9:.1f} GB)")
                     rows.append(
