@@ -92,7 +92,7 @@ def run(
         ctx = Context(seed=seed, worker=1 if side is not None else 0)
         ctx = ctx.but(state=c.new_state(g))
 
-        def step():
+        def step(c=c, ctx=ctx, side=side):
             payload = c.encode(g, ctx)
             return payload, c.decode(payload, ctx, side=side)
 

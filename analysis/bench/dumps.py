@@ -53,7 +53,7 @@ def run(
         write_times: list[float] = []
         for t in range(warmup + steps):
             progress(f"bench dumps: training step {t + 1}/{warmup + steps} ({warmup} warm-up)")
-            for name, (dp, rec, batches, times) in runs.items():
+            for dp, rec, batches, times in runs.values():
                 x, y = next(batches)
                 start = time.perf_counter()
                 result = dp.step(t, x, y)

@@ -104,7 +104,7 @@ def _rows(
         for dist in SCIPY_MODELS:
             reference[dist] = _scipy_fit(dist, x64)
             reference[dist + "_loglik"] = _loglik(dist, reference[dist], x64)
-            reference[dist + "_ms"] = median_ms(lambda: _scipy_fit(dist, x64), scipy_repeats, warmup=0)
+            reference[dist + "_ms"] = median_ms(lambda d=dist, x=x64: _scipy_fit(d, x), scipy_repeats, warmup=0)
         for dist, method in sorted(ESTIMATORS):
             progress(f"bench estimators: size {size}, {dist} {method}")
             result = fit(x_dev, dist, method)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from gradstat.analysis.bench import microbench
 from gradstat.analysis.cli.main import main
 
