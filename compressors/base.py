@@ -24,6 +24,7 @@ import torch
 
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
+from gradstat.compressors.primitives import all_finite
 
 Kind = Literal["sparsifier", "quantizer", "sketch", "identity"]
 
@@ -184,8 +185,8 @@ def check_gradient(g: torch.Tensor, who: str = "compressor") -> torch.Tensor:
     if g.numel() == 0:
         raise ValueError(f"{who}: the gradient is empty (0 elements)")
     flat = g.reshape(-1)
-    if not bool(torch.isfinite(flat).all()):
-        bad = int((~torch.isfinite(flat)).sum())
+    if not all_finite(flat):  # one aminmax pass; the count below runs only on the error path
+        bad = int(torch.count_nonzero(~torch.isfinite(flat)))
         raise ValueError(f"{who}: the gradient holds {bad} NaN/Inf value(s) out of {flat.numel()}")
     return flat
 

@@ -35,6 +35,7 @@ import torch
 from gradstat.compressors.base import Compressor
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.payload import Payload, code_width
+from gradstat.compressors.primitives import all_finite, l2_norm, max_abs, to_float32_wire
 
 Norm = Literal["l2", "linf"]
 
@@ -87,12 +88,13 @@ def to_buckets(x: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def bucket_norm(blocks: torch.Tensor, norm: Norm) -> torch.Tensor:
-    """Per-row norm of a (rows, size) matrix, shape (rows,): ``l2`` or ``linf``."""
-    top = blocks.abs().amax(dim=1)
+    """Per-row norm of a (rows, size) matrix, shape (rows,): ``l2`` or ``linf``. The l2 norm factors out a power
+    of two per row first (:func:`gradstat.compressors.primitives.l2_norm`): no overflow of the squares for huge
+    values, no underflow for denormal ones, exact equivariance to power-of-two scalings."""
     if norm == "linf":
-        return top
-    if norm == "l2":  # ||x|| = m ||x / m||, m = max |x|: no overflow of the squares for huge values
-        return top * torch.linalg.vector_norm(blocks / _safe(top)[:, None], 2, dim=1)
+        return max_abs(blocks, dim=1)
+    if norm == "l2":
+        return l2_norm(blocks, dim=1)
     raise ValueError(f"norm must be 'l2' or 'linf', got {norm!r}")
 
 
@@ -154,11 +156,18 @@ class ScaledQuantizer:
         d = x.numel()
         blocks = to_buckets(x, self.bucket_size(d))
         scale = bucket_norm(blocks, self.norm)
+        wire = to_float32_wire(scale, "quantizer", f"{self.norm} bucket scale")
+        if not all_finite(wire):
+            raise ValueError(
+                f"quantizer: the {self.norm} norm of a bucket exceeds float32's range (3.4e38) and cannot be sent; "
+                "scale the gradient down (e.g. by a power of two) before compressing"
+            )
         lo, hi, offset, gain = self._range
-        y = (blocks * (gain / _safe(scale))[:, None]).reshape(-1)[:d]
+        # x / s first (correctly rounded, in [-1, 1]) and then the gain: gain / s overflows for denormal scales
+        y = (blocks / _safe(scale)[:, None]).mul_(gain).reshape(-1)[:d]
         codes = quantize(y, draw_dither(d, seed, x.device), lo, hi, offset)
         payload.add("codes", codes.to(code_dtype(lo, hi)), self.code_width, "code")
-        payload.add("scales", scale.float(), 32, "scale")
+        payload.add("scales", wire, 32, "scale")
 
     def decode(self, payload: Payload, d: int, seed: int) -> torch.Tensor:
         """Flat float32 reconstruction of length ``d`` from the ``codes`` and ``scales`` parts."""
@@ -167,7 +176,8 @@ class ScaledQuantizer:
         u = draw_dither(d, seed, codes.device) if self.subtract else None
         y = reconstruct(codes, u, offset)
         blocks = to_buckets(y, self.bucket_size(d))
-        return (blocks * (scale / gain)[:, None]).reshape(-1)[:d]
+        # y / gain first (in [-L-1, L+1] / L), then the scale: scale / gain loses bits for denormal scales
+        return (blocks / gain).mul_(scale[:, None]).reshape(-1)[:d]
 
     def expected_error(self, x: torch.Tensor) -> torch.Tensor:
         """Exact ``E[||x_tilde - x||^2 | x]`` (0-d float64 tensor) over the dither, for flat ``x``.

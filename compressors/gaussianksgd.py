@@ -57,6 +57,8 @@ class GaussianKSGD(ThresholdSparsifier):
         if int(self.max_iter) < 1:
             raise ValueError(f"gaussianksgd max_iter must be >= 1, got {self.max_iter}")
 
+    needs_signed = True  # the Gaussian fit reads the mean and standard deviation of g
+
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         d = g.numel()
         check_ratio(self.ratio, d, who="gaussianksgd ratio")

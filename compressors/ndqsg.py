@@ -34,6 +34,7 @@ from gradstat.compressors.context import Context
 from gradstat.compressors.dither import check_int, draw_dither
 from gradstat.compressors.dqsg import DQSG
 from gradstat.compressors.payload import Payload, code_width
+from gradstat.compressors.primitives import all_finite, to_float32_wire
 from gradstat.compressors.registry import register
 
 
@@ -122,7 +123,7 @@ class NDQSG(Compressor):
         u = draw_dither(g.numel(), seed, g.device) * self.fine_step
         s = nested_encode(x, u, self.fine_step, k, self.alpha)
         payload.add("nested", s.to(torch.int8 if k <= 255 else torch.int32), code_width(k), "code")
-        payload.add("scales", kappa.reshape(1).float(), 32, "scale")
+        payload.add("scales", to_float32_wire(kappa.reshape(1), "ndqsg", "scale"), 32, "scale")
         payload.add_seed(seed)
 
     def decode(self, payload: Payload, ctx: Context | None = None, side: torch.Tensor | None = None) -> torch.Tensor:
@@ -144,7 +145,13 @@ class NDQSG(Compressor):
         s = payload["nested"].float()
         u = draw_dither(payload.numel, payload.seed, s.device) * self.fine_step
         x_hat = nested_decode(s, u, side.to(s.device) / safe, self.fine_step, self.nesting, self.alpha)
-        return kappa * x_hat
+        out = kappa * x_hat
+        if not all_finite(out):  # x_hat may exceed 1 in units of kappa: near float32's limit that overflows
+            raise ValueError(
+                "ndqsg: the reconstruction exceeds float32's range (3.4e38) although each input was finite; "
+                "scale the gradient down (e.g. by a power of two) before compressing"
+            )
+        return out
 
     # -- Algorithm 2 ------------------------------------------------------------------------------------------
     def round(

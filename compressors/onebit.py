@@ -22,6 +22,7 @@ import torch
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
+from gradstat.compressors.primitives import max_abs, pow2_exponent, scale_by_pow2, to_float32_wire
 from gradstat.compressors.registry import register
 from gradstat.compressors.sign import sign_bits
 
@@ -78,10 +79,14 @@ class OneBit(Compressor):
         pos = bits.float()
         n_pos = pos.sum(1)
         n_neg = groups.shape[1] - n_pos
-        mean_pos = (groups * pos).sum(1) / n_pos.clamp(min=1)
-        mean_neg = (groups * (1 - pos)).sum(1) / n_neg.clamp(min=1)
+        # means of the group divided by the power of two at its largest magnitude, then scaled back (exact): the
+        # sums cannot overflow, and each mean (at most the largest magnitude) is finite
+        e = pow2_exponent(max_abs(groups, dim=1))
+        unit = scale_by_pow2(groups, -e[:, None])
+        mean_pos = scale_by_pow2((unit * pos).sum(1) / n_pos.clamp(min=1), e)
+        mean_neg = scale_by_pow2((unit * (1 - pos)).sum(1) / n_neg.clamp(min=1), e)
         payload.add("bits", bits.reshape(-1), 1, "code")
-        payload.add("values", torch.stack((mean_neg, mean_pos), 1), 32, "value")
+        payload.add("values", to_float32_wire(torch.stack((mean_neg, mean_pos), 1), "onebit", "mean"), 32, "value")
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         values = payload["values"]  # (groups, 2): [mean of b=0, mean of b=1]

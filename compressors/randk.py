@@ -20,6 +20,7 @@ import torch
 from gradstat.compressors.base import Compressor, Properties, check_ratio
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.payload import Payload, float_width
+from gradstat.compressors.primitives import all_finite, to_float32_wire
 from gradstat.compressors.registry import register
 
 
@@ -56,7 +57,12 @@ class RandK(Compressor):
         values = g[random_subset(d, k, seed, g.device)]
         if self.scaled:
             values = values * (d / k)
-        payload.add("values", values.float(), float_width(torch.float32), "value")
+            if not all_finite(values.float()):
+                raise ValueError(
+                    f"{self.name}: a selected value times d/k = {d / k:.3g} exceeds float32's range (3.4e38), so the "
+                    "unbiased reconstruction cannot be sent; scale the gradient down (e.g. by a power of two)"
+                )
+        payload.add("values", to_float32_wire(values, self.name, "value"), float_width(torch.float32), "value")
         payload.add_seed(seed)
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:

@@ -19,6 +19,7 @@ import torch
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
+from gradstat.compressors.primitives import mean_abs, to_float32_wire
 from gradstat.compressors.registry import register
 
 
@@ -61,7 +62,7 @@ class SignSGD(Compressor):
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         payload.add("signs", sign_bits(g), 1, "code")
         if self.scale == "l1":
-            payload.add("scale", (g.abs().sum() / g.numel()).reshape(1), 32, "scale")
+            payload.add("scale", to_float32_wire(mean_abs(g).reshape(1), "signsgd", "l1 scale"), 32, "scale")
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         s = signs(payload["signs"])

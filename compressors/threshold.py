@@ -3,7 +3,8 @@
 This module is the one home of the step every magnitude sparsifier shares (Top-k, fixed threshold, DGC, GMC's
 approximate top-K, RedSync, GaussianKSGD, SIDCo):
 
-- :func:`select_at_least` -- the indices of ``|g| >= eta`` (zeros never selected: sending a zero is waste);
+- :func:`select_at_least` -- the indices of ``|g| >= eta`` (zeros never selected: sending a zero is waste; the
+  primitive itself lives in :mod:`gradstat.compressors.primitives`);
 - :func:`add_sparse` / :func:`decode_sparse` -- the wire format: ``indices`` (bit-packed at ``ceil(log2 d)`` bits or
   int32) and ``values`` (float32), so ``bits = k_hat * (ceil(log2 d) + 32)``;
 - :class:`ThresholdSparsifier` -- a compressor that only has to say how it finds its threshold (``_threshold``).
@@ -23,24 +24,20 @@ import torch
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload, float_width, index_width
+from gradstat.compressors.primitives import (
+    abs_scratch,
+    count_at_least,
+    max_abs,
+    normalise_by_pow2,
+    pow2_exponent,
+    scale_by_pow2,
+    select_at_least,
+    to_float32_wire,
+)
 from gradstat.compressors.registry import register
 
 THRESHOLD_CONTRACTION = "1 - k_hat/d"
 """Contraction constant of any sparsifier that keeps the k_hat largest magnitudes (k_hat = nonzeros sent)."""
-
-
-def select_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> torch.Tensor:
-    """Indices (int64, 1-D) of the nonzero entries with ``abs_g >= threshold``.
-
-    ``nonzero`` needs the count on the host: that sync is inherent to sending a variable number of elements.
-    """
-    return torch.nonzero((abs_g >= threshold) & (abs_g > 0)).squeeze(1)
-
-
-def count_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> int:
-    """How many nonzero entries have ``abs_g >= threshold`` (the count :func:`select_at_least` would return).
-    Syncs: every iterative threshold search needs this count on the host to decide its next step."""
-    return int(((abs_g >= threshold) & (abs_g > 0)).sum())
 
 
 def search_threshold(
@@ -96,7 +93,9 @@ def search_threshold(
 def add_sparse(payload: Payload, g: torch.Tensor, indices: torch.Tensor, packed: bool = True) -> None:
     """Put ``indices`` (at ``ceil(log2 d)`` bits if ``packed``, else 32) and ``g[indices]`` (float32) into ``payload``."""
     payload.add("indices", indices, index_width(g.numel(), packed), "index")
-    payload.add("values", g[indices].float(), float_width(torch.float32), "value")
+    payload.add(
+        "values", to_float32_wire(g[indices], "sparsifier", "selected value"), float_width(torch.float32), "value"
+    )
 
 
 def decode_sparse(payload: Payload) -> torch.Tensor:
@@ -109,18 +108,33 @@ def decode_sparse(payload: Payload) -> torch.Tensor:
 class ThresholdSparsifier(Compressor):
     """A sparsifier defined by how it computes its threshold from ``|g|``.
 
-    Subclasses implement ``_threshold(g, abs_g, ctx, payload) -> 0-d tensor`` (they may write diagnostics to
-    ``payload.info``, which is never sent) and may override ``_refine`` to post-process the selection (DGC's
+    Subclasses implement ``_threshold(g, abs_g, ctx, payload) -> 0-d tensor`` on the gradient normalised by the
+    power of two at its largest magnitude (so ``max abs_g`` lies in [0.5, 1); the threshold is returned in those
+    units and scaled back for ``payload.info``; ``g`` is normalised too only when ``needs_signed`` is set; a rule
+    whose threshold is given in the gradient's units sets ``absolute_threshold``). They may write diagnostics to
+    ``payload.info`` (never sent) and may override ``_refine`` to post-process the selection (DGC's
     exact fallback). The threshold itself is not sent: the receiver only needs indices and values.
     """
 
     packed: bool
 
+    absolute_threshold: bool = False
+    """Whether ``_threshold`` returns eta in the gradient's own units (a fixed threshold) rather than normalised."""
+    needs_signed: bool = False
+    """Whether ``_threshold`` reads the signed ``g`` (then it receives the power-of-two normalised copy)."""
+
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
-        abs_g = g.abs()
-        eta = self._threshold(g, abs_g, ctx, payload)
-        indices = self._refine(abs_g, select_at_least(abs_g, eta), payload, ctx)
-        payload.info["threshold"] = eta
+        # Thresholds are found on |g| 2^-e with 2^e the power of two at max |g| (exact): every threshold rule sees
+        # the same numbers for g and for g scaled by any power of two, so the selection is exactly equivariant,
+        # and fits never meet values near float32's overflow or denormal range.
+        e = pow2_exponent(max_abs(g))
+        abs_n = normalise_by_pow2(abs_scratch(g), e)
+        g_n = scale_by_pow2(g, -e) if self.needs_signed else g
+        eta = self._threshold(g_n, abs_n, ctx, payload)
+        if self.absolute_threshold:
+            eta = scale_by_pow2(eta, -e)
+        indices = self._refine(abs_n, select_at_least(abs_n, eta), payload, ctx)
+        payload.info["threshold"] = scale_by_pow2(eta, e)
         payload.info["k_hat"] = indices.numel()
         add_sparse(payload, g, indices, self.packed)
 
@@ -157,6 +171,8 @@ class FixedThreshold(ThresholdSparsifier):
     def __post_init__(self) -> None:
         if not (float(self.eta) > 0.0) or self.eta == float("inf"):
             raise ValueError(f"threshold eta must be a finite number > 0, got {self.eta}")
+
+    absolute_threshold = True
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         return torch.tensor(float(self.eta), dtype=abs_g.dtype, device=abs_g.device)

@@ -24,6 +24,7 @@ import torch
 from gradstat.compressors.base import Compressor, Properties, check_ratio
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.payload import Payload
+from gradstat.compressors.primitives import all_finite, pow2_exponent, scale_by_pow2
 from gradstat.compressors.registry import register
 from gradstat.compressors.threshold import add_sparse, decode_sparse
 
@@ -43,6 +44,9 @@ def optimal_probabilities(abs_g: torch.Tensor, k: int) -> torch.Tensor:
     d = abs_g.numel()
     if not (1 <= k <= d):
         raise ValueError(f"expected count k must lie in [1, d={d}], got {k}")
+    # the probabilities are invariant to the scale of abs_g: compute them on abs_g 2^-e (2^e the power of two at
+    # its maximum; exact), where the sums below cannot overflow
+    abs_g = scale_by_pow2(abs_g, -pow2_exponent(abs_g.amax()))
     top = torch.topk(abs_g, k, sorted=True).values  # a_1 >= ... >= a_k
     # S_j = sum of the magnitudes outside the j largest, j = 0..k-1
     rest = abs_g.sum() - torch.cat([top.new_zeros(1), torch.cumsum(top, 0)[:-1]])
@@ -83,6 +87,11 @@ class Wangni(Compressor):
         u = torch.rand(d, generator=generator(ctx.call_seed, g.device), device=g.device, dtype=g.dtype)
         indices = torch.nonzero(u < p).squeeze(1)  # p_i = 0 is never kept (u >= 0)
         add_sparse(payload, g / torch.where(p > 0, p, torch.ones_like(p)), indices, self.packed)
+        if not all_finite(payload["values"]):
+            raise ValueError(
+                "wangni: a kept value divided by its probability exceeds float32's range (3.4e38), so the unbiased "
+                "reconstruction cannot be sent; scale the gradient down (e.g. by a power of two)"
+            )
         payload.info["k_hat"] = indices.numel()
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:

@@ -15,7 +15,7 @@ import math
 import pandas as pd
 import torch
 
-from gradstat.analysis.bench.timing import median_ms
+from gradstat.analysis.bench.timing import median_ms, progress
 
 OPTIONS = """
 size : int -- vector length (default 2_600_000, the paper's 2.6M).
@@ -86,12 +86,13 @@ def run(
     ]
     energy = float((g.double() ** 2).sum())
     for name in selected:
+        progress(f"bench compressors: {name} at size {size}")
         c = _build(name, ratio, abs_g)
         side = g if c.properties.needs_side else None
         ctx = Context(seed=seed, worker=1 if side is not None else 0)
         ctx = ctx.but(state=c.new_state(g))
 
-        def step():
+        def step(c=c, ctx=ctx, side=side):
             payload = c.encode(g, ctx)
             return payload, c.decode(payload, ctx, side=side)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from gradstat.analysis.bench.timing import progress
 from gradstat.analysis.dumps import open_dump
 from gradstat.analysis.training.parallel import DataParallel
 from gradstat.analysis.training.recorder import Recorder
@@ -51,7 +52,8 @@ def run(
             runs[name] = (dp, rec, wl.batches(seed=1), [])
         write_times: list[float] = []
         for t in range(warmup + steps):
-            for name, (dp, rec, batches, times) in runs.items():
+            progress(f"bench dumps: training step {t + 1}/{warmup + steps} ({warmup} warm-up)")
+            for dp, rec, batches, times in runs.values():
                 x, y = next(batches)
                 start = time.perf_counter()
                 result = dp.step(t, x, y)
@@ -72,7 +74,8 @@ def run(
                     "metric": f"train step, {name}",
                     "value": 1e3 * med,
                     "unit": "ms/step",
-                    "note": f"median of {steps}; {med / base:.3f}x the step without recorder",
+                    "note": f"median of {steps} (min {1e3 * min(times):.3g}, max {1e3 * max(times):.3g}); "
+                    f"{med / base:.3f}x the step without recorder",
                 }
             )
         rec_ms = 1e3 * (statistics.median(runs["recording every step"][3]) - base)
@@ -121,6 +124,7 @@ def _read_rows(path: Path, reads: int) -> list[dict]:
 
     timings: dict[str, list[float]] = {"raw file read": [], "Dump.flat, sha256 checked": [], "Dump.flat, unchecked": []}
     amount: dict[str, int] = {}
+    progress(f"bench dumps: reading the dump {reads} times per mode")
     for _ in range(reads):  # interleaved so that every mode sees the same cache state
         for name, fn in (
             ("raw file read", raw),
@@ -139,7 +143,9 @@ def _read_rows(path: Path, reads: int) -> list[dict]:
                 "metric": f"read whole dump, {name}",
                 "value": speed,
                 "unit": "MB/s",
-                "note": f"{amount[name] / 1e6:.1f} MB ({file_bytes / 1e6:.1f} MB of files); "
+                "note": f"median of {len(ts)} (min-max {amount[name] / max(ts) / 1e6:.0f}-"
+                f"{amount[name] / min(ts) / 1e6:.0f} MB/s); "
+                f"{amount[name] / 1e6:.1f} MB ({file_bytes / 1e6:.1f} MB of files); "
                 f"{speed / raw_speed:.2f}x raw read",
             }
         )

@@ -1,29 +1,53 @@
-"""Timing shared by the benchmark modules: median wall time, synchronised on CUDA."""
+"""Timing shared by the benchmark modules: warm-up, then median and spread of wall time (CUDA events on a GPU)."""
 
 from __future__ import annotations
 
 import statistics
+import sys
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 
-def median_ms(fn: Callable[[], object], repeats: int, device: torch.device | str = "cpu", warmup: int = 1) -> float:
-    """Median wall time of ``fn`` in milliseconds over ``repeats`` calls after ``warmup`` calls.
+@dataclass(frozen=True)
+class Timing:
+    """Milliseconds of ``repeats`` timed calls after the warm-up: median and the min-max spread."""
 
-    On CUDA the device is synchronised before and after each call, so the time covers the kernels, not only
-    their launch.
-    """
+    median: float
+    low: float
+    high: float
+
+
+def time_ms(fn: Callable[[], object], repeats: int, device: torch.device | str = "cpu", warmup: int = 1) -> Timing:
+    """Time ``fn`` over ``repeats`` calls after ``warmup`` untimed calls (first-call effects are not results).
+
+    On CUDA each call is timed with CUDA events around it (kernel time, not only launch), synchronised after."""
     device = torch.device(device)
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(max(1, repeats)):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize(device)
+            times.append(float(start.elapsed_time(end)))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return Timing(statistics.median(times), min(times), max(times))
+
+
+def median_ms(fn: Callable[[], object], repeats: int, device: torch.device | str = "cpu", warmup: int = 1) -> float:
+    """Median of :func:`time_ms`, in milliseconds."""
+    return time_ms(fn, repeats, device, warmup).median
+
+
+def progress(message: str) -> None:
+    """One progress line on stderr (benchmarks print their table on stdout)."""
+    print(message, file=sys.stderr, flush=True)

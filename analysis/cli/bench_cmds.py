@@ -17,7 +17,13 @@ import click
 def _topics() -> list[str]:
     import gradstat.analysis.bench as bench
 
-    return sorted(m.name for m in pkgutil.iter_modules(bench.__path__) if not m.name.startswith("_"))
+    found = []
+    for m in pkgutil.iter_modules(bench.__path__):
+        if m.name.startswith("_"):
+            continue
+        if hasattr(importlib.import_module(f"gradstat.analysis.bench.{m.name}"), "run"):  # helpers are no topics
+            found.append(m.name)
+    return sorted(found)
 
 
 def _convert(value: str, default: object, key: str) -> object:

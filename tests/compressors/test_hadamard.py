@@ -93,3 +93,17 @@ def test_first_rows_and_their_adjoint_equal_the_dense_rows(n, k):
     x, v = torch.randn(4, n, generator=gen, dtype=torch.float64), torch.randn(4, k, generator=gen, dtype=torch.float64)
     assert torch.allclose(first_rows(x, k), x @ h[:k].T, atol=1e-9)
     assert torch.allclose(first_rows_transpose(v, n), v @ h[:k], atol=1e-9)
+
+
+@pytest.mark.parametrize("n", [1, 2, 8, 64, 256, 512, 1024])
+def test_fast_fwht_matches_the_butterfly_reference_within_rounding(n):
+    from gradstat.compressors.hadamard import fwht, fwht_butterfly
+
+    x = torch.randn(37, n, generator=torch.Generator().manual_seed(n))
+    fast, ref = fwht(x), fwht_butterfly(x)
+    exact = fwht_butterfly(x.double())
+    # both are sums of n terms of |x_i|: compare in units of the float32 rounding of such a sum
+    tol = 4 * n * torch.finfo(torch.float32).eps * x.abs().amax(dim=1, keepdim=True)
+    assert bool(((fast.double() - exact).abs() <= tol).all())
+    assert bool(((ref.double() - exact).abs() <= tol).all())
+    assert torch.equal(fwht(torch.eye(n)), fwht_butterfly(torch.eye(n)))  # +-1 entries: exact either way

@@ -1,0 +1,282 @@
+"""SIDCo's micro-benchmark: every sparsifier next to torch.topk and DGC, every quantizer in GB/s next to a read pass.
+
+SIDCo (Abdelmoniem et al., An Efficient Statistical-based Gradient Compression Technique), Sec. 1 Fig. 1 and
+App. E.2: synthetic vectors of 0.26M-260M elements, speed-up of the compressor over Top-k. Here: one Laplace(0, 1)
+float32 vector per size; for each number of CPU threads (1 and all), each ratio delta and each sparsifier the
+encode time next to ``torch.topk(|g|, ceil(delta d))`` measured in the same run; each quantizer's encode and decode
+throughput in GB/s (4 d bytes per call) next to one measured read pass (``g.sum()``, the machine's own limit);
+and SIDCo's time split into its phases (abs, fit + threshold, select, pack). Every timing is the median of
+``repeats`` calls after one warm-up call, with the min-max spread. A size whose working set does not fit in
+``memory_fraction`` of the available memory is skipped, and a row says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from gradstat.analysis.bench.timing import Timing, progress, time_ms
+
+OPTIONS = """
+sizes : list[int] -- vector lengths (default 260000,2600000,26000000; the paper also has 260000000).
+ratios : list[float] -- target densities delta of the sparsifiers (default 0.1,0.01,0.001).
+threads : list[int] -- torch CPU thread counts, 0 meaning all cores (default 1,0).
+repeats : int -- timed calls per row after one warm-up call (default 5).
+device : str -- 'cpu' or 'cuda' (CUDA events; the threads option is ignored there).
+out : str -- directory for bench.csv, bench.md, bench.png (default '': write nothing).
+memory_fraction : float -- skip a size whose working set (~12 copies of the vector) exceeds this fraction of the
+    available memory (default 0.5).
+seed : int -- seed of the Laplace vector and of the compressors' contexts (default 0).
+max_elements : int -- skip sizes above this many elements, saying so (default 0: no limit), e.g. to keep a run on
+    a shared machine within its time.
+"""
+
+EXTRA_SPARSIFIERS = ("sidco:dist=exp,stages=3", "sidco:dist=gamma,stages=3", "sidco:dist=gp,stages=3")
+EXTRA_QUANTIZERS = ("qcs:k=64,Q=4,block=256", "qcs:k=256,Q=1")
+WORKING_COPIES = 12
+
+
+def _laplace(size: int, seed: int, device: torch.device) -> torch.Tensor:
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    u = torch.rand(size, generator=gen) - 0.5
+    return (-torch.sign(u) * torch.log1p(-2 * u.abs())).to(device)
+
+
+def _available_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
+
+
+def _sparsifier_specs() -> list[str]:
+    from gradstat import compressors
+
+    names = [n for n in compressors.names() if compressors.get(n).properties.kind == "sparsifier"]
+    return names + list(EXTRA_SPARSIFIERS)
+
+
+def _quantizer_specs() -> list[str]:
+    from gradstat import compressors
+
+    names = [n for n in compressors.names() if compressors.get(n).properties.kind in ("quantizer", "sketch")]
+    return names + list(EXTRA_QUANTIZERS)
+
+
+def _build(spec: str, ratio: float | None, abs_g: torch.Tensor):
+    from gradstat import compressors
+
+    name = spec.partition(":")[0]
+    fields = {f.name for f in dataclasses.fields(compressors.get(name))}
+    if ratio is not None and "ratio" in fields:
+        return compressors.create(spec, ratio=ratio)
+    if ratio is not None and name == "threshold":  # the offline-tuned threshold: the exact (1 - delta) quantile
+        k = math.ceil(ratio * abs_g.numel())
+        return compressors.create(spec, eta=float(torch.topk(abs_g, k).values[-1]))
+    return compressors.create(spec)
+
+
+def _row(size: int, threads: str, ratio: float | None, group: str, name: str, op: str, t: Timing, **extra) -> dict:
+    return {
+        "size": size,
+        "threads": threads,
+        "ratio": ratio,
+        "group": group,
+        "name": name,
+        "op": op,
+        "ms": t.median,
+        "ms_min": t.low,
+        "ms_max": t.high,
+        "GB/s": 4 * size / t.median / 1e6,
+        **extra,
+    }
+
+
+def _sidco_phases(g: torch.Tensor, ratio: float, repeats: int, dev: torch.device) -> dict[str, Timing]:
+    """SIDCo exp, 3 stages, split into its phases (the same calls its encode makes)."""
+    from gradstat.compressors.payload import Payload
+    from gradstat.compressors.primitives import select_at_least
+    from gradstat.compressors.threshold import add_sparse
+    from gradstat.theory.pot import multistage_threshold
+
+    abs_g = g.abs()
+    eta = multistage_threshold(abs_g, ratio, 3, first="exponential", first_ratio=0.25).threshold
+    idx = select_at_least(abs_g, eta)
+    return {
+        "abs": time_ms(lambda: g.abs(), repeats, dev),
+        "fit + threshold": time_ms(
+            lambda: multistage_threshold(abs_g, ratio, 3, first="exponential", first_ratio=0.25), repeats, dev
+        ),
+        "select": time_ms(lambda: select_at_least(abs_g, eta), repeats, dev),
+        "pack": time_ms(lambda: add_sparse(Payload(shape=g.shape, dtype=g.dtype), g, idx), repeats, dev),
+    }
+
+
+def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: torch.device, seed: int) -> list[dict]:
+    from gradstat.compressors.context import Context
+
+    g = _laplace(size, seed, dev)
+    abs_g = g.abs()
+    rows = []
+    read = time_ms(lambda: g.sum(), repeats, dev)
+    rows.append(_row(size, threads, None, "read", "g.sum() (one read pass)", "read", read, read_passes=1.0))
+    if dev.type == "cuda":
+        copy = time_ms(lambda: g.clone(), repeats, dev)
+        rows.append(_row(size, threads, None, "read", "g.clone() (device copy)", "copy", copy, read_passes=None))
+    for ratio in ratios:
+        k = math.ceil(ratio * size)
+        if k < 1:
+            continue
+        progress(f"bench microbench: size {size:,}, threads {threads}, ratio {ratio}: torch.topk")
+        topk = time_ms(lambda k=k: torch.topk(g.abs(), k, sorted=False), repeats, dev)
+        rows.append(
+            _row(
+                size,
+                threads,
+                ratio,
+                "sparsifier",
+                "torch.topk(|g|)",
+                "encode",
+                topk,
+                speedup_vs_topk=1.0,
+                read_passes=topk.median / read.median,
+            )
+        )
+        for spec in _sparsifier_specs():
+            progress(f"bench microbench: size {size:,}, threads {threads}, ratio {ratio}: {spec}")
+            try:
+                c = _build(spec, ratio, abs_g)
+                ctx = Context(seed=seed).but(state=c.new_state(g))
+                t = time_ms(lambda c=c, ctx=ctx: c.encode(g, ctx), repeats, dev)
+            except ValueError as exc:  # e.g. a ratio a compressor rejects at this size
+                progress(f"  skipped: {exc}")
+                continue
+            rows.append(
+                _row(
+                    size,
+                    threads,
+                    ratio,
+                    "sparsifier",
+                    spec,
+                    "encode",
+                    t,
+                    speedup_vs_topk=topk.median / t.median,
+                    read_passes=t.median / read.median,
+                )
+            )
+        progress(f"bench microbench: size {size:,}, threads {threads}, ratio {ratio}: SIDCo phases")
+        for phase, t in _sidco_phases(g, ratio, repeats, dev).items():
+            rows.append(
+                _row(
+                    size,
+                    threads,
+                    ratio,
+                    "sidco phase",
+                    f"sidco:dist=exp,stages=3 {phase}",
+                    phase,
+                    t,
+                    read_passes=t.median / read.median,
+                )
+            )
+    for spec in _quantizer_specs():
+        progress(f"bench microbench: size {size:,}, threads {threads}: {spec}")
+        c = _build(spec, None, abs_g)
+        side = g if c.properties.needs_side else None
+        ctx = Context(seed=seed, worker=1 if side is not None else 0)
+        payload = c.encode(g, ctx)
+        enc = time_ms(lambda c=c, ctx=ctx: c.encode(g, ctx), repeats, dev)
+        dec = time_ms(lambda c=c, p=payload, ctx=ctx, s=side: c.decode(p, ctx, side=s), repeats, dev)
+        for op, t in (("encode", enc), ("decode", dec)):
+            rows.append(_row(size, threads, None, "quantizer", spec, op, t, read_passes=t.median / read.median))
+    return rows
+
+
+def run(
+    sizes: list[int] = (260_000, 2_600_000, 26_000_000),
+    ratios: list[float] = (0.1, 0.01, 0.001),
+    threads: list[int] = (1, 0),
+    repeats: int = 5,
+    device: str = "cpu",
+    out: str = "",
+    memory_fraction: float = 0.5,
+    seed: int = 0,
+    max_elements: int = 0,
+) -> pd.DataFrame:
+    """The micro-benchmark table, one row per (size, threads, ratio, compressor or phase, operation).
+
+    Columns: ``size``, ``threads`` (``1``, ``all (n)``), ``ratio`` (sparsifiers), ``group`` (read, sparsifier,
+    sidco phase, quantizer, skipped), ``name`` (spec), ``op`` (encode, decode, read, phase), ``ms`` (median),
+    ``ms_min``/``ms_max``, ``GB/s`` (4 d bytes / ms), ``speedup_vs_topk`` (torch.topk ms / ms, same size, ratio and
+    threads), ``read_passes`` (ms / one read pass of the same run). With ``out``, also writes ``bench.csv``,
+    ``bench.png`` (time vs size, log-log) and ``bench.md`` (the goals of the issue and the table) there.
+    """
+    sizes, ratios, thread_counts = [int(s) for s in sizes], [float(r) for r in ratios], [int(t) for t in threads]
+    if not sizes or min(sizes) < 1 or repeats < 1:
+        raise ValueError(f"sizes must be >= 1 and repeats >= 1, got sizes={sizes}, repeats={repeats}")
+    if not ratios or not all(0.0 < r < 1.0 for r in ratios):
+        raise ValueError(f"ratios must lie in (0, 1), got {ratios}")
+    if min(thread_counts, default=0) < 0:
+        raise ValueError(f"threads must be >= 0 (0: all cores), got {thread_counts}")
+    if not (0.0 < memory_fraction <= 1.0):
+        raise ValueError(f"memory_fraction must lie in (0, 1], got {memory_fraction}")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but no CUDA device is available")
+    previous = torch.get_num_threads()
+    cores = os.cpu_count() or previous
+    rows: list[dict] = []
+    try:
+        for n_threads in thread_counts if dev.type == "cpu" else [previous]:
+            label = "cuda" if dev.type == "cuda" else ("1" if n_threads == 1 else f"all ({n_threads or cores})")
+            torch.set_num_threads(n_threads or cores)
+            for size in sizes:
+                need = WORKING_COPIES * 4 * size
+                if max_elements and size > max_elements:
+                    progress(f"bench microbench: size {size:,} skipped (max_elements={max_elements:,})")
+                    rows.append(
+                        {
+                            "size": size,
+                            "threads": label,
+                            "group": "skipped",
+                            "name": f"over max_elements={max_elements:,}",
+                        }
+                    )
+                    continue
+                if dev.type == "cpu" and need > memory_fraction * _available_bytes():
+                    progress(f"bench microbench: size {size:,} skipped (needs ~{need / 1e9:.1f} GB)")
+                    rows.append(
+                        {
+                            "size": size,
+                            "threads": label,
+                            "group": "skipped",
+                            "name": f"needs ~{need / 1e9:.1f} GB, over {memory_fraction:g} of available memory",
+                        }
+                    )
+                    continue
+                rows += _rows_for(size, ratios, label, repeats, dev, seed)
+    finally:
+        torch.set_num_threads(previous)
+    table = pd.DataFrame(rows)
+    if out:
+        write_outputs(table, Path(out))
+    return table
+
+
+def write_outputs(table: pd.DataFrame, out: Path) -> dict[str, Path]:
+    """``bench.csv`` + ``bench.png`` (via the plots room) and ``bench.md`` (goals summary and full table)."""
+    from gradstat.analysis.bench._microbench_report import goals_markdown, plot
+
+    paths = plot(table, out)
+    md = out / "bench.md"
+    md.write_text(goals_markdown(table))
+    paths["md"] = md
+    return paths

@@ -1,0 +1,208 @@
+"""The fast primitives every compressor's hot path is built from: one home, each at (or near) the passes it needs.
+
+Eager torch on CPU pays for what a kernel allocates and for every temporary: ``bool_mask.sum()`` converts the
+mask to int64 first (~20x a ``count_nonzero``), ``torch.isfinite(x).all()`` materialises a bool tensor (~20x one
+``aminmax`` read pass), ``(a >= t) & (a > 0)`` makes three passes where one comparison against a strictly
+positive threshold gives the same mask, and a fresh d-element ``abs`` page-faults its output on every call. Each
+function below does its job in the fewest read passes, with no host synchronisation except where the result is
+a host value by definition (a count, a yes/no).
+
+Scale safety lives here too: products and sums of squares of finite float32 values overflow from |x| ~ 1.8e19
+(squares) or ~3e38 / n (sums), and reciprocals of denormal scales overflow. The scale computations below factor
+out a power of two first (exact in binary floating point), so they are exactly equivariant to scaling the input
+by any power of two that keeps it finite (Higham, Accuracy and Stability of Numerical Algorithms, Sec. 2.1:
+multiplication by a power of the base is exact unless it under/overflows).
+
+Every function has a plain reference in ``tests/compressors/test_primitives.py`` that it must match.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+__all__ = [
+    "abs_scratch",
+    "all_finite",
+    "release_scratch",
+    "count_true",
+    "count_at_least",
+    "select_at_least",
+    "select_at_least_reference",
+    "positive_threshold",
+    "pow2_exponent",
+    "scale_by_pow2",
+    "normalise_by_pow2",
+    "max_abs",
+    "l2_norm",
+    "mean_abs",
+    "to_float32_wire",
+]
+
+
+def all_finite(x: torch.Tensor) -> bool:
+    """True iff every element of the floating tensor ``x`` is finite (no NaN, no +-Inf). One read pass.
+
+    ``aminmax`` propagates NaN and returns +-Inf when one is present, so the extremes are finite exactly when
+    every element is. Syncs once (the answer is a host bool)."""
+    if x.numel() == 0:
+        return True
+    lo, hi = torch.aminmax(x.reshape(-1))
+    return bool(torch.isfinite(torch.stack((lo, hi))).all())
+
+
+_SCRATCH = threading.local()
+
+
+def abs_scratch(x: torch.Tensor) -> torch.Tensor:
+    """``|x|`` (flat) written into a buffer reused across calls of the same thread, dtype and device.
+
+    A fresh d-element tensor on a CPU page-faults its whole output on every call (a 104 MB ``abs`` costs ~15
+    read passes fresh, ~2 into warm memory). The result is valid until the next ``abs_scratch`` call of the same
+    thread on a tensor of the same dtype and device: use it inside one encode and keep nothing that views it."""
+    flat = x.reshape(-1)
+    key = (flat.dtype, flat.device)
+    cache = getattr(_SCRATCH, "buffers", None)
+    if cache is None:
+        cache = _SCRATCH.buffers = {}
+    buf = cache.get(key)
+    if buf is None or buf.numel() < flat.numel():
+        buf = cache[key] = torch.empty(flat.numel(), dtype=flat.dtype, device=flat.device)
+    return torch.abs(flat, out=buf[: flat.numel()])
+
+
+def release_scratch() -> None:
+    """Free this thread's :func:`abs_scratch` buffers (e.g. after compressing a very large tensor once)."""
+    _SCRATCH.buffers = {}
+
+
+def count_true(mask: torch.Tensor) -> int:
+    """Number of True elements of a bool tensor (``count_nonzero``: no int64 copy of the mask). Syncs."""
+    return int(torch.count_nonzero(mask))
+
+
+def positive_threshold(threshold: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor:
+    """``max(threshold, smallest positive value of like's dtype)`` as a 0-d tensor on ``like``'s device.
+
+    For magnitudes ``a >= 0``, ``a >= positive_threshold(t)`` is the same mask as ``(a >= t) & (a > 0)`` for
+    every t (the smallest positive value is the smallest subnormal, so no nonzero magnitude is lost)."""
+    tiny = torch.nextafter(torch.zeros((), dtype=like.dtype), torch.ones((), dtype=like.dtype))
+    t = torch.as_tensor(threshold, dtype=like.dtype).to(like.device)
+    return torch.clamp_min(t, tiny.to(like.device))
+
+
+def count_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> int:
+    """How many nonzero entries of the magnitudes ``abs_g`` are ``>= threshold`` (one comparison pass and one
+    count). Syncs: the count is a host decision for every iterative threshold search."""
+    return count_true(abs_g >= positive_threshold(threshold, abs_g))
+
+
+SELECT_BLOCK = 64
+"""Elements per block of :func:`select_at_least`'s block-maximum pass (64 float32 = one 256-byte run; smaller
+blocks make torch's CPU row reduction fall off its vectorised path)."""
+
+DENSE_CANDIDATES = 0.125
+"""Above this fraction of blocks holding a selected element the blocked search gains nothing; select directly."""
+
+
+def select_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> torch.Tensor:
+    """Indices (int64, 1-D, increasing) of the nonzero entries of ``abs_g`` with ``abs_g >= threshold``.
+
+    A sparse selection (the usual case: delta << 1) reads ``abs_g`` once: one pass of block maxima over blocks of
+    :data:`SELECT_BLOCK` elements, then comparisons only inside the blocks whose maximum reaches the threshold.
+    ``torch.nonzero`` over the whole mask costs ~20 read passes on a CPU; over the candidate blocks it costs a
+    fraction of one. Where more than :data:`DENSE_CANDIDATES` of the blocks are candidates, the whole mask is
+    searched directly. Same indices as :func:`select_at_least_reference`. ``nonzero`` needs the count on the host:
+    that sync is inherent to sending a variable number of elements."""
+    t = positive_threshold(threshold, abs_g)
+    flat = abs_g.reshape(-1)
+    rows = flat.numel() // SELECT_BLOCK
+    if rows < 8:
+        return select_at_least_reference(flat, t)
+    head = flat[: rows * SELECT_BLOCK].view(rows, SELECT_BLOCK)
+    candidates = torch.nonzero(head.amax(dim=1) >= t).squeeze(1)
+    if candidates.numel() > DENSE_CANDIDATES * rows:
+        return select_at_least_reference(flat, t)
+    inside = head.index_select(0, candidates).reshape(-1)
+    local = torch.nonzero(inside >= t).squeeze(1)
+    found = candidates.index_select(0, local.div(SELECT_BLOCK, rounding_mode="floor"))
+    found = found.mul_(SELECT_BLOCK).add_(local.remainder(SELECT_BLOCK))
+    if rows * SELECT_BLOCK == flat.numel():
+        return found
+    tail = torch.nonzero(flat[rows * SELECT_BLOCK :] >= t).squeeze(1).add_(rows * SELECT_BLOCK)
+    return torch.cat((found, tail))
+
+
+def select_at_least_reference(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> torch.Tensor:
+    """Plain form of :func:`select_at_least`: ``nonzero`` of the whole comparison mask."""
+    return torch.nonzero(abs_g.reshape(-1) >= positive_threshold(threshold, abs_g)).squeeze(1)
+
+
+def max_abs(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """``max |x|`` (over ``dim``, or all elements) without materialising ``|x|``: ``max(-min x, max x)``."""
+    if dim is None:
+        lo, hi = torch.aminmax(x.reshape(-1))
+    else:
+        lo, hi = torch.aminmax(x, dim=dim)
+    return torch.maximum(-lo, hi)
+
+
+def pow2_exponent(m: torch.Tensor) -> torch.Tensor:
+    """Integer exponents e (int32, same shape as ``m``) with ``m * 2^-e`` in [0.5, 1) for m > 0 and e = 0 where
+    m = 0 (``frexp``). For a finite float32 m, e lies in [-148, 128]."""
+    return torch.frexp(m).exponent
+
+
+def scale_by_pow2(x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """``x * 2^e`` exactly (``e`` an integer tensor broadcastable to ``x``), without forming 2^e in one factor:
+    2^e itself overflows (e >= 128) or underflows (e < -149) in float32 for exponents finite values need, so the
+    factor is applied as two halves, each in float32's normal range."""
+    half = torch.div(e, 2, rounding_mode="floor")
+    first = torch.exp2(half.to(x.dtype))
+    second = torch.exp2((e - half).to(x.dtype))
+    return x * first * second
+
+
+def normalise_by_pow2(x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """``x * 2^-e`` in place (two multiplications, each factor in float32's normal range; see
+    :func:`scale_by_pow2`). Returns ``x``."""
+    half = torch.div(-e, 2, rounding_mode="floor")
+    return x.mul_(torch.exp2(half.to(x.dtype))).mul_(torch.exp2((-e - half).to(x.dtype)))
+
+
+def l2_norm(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Euclidean norm (over ``dim``, or all elements) free of intermediate overflow and underflow:
+    ``||x|| = 2^e ||x 2^-e||`` with ``2^e`` the power of two at ``max |x|``. Inf only where the norm itself
+    exceeds the dtype's range; exactly equivariant to power-of-two scalings of ``x``."""
+    m = max_abs(x, dim)
+    e = pow2_exponent(m)
+    scaled = scale_by_pow2(x, -(e if dim is None else e.unsqueeze(dim)))
+    return scale_by_pow2(torch.linalg.vector_norm(scaled, 2, dim=dim), e)
+
+
+def mean_abs(x: torch.Tensor) -> torch.Tensor:
+    """``mean |x|`` over all elements (0-d) without overflow of the sum: ``2^e mean |x 2^-e|``; never exceeds
+    ``max |x|``, so finite for finite x."""
+    e = pow2_exponent(max_abs(x))
+    return scale_by_pow2(torch.linalg.vector_norm(scale_by_pow2(x.reshape(-1), -e), 1) / x.numel(), e)
+
+
+def to_float32_wire(x: torch.Tensor, who: str, what: str) -> torch.Tensor:
+    """``x`` as float32 for the wire, or a clear ValueError where float32 cannot carry it: a finite value beyond
+    float32's range (it would arrive as Inf), or a nonzero value below float32's smallest subnormal (it would
+    arrive as zero). Meant for the few values a payload sends (indices' values, scales): one check of those."""
+    out = x.float()
+    if x.dtype == torch.float32 or x.numel() == 0:
+        return out
+    if not all_finite(out):
+        raise ValueError(
+            f"{who}: a {what} of {float(max_abs(x)):.3g} exceeds float32's range (3.4e38) and would be sent as Inf; "
+            "scale the gradient down (e.g. by a power of two) before compressing"
+        )
+    if bool(((out == 0) & (x != 0)).any()):
+        raise ValueError(
+            f"{who}: a nonzero {what} below float32's smallest value (1.4e-45) would be sent as zero; "
+            "scale the gradient up (e.g. by a power of two) before compressing"
+        )
+    return out

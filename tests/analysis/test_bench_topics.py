@@ -1,0 +1,75 @@
+"""``gradstat bench``: the topic list, and every topic run at a tiny size (progress, warm-up, medians with spread)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gradstat.analysis.bench import microbench
+from gradstat.analysis.cli.main import main
+
+TINY = {
+    "compressors": ["--set", "size=3000", "--set", "repeats=1", "--set", "names=topk,sidco,qsgd"],
+    "dumps": ["--set", "steps=1", "--set", "workers=2", "--set", "warmup=0", "--set", "reads=1"],
+    "estimators": ["--set", "sizes=200", "--set", "repeats=1", "--set", "threads=1"],
+    "microbench": ["--set", "sizes=3000", "--set", "ratios=0.01", "--set", "threads=1", "--set", "repeats=1"],
+}
+
+
+def test_bench_without_a_topic_lists_every_topic_and_its_options(capsys):
+    assert main(["bench"]) in (0, None)
+    out = capsys.readouterr().out
+    listed = [line.split(":")[0] for line in out.splitlines() if line and not line.startswith(" ")]
+    assert listed == sorted(TINY), out  # helpers (timing) are not topics
+    assert "options:" in out
+
+
+@pytest.mark.parametrize("topic", sorted(TINY))
+def test_every_topic_runs_at_a_tiny_size_with_progress(topic, capsys):
+    assert main(["bench", topic, *TINY[topic]]) in (0, None)
+    captured = capsys.readouterr()
+    assert f"bench {topic}" in captured.err  # progress lines
+    assert len(captured.out.splitlines()) >= 3  # the table
+
+
+def test_microbench_measures_baselines_phases_and_writes_csv_md_png(tmp_path):
+    table = microbench.run(sizes=[5000], ratios=[0.01], threads=[1], repeats=2, out=str(tmp_path))
+    assert {"read", "sparsifier", "sidco phase", "quantizer"} <= set(table["group"])
+    sparse = table[table["group"] == "sparsifier"]
+    topk = sparse[sparse["name"] == "torch.topk(|g|)"]
+    assert len(topk) == 1 and float(topk["speedup_vs_topk"].iloc[0]) == 1.0
+    assert {"dgc", "sidco:dist=exp,stages=3", "threshold"} <= set(sparse["name"])
+    for _, row in sparse.iterrows():  # ratios against the same run's baseline
+        assert math.isclose(row["speedup_vs_topk"], float(topk["ms"].iloc[0]) / row["ms"])
+    assert (table["ms_min"] <= table["ms"]).all() and (table["ms"] <= table["ms_max"]).all()
+    phases = set(table[table["group"] == "sidco phase"]["op"])
+    assert phases == {"abs", "fit + threshold", "select", "pack"}
+    quant = table[table["group"] == "quantizer"]
+    assert set(quant["op"]) == {"encode", "decode"} and "qcs:k=64,Q=4,block=256" in set(quant["name"])
+    for name in ("bench.csv", "bench.md", "bench.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert "## Goals" in (tmp_path / "bench.md").read_text()
+
+
+def test_microbench_skips_sizes_it_is_told_to_and_refuses_cuda_without_a_device(tmp_path):
+    table = microbench.run(sizes=[3000, 10**9], ratios=[0.1], threads=[1], repeats=1, max_elements=10**6)
+    skipped = table[table["group"] == "skipped"]
+    assert skipped["size"].tolist() == [10**9]
+    with pytest.raises(ValueError, match="sizes must be"):
+        microbench.run(sizes=[0])
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            microbench.run(sizes=[1000], device="cuda")
+
+
+@pytest.mark.cuda
+def test_microbench_runs_on_cuda_with_events():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    table = microbench.run(sizes=[100_000], ratios=[0.01], repeats=2, device="cuda")
+    assert "g.clone() (device copy)" in set(table["name"])

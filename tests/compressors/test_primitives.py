@@ -1,0 +1,144 @@
+"""Each fast primitive of compressors/primitives.py equals a plain reference implementation (bit for bit, or within
+float rounding where a reduction reorders), on ordinary, tied, zero, denormal and near-overflow inputs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gradstat.compressors import primitives as P
+
+FMAX = torch.finfo(torch.float32).max
+TINY = torch.finfo(torch.float32).smallest_normal
+
+
+def _laplace(n: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    u = torch.rand(n, generator=gen, dtype=torch.float64) - 0.5
+    return (-torch.sign(u) * torch.log1p(-2 * u.abs())).to(dtype)
+
+
+def _cases() -> dict[str, torch.Tensor]:
+    g = _laplace(10_007)
+    sparse = g.clone()
+    sparse[::3] = 0.0
+    ties = torch.tensor([1.0, -1.0, 2.0, -2.0, 0.0] * 40)
+    return {
+        "laplace": g,
+        "with_zeros": sparse,
+        "ties": ties,
+        "denormal": g * 1e-40,
+        "near_overflow": g / g.abs().max() * (FMAX / 64),  # max 5e36, norm ~ 3e37: finite
+        "float64": _laplace(5_003, 1, torch.float64) * 1e200,
+        "short": torch.tensor([0.5, -3.0, 0.0]),
+    }
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_all_finite_matches_isfinite_all(name):
+    x = CASES[name]
+    assert P.all_finite(x) is True
+    for bad in (math.nan, math.inf, -math.inf):
+        y = x.clone()
+        y[len(y) // 2] = bad
+        assert P.all_finite(y) is bool(torch.isfinite(y).all()) is False
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("quantile", [0.0, 0.5, 0.9, 0.99, 0.999, 1.0])
+def test_selection_and_count_match_the_plain_mask(name, quantile):
+    a = CASES[name].abs()
+    t = torch.quantile(a.double(), quantile).to(a.dtype) if a.numel() < 16_000_000 else a.max()
+    reference = torch.nonzero((a >= t) & (a > 0)).squeeze(1)
+    assert torch.equal(P.select_at_least(a, t), reference)
+    assert torch.equal(P.select_at_least_reference(a, t), reference)
+    assert P.count_at_least(a, t) == int(((a >= t) & (a > 0)).sum())
+
+
+def test_blocked_selection_handles_a_ragged_tail_and_a_dense_fallback():
+    a = _laplace(64 * 1000 + 37).abs()
+    for t in (0.0, 0.01, 3.0, 9.0, float(a[-1]), float(a.max()) * 2):
+        assert torch.equal(P.select_at_least(a, t), torch.nonzero((a >= t) & (a > 0)).squeeze(1))
+
+
+def test_zero_threshold_never_selects_zeros():
+    a = torch.tensor([0.0, 0.0, 1e-45, 2.0] * 100)
+    assert P.count_at_least(a, 0.0) == 200
+    assert P.select_at_least(a, -1.0).tolist() == [i for i in range(400) if i % 4 in (2, 3)]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_max_abs_matches_abs_amax(name):
+    x = CASES[name]
+    assert torch.equal(P.max_abs(x), x.abs().amax())
+    m = x[: (x.numel() // 7) * 7].reshape(-1, 7)
+    assert torch.equal(P.max_abs(m, dim=1), m.abs().amax(dim=1))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_l2_norm_and_mean_abs_match_float64_references(name):
+    x = CASES[name]
+    ref_l2 = torch.linalg.vector_norm(x.double() if x.dtype == torch.float32 else x.to(torch.float64), 2)
+    ref_l1 = x.double().abs().mean()
+    if x.dtype == torch.float64:  # beyond float64 squares: compute the references in scaled form
+        s = x.abs().max()
+        ref_l2 = s * torch.linalg.vector_norm(x / s)
+        ref_l1 = s * (x / s).abs().mean()
+    rtol = 1e-5 if x.dtype == torch.float32 else 1e-12
+    if name == "denormal":  # the inputs themselves carry fewer significant bits
+        rtol = 1e-3
+    torch.testing.assert_close(P.l2_norm(x).double(), ref_l2.double(), rtol=rtol, atol=0)
+    torch.testing.assert_close(P.mean_abs(x).double(), ref_l1.double(), rtol=rtol, atol=0)
+    assert bool(torch.isfinite(P.l2_norm(x))) and bool(torch.isfinite(P.mean_abs(x)))
+
+
+def test_l2_norm_is_exactly_equivariant_to_powers_of_two():
+    x = _laplace(4096)
+    base = P.l2_norm(x)
+    for e in (-100, -60, -1, 1, 60, 100):
+        scaled = x * 2.0**e
+        assert torch.equal(P.l2_norm(scaled), base * 2.0**e), e
+        assert torch.equal(P.mean_abs(scaled), P.mean_abs(x) * 2.0**e), e
+    rows = x.reshape(64, 64)
+    assert torch.equal(P.l2_norm(rows * 2.0**90, dim=1), P.l2_norm(rows, dim=1) * 2.0**90)
+
+
+def test_l2_norm_overflows_only_when_the_norm_itself_does():
+    x = torch.full((4,), FMAX / 4)
+    assert torch.equal(P.l2_norm(x), torch.tensor(FMAX / 2))  # the plain norm overflows its squares
+    assert torch.isinf(torch.linalg.vector_norm(torch.full((16,), FMAX / 2)))
+    assert torch.isinf(P.l2_norm(torch.full((16,), FMAX / 2)))
+
+
+def test_scale_by_pow2_is_exact_across_the_whole_exponent_range():
+    x = torch.tensor([1.5, -3.25, TINY, 1e-45])
+    for e in (-149, -126, -60, 0, 60, 127):
+        got = P.scale_by_pow2(x.double(), torch.tensor(e))
+        assert torch.equal(got, x.double() * 2.0**e)
+    assert torch.equal(P.scale_by_pow2(torch.tensor([1e-45]), torch.tensor(149)), torch.tensor([1.0]))
+    assert torch.equal(P.scale_by_pow2(torch.tensor([FMAX]), torch.tensor(-127)), torch.tensor([FMAX * 2.0**-127]))
+
+
+def test_abs_scratch_matches_abs_and_reuses_its_buffer():
+    x = _laplace(1000)
+    a = P.abs_scratch(x)
+    assert torch.equal(a, x.abs())
+    b = P.abs_scratch(x[:500])
+    assert torch.equal(b, x[:500].abs()) and b.data_ptr() == a.data_ptr()
+    P.release_scratch()
+    assert torch.equal(P.abs_scratch(x), x.abs())
+
+
+def test_float32_wire_refuses_what_float32_cannot_carry():
+    assert P.to_float32_wire(torch.tensor([1.0, -2.0], dtype=torch.float64), "c", "value").dtype == torch.float32
+    with pytest.raises(ValueError, match="exceeds float32's range"):
+        P.to_float32_wire(torch.tensor([1e300], dtype=torch.float64), "c", "value")
+    with pytest.raises(ValueError, match="would be sent as zero"):
+        P.to_float32_wire(torch.tensor([1e-300], dtype=torch.float64), "c", "value")
+    zero = P.to_float32_wire(torch.tensor([0.0, 1.0], dtype=torch.float64), "c", "value")
+    assert zero.tolist() == [0.0, 1.0]
