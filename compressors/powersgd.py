@@ -31,6 +31,7 @@ from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.dither import check_int
 from gradstat.compressors.payload import Payload, float_width
+from gradstat.compressors.primitives import max_abs, normalise_by_pow2, pow2_exponent, scale_by_pow2, to_float32_wire
 from gradstat.compressors.registry import register
 
 
@@ -75,9 +76,12 @@ class PowerSGD(Compressor):
         d = g.numel()
         n, m = matrix_shape(tuple(payload.shape), d)
         r = min(self.rank, n, m)
+        # The power iteration runs on M 2^-e (2^e the power of two at max |g|), so that M Q and M^T P never overflow
+        # or underflow whatever the gradient's scale; Q is scaled back exactly before it is sent.
+        e = pow2_exponent(max_abs(g))
         matrix = g.new_zeros(n * m)
         matrix[:d] = g
-        matrix = matrix.reshape(n, m)
+        matrix = normalise_by_pow2(matrix, e).reshape(n, m)
         state = ctx.state if isinstance(ctx.state, PowerSGDState) else None
         q = state.q if state is not None and self.warm_start and state.q is not None else None
         if q is None or q.shape != (m, r) or q.device != g.device:
@@ -86,9 +90,11 @@ class PowerSGD(Compressor):
         p, _ = torch.linalg.qr(matrix @ q.to(g.dtype))  # reduced QR: orthonormal columns spanning M Q
         q = matrix.T @ p
         if state is not None:
-            state.q = q.float()
+            state.q = q.float()  # the direction only (scale-free): the warm start is the same at every scale
         payload.add("p", p.float(), float_width(torch.float32), "value")
-        payload.add("q", q.float(), float_width(torch.float32), "value")
+        payload.add(
+            "q", to_float32_wire(scale_by_pow2(q, e), "powersgd", "factor Q"), float_width(torch.float32), "value"
+        )
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         p, q = payload["p"], payload["q"]
