@@ -16,6 +16,8 @@ every g (the top m of d squared values carry at least m/d of the sum); that is t
 
 from __future__ import annotations
 
+import math
+
 from abc import abstractmethod
 from dataclasses import dataclass
 
@@ -105,6 +107,35 @@ def decode_sparse(payload: Payload) -> torch.Tensor:
     return out.index_put_((payload["indices"],), values)
 
 
+def break_ties(abs_g: torch.Tensor, indices: torch.Tensor, k: int) -> torch.Tensor:
+    """The selection of a target-count sparsifier with exact ties resolved towards ``k`` (as the exact top-k does).
+
+    A threshold rule cannot tell equal magnitudes apart: on a vector of a handful of distinct values (or a constant
+    one) ``|g| >= eta`` keeps every coordinate tied at the smallest selected magnitude, or, when the threshold lands
+    just above the largest magnitude, none. Where ties decide, keep what the exact top-k keeps, ties taken in index
+    order: when the selection holds more than ``k`` coordinates, several of them tied at its smallest magnitude and
+    at most ``k`` above it, the ties fill up to ``k``; when it is empty and more than ``k`` coordinates are tied at
+    the largest magnitude, those fill up to ``k``. Only exact ties are trimmed or added, so a selection on
+    continuous data (no ties) is never changed. ``indices`` are sorted (``select_at_least``); so is the result."""
+    n = indices.numel()
+    if n > k:
+        selected = abs_g.index_select(0, indices)
+        low = selected.min()
+        at_low = selected == low
+        n_low = int(torch.count_nonzero(at_low))
+        if n_low > 1 and n - n_low <= k:
+            keep = torch.cat([indices[~at_low], indices[at_low][: k - (n - n_low)]])
+            return torch.sort(keep).values
+        return indices
+    if n == 0:
+        top = max_abs(abs_g)
+        if bool(top > 0):
+            at_top = torch.nonzero(abs_g == top).reshape(-1)
+            if at_top.numel() > k:
+                return at_top[:k]
+    return indices
+
+
 class ThresholdSparsifier(Compressor):
     """A sparsifier defined by how it computes its threshold from ``|g|``.
 
@@ -134,6 +165,9 @@ class ThresholdSparsifier(Compressor):
         if self.absolute_threshold:
             eta = scale_by_pow2(eta, -e)
         indices = self._refine(abs_n, select_at_least(abs_n, eta), payload, ctx)
+        ratio = getattr(self, "ratio", None)
+        if ratio is not None:
+            indices = break_ties(abs_n, indices, math.ceil(ratio * abs_n.numel()))
         payload.info["threshold"] = scale_by_pow2(eta, e)
         payload.info["k_hat"] = indices.numel()
         add_sparse(payload, g, indices, self.packed)

@@ -14,16 +14,17 @@ from gradstat.compressors.dgc import sampled_threshold
 
 
 def _spiky(d: int = 10_000, k: int = 10) -> torch.Tensor:
-    """k large entries in a sea of equal small ones: a 1 % sample usually misses every large one, so the
-    sampled threshold (the sample's maximum) lets almost everything pass."""
-    g = torch.full((d,), 0.01)
+    """k large entries in a sea of small distinct ones (0.009 to 0.011): a small sample usually misses every large
+    one, so the sampled threshold (near the sample's maximum) lets a large part of the sea pass. (A sea of equal
+    values would be a tie, which the selection resolves as the exact top-k does.)"""
+    g = 0.009 + 0.002 * torch.rand(d, generator=torch.Generator().manual_seed(5))
     g[torch.arange(k) * (d // k)] = 5.0
     return g
 
 
 def test_fallback_takes_the_exact_top_k_when_far_too_many_pass():
     g = _spiky()
-    c = create("dgc:ratio=0.001")
+    c = create("dgc:ratio=0.001,sample_ratio=0.001")
     payload = c.encode(g, Context(seed=1))
     assert payload.info["passed"] > 10 * 10  # the sampled threshold let far too many through
     out = c.decode(payload, Context(seed=1))
@@ -32,8 +33,8 @@ def test_fallback_takes_the_exact_top_k_when_far_too_many_pass():
 
 
 def test_without_the_fallback_the_excess_is_sent():
-    """The check can fail: a huge fallback factor switches the fallback off and k_hat explodes."""
-    out = create("dgc:ratio=0.001,fallback=1e9")(_spiky(), Context(seed=1))
+    """The check can fail: a huge fallback factor switches the fallback off and k_hat explodes (a 10-value sample)."""
+    out = create("dgc:ratio=0.001,sample_ratio=0.001,fallback=1e9")(_spiky(), Context(seed=1))
     assert kept_fraction(out, 0.001) > 10
 
 

@@ -48,9 +48,12 @@ def test_the_authors_search_misses_the_band_where_the_fixed_one_hits_it():
     assert 1.0 <= ours <= 2.0
 
 
-def test_redsync_on_constant_input_terminates_and_keeps_everything():
+def test_redsync_on_constant_input_terminates_and_keeps_k_as_topk_does():
+    """A constant vector is all ties: the search ends, and the tie-break keeps k = 10 coordinates (index order)."""
     out = create("redsync:ratio=0.01")(torch.full((1000,), -0.3), Context())
-    assert torch.equal(out, torch.full((1000,), -0.3))
+    expected = torch.zeros(1000)
+    expected[:10] = -0.3
+    assert torch.equal(out, expected)
 
 
 def test_redsync_bits_are_k_hat_values_and_indices():
