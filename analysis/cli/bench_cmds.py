@@ -60,7 +60,9 @@ def register(group: click.Group) -> None:
             for t in topics:
                 mod = importlib.import_module(f"gradstat.analysis.bench.{t}")
                 params = inspect.signature(mod.run).parameters.values()
-                opts = ", ".join(f"{p.name}={p.default!r}" for p in params if p.default is not inspect.Parameter.empty)
+                opts = ", ".join(
+                    f"{p.name}={_setting(p.default)}" for p in params if p.default is not inspect.Parameter.empty
+                )
                 click.echo(
                     f"{t}: {(mod.__doc__ or '').strip().splitlines()[0] if mod.__doc__ else ''}\n    options: {opts}"
                 )
@@ -84,3 +86,10 @@ def register(group: click.Group) -> None:
             out.parent.mkdir(parents=True, exist_ok=True)
             table.to_csv(out, index=False)
             click.echo(f"wrote {out}")
+
+
+def _setting(value: object) -> str:
+    """An option's default as it is written with ``--set key=value`` (lists comma-separated, no Python reprs)."""
+    if isinstance(value, (tuple, list)):
+        return ",".join(str(v) for v in value)
+    return "" if value is None else str(value)

@@ -315,13 +315,15 @@ def _key(signature: tuple) -> tuple:
 
 
 def _plain(obj: Any) -> Any:
-    """A compressor state as tensors and plain values (dataclass fields; deques as lists)."""
+    """A compressor state as tensors and plain values (dataclass fields; deques as lists; dicts with plain keys)."""
     if obj is None or isinstance(obj, (int, float, str, bool, torch.Tensor)):
         return obj
     if dataclasses.is_dataclass(obj):
         return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple, collections.deque)):
         return [_plain(x) for x in obj]
+    if isinstance(obj, dict) and all(isinstance(k, (int, str)) for k in obj):
+        return {k: _plain(v) for k, v in obj.items()}
     raise TypeError(f"cannot checkpoint a compressor state holding {type(obj).__name__}")
 
 

@@ -50,10 +50,10 @@ RUNS: dict[tuple[str, ...], list[str]] = {
     ],
 }
 SLOW = {("demo",)}  # records, then runs the whole report: 20-30 s on 2 shared cores
-KNOWN_BROKEN = {("bench",): AttributeError}  # issue 13: listing the topics crashes (bench.timing has no run)
+KNOWN_BROKEN: dict[tuple[str, ...], type[Exception]] = {}
 
 REPRS = re.compile(
-    r"\{'|\{\"|': |object at 0x|tensor\(|np\.float|OrderedDict|defaultdict\(|dtype=|(?<![=\w])(?:True|False|None)\b"
+    r"\{'|\{\"|': |object at 0x|tensor\(|np\.float|OrderedDict|defaultdict\(|dtype=torch\.|(?<![=\w])(?:True|False|None)\b"
 )  # Python-isms; a value after "=" belongs to a spec string
 NUMBER = re.compile(r"(?<![\w.=])\d+\.\d+(?:e[+-]?\d+)?(?![\w.])")  # a value after "=" belongs to a spec string,
 # printed exactly so that it rebuilds the same compressor (``compressors``' spec column)
