@@ -40,6 +40,8 @@ class ReportData:
     validation: pd.DataFrame | None = None
     info: dict[str, dict[str, object]] = field(default_factory=dict)
     seconds: float | None = None
+    related: dict[str, str] = field(default_factory=dict)
+    """Other results found beside the report's folder (what they are -> relative link), e.g. the experiments."""
 
     def ran(self, section: str) -> bool:
         """Whether ``section`` has a non-empty table."""

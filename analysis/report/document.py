@@ -111,6 +111,7 @@ def write_report(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     data = measure(dump_path, out, quick, steps, device, seed, progress, echo, command, checks, compressors, feedback)
+    data.related = related_results(out)
     path = atomic_write_text(out / "report.md", render(data))
     val = data.validation
     failed = val is not None and bool(((val["verdict"] == "violated") & val["must_hold"].astype(bool)).any())
@@ -317,3 +318,16 @@ def _timed(echo: Callable[[str], None], t0: float) -> Callable[[str], None]:
         echo(f"[{time.perf_counter() - t0:5.0f} s] {msg}" if msg.endswith("...") else msg)
 
     return out
+
+
+RELATED = (
+    ("the papers' experiments, paper against ours", "../experiments/README.md"),
+    ("the compressor micro-benchmark", "../bench/bench.md"),
+    ("the validation checks against planted bugs (mutation table)", "../mutations.md"),
+)
+"""Results that live beside a report committed in ``reports/demo/``; linked only where the file exists."""
+
+
+def related_results(out: Path) -> dict[str, str]:
+    """What of :data:`RELATED` exists relative to ``out`` (what it is -> relative link)."""
+    return {what: link for what, link in RELATED if (out / link).is_file()}

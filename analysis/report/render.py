@@ -520,11 +520,31 @@ def findings(data: ReportData) -> str:
     )
 
 
+def related(data: ReportData) -> str:
+    if not data.related:
+        return ""
+    items = "\n".join(f"- [{what}]({link})" for what, link in data.related.items())
+    return f"## Other results beside this report\n\n{items}\n"
+
+
 def footer(data: ReportData) -> str:
     return "" if data.seconds is None else f"\n---\nTotal time {data.seconds:.0f} s.\n"
 
 
-SECTIONS = (header, setup, fits, thresholds, replays, variance, feedback, variance_gain, validation, findings, footer)
+SECTIONS = (
+    header,
+    setup,
+    fits,
+    thresholds,
+    replays,
+    variance,
+    feedback,
+    variance_gain,
+    validation,
+    findings,
+    related,
+    footer,
+)
 
 
 def render(data: ReportData) -> str:

@@ -143,3 +143,18 @@ def test_a_deterministic_row_is_one_measurement(rows):
     text = report(g)
     line = next(x for x in text.splitlines() if x.startswith(f"| {g.loc[0, 'check']} |"))
     assert "| deterministic |" in line
+
+
+def test_related_results_are_linked_only_where_they_exist(tmp_path):
+    from gradstat.analysis.report.document import related_results
+
+    out = tmp_path / "demo"
+    out.mkdir()
+    assert related_results(out) == {}
+    assert "Other results" not in render(ReportData(header={}))
+    (tmp_path / "mutations.md").write_text("table")
+    found = related_results(out)
+    assert list(found.values()) == ["../mutations.md"]
+    text = render(ReportData(header={}, related=found))
+    assert "## Other results beside this report" in text and "(../mutations.md)" in text
+    assert "experiments" not in text
