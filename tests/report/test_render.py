@@ -158,3 +158,18 @@ def test_related_results_are_linked_only_where_they_exist(tmp_path):
     text = render(ReportData(header={}, related=found))
     assert "## Other results beside this report" in text and "(../mutations.md)" in text
     assert "experiments" not in text
+
+
+def test_setup_line_shows_settings_as_text_not_a_python_dict():
+    setup = {
+        "workload": "lenet",
+        "numel": 10,
+        "tensors": 2,
+        "workers": 2,
+        "steps": [0, 1],
+        "recorded": 2,
+        "every": 1,
+        "optimizer": {"name": "sgd", "lr": 0.02},
+    }
+    text = render(ReportData(header={}, setup=setup))
+    assert "Optimizer: name=sgd, lr=0.02." in text and "{" not in text
