@@ -1,6 +1,7 @@
 """gradstat compressors: every compressor of the papers under one contract (see :mod:`gradstat.compressors.base`).
 
-Importing the package registers every implementation; use :func:`gradstat.compressors.registry.create` with a spec string.
+Importing the package registers every implementation; use :func:`gradstat.compressors.registry.create` with a
+spec string.
 """
 
 # Implementation modules (each registers its classes on import).

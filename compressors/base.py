@@ -1,11 +1,12 @@
 """The compressor contract.
 
 A compressor is ``encode(g, ctx) -> Payload`` and ``decode(payload, ctx, side=None) -> Tensor`` around a wire
-format (:mod:`gradstat.compressors.payload`), with explicit per-worker state (``new_state``) and seeded randomness
-(:mod:`gradstat.compressors.context`). Subclasses implement ``_encode``/``_decode`` on a flat 1-D float tensor; this base
-class checks the input once (1-D or any shape, finite, floating dtype), flattens, and restores shape and dtype.
+format (:mod:`gradstat.compressors.payload`), with explicit per-worker state (``new_state``) and seeded
+randomness (:mod:`gradstat.compressors.context`). Subclasses implement ``_encode``/``_decode`` on a flat 1-D float
+tensor; this base class checks the input once (1-D or any shape, finite, floating dtype), flattens, and restores
+shape and dtype.
 
-Rules for implementations (see DESIGN.md):
+Rules for implementations:
 - no ``.item()``, ``.cpu()`` or numpy inside ``_encode``/``_decode`` except where the algorithm itself needs a
   scalar decision (say so in a comment);
 - randomness only from ``ctx``-seeded generators (``compressors.context.generator``); the seed actually used is
@@ -44,7 +45,7 @@ class Properties:
         ``qsgd``: <= min(n/s^2, sqrt(n)/s) (Alistarh et al. Lemma 3.1; QSGD, ECQ with l2 scale);
         ``half_dither_linf``: E||e||^2 <= sum_b kappa_b^2 n_b / (4 L^2) (TernGrad, ECQ l_inf, half-dithered
         DQSG; exact value ``expected_error``); ``dqsg_exact``: E||e||^2 = sum_b kappa_b^2 n_b Delta^2 / 12
-        (002_87c17e3716ede1d0.txt Lemma 3); ``qcs_gamma``: <= gamma of 000_4b111efa75352b2d.txt eq. (10)
+        (DQSG/NDQSG (Abdi & Fekri) Lemma 3); ``qcs_gamma``: <= gamma of QCS (Abdi & Fekri) eq. (10)
         (range 1/2 for 1-bit QCS); ``qcs_mmse``: <= 1 - alpha (Lemma 3); ``ndqsg_no_failure``: per element
         alpha^2 Delta1^2/12 + (1 - alpha^2)^2 sigma_z^2 in units of kappa^2 when no decoding fails (eq. (9)).
     needs_side : decode needs side information (NDQSG).
@@ -99,7 +100,7 @@ class Compressor(ABC):
         if len(states) != len(grads):
             raise ValueError(f"{len(grads)} gradients but {len(states)} states")
         payloads, decoded = [], []
-        for w, (g, st) in enumerate(zip(grads, states)):
+        for w, (g, st) in enumerate(zip(grads, states, strict=True)):
             wctx = ctx.but(worker=w, state=st)
             p = self.encode(g, wctx)
             payloads.append(p)

@@ -4,10 +4,10 @@ Both estimate the top-k threshold from a random subset S of the coordinates: eta
 magnitude of S, then select ``|g| >= eta`` over the whole vector (one home: :mod:`gradstat.compressors.threshold`).
 
 - ``dgc`` (Lin et al., "Deep Gradient Compression", ICLR 2018, Sec. 3 / reference implementation; as described in
-  SIDCo 001_ac87256369ec7547.txt, Sec. 1 and its footnote 2): sample about 1 % of the coordinates (with
+  SIDCo (Abdelmoniem et al.), Sec. 1 and its footnote 2): sample about 1 % of the coordinates (with
   replacement), top-k of the sample gives eta; when more than ``fallback * k`` coordinates pass, exact top-k among
   the ones that passed (the second top-k of the footnote), so k_hat <= fallback * k.
-- ``gmc_topk`` (GMC 004_8d479783bc85b5d8.txt, Sec. 5 "approximate top-K strategy"): |S| = 0.01 d indexes drawn
+- ``gmc_topk`` (GMC (Zhao et al.), Sec. 5 "approximate top-K strategy"): |S| = 0.01 d indexes drawn
   without replacement, theta such that |{j in S : |a_j| >= theta}| = delta |S| (the paper's example: 0.001 |S|),
   then every index with ``|a_j| >= theta``; no fallback, k_hat is only approximately delta d.
 
@@ -78,7 +78,7 @@ class DGC(_SampledThreshold):
         unbiased=False,
         randomized=True,
         contraction=THRESHOLD_CONTRACTION,
-        source="Lin et al. 2018 (DGC); 001_ac87256369ec7547.txt Sec. 1 and footnote 2",
+        source="Lin et al. 2018 (DGC); SIDCo (Abdelmoniem et al.) Sec. 1 and footnote 2",
     )
 
     def __post_init__(self) -> None:
@@ -107,5 +107,5 @@ class GMCTopK(_SampledThreshold):
         unbiased=False,
         randomized=True,
         contraction=THRESHOLD_CONTRACTION,
-        source="004_8d479783bc85b5d8.txt Sec. 5 (approximate top-K strategy)",
+        source="GMC (Zhao et al.) Sec. 5 (approximate top-K strategy)",
     )

@@ -1,8 +1,8 @@
 """The dithered uniform quantization step shared by QSGD, TernGrad, ECQ-SGD, DQSG, NDQSG and QCS.
 
-Source: 002_87c17e3716ede1d0.txt, Sec. 2.1 (dithered quantization ``x_tilde = Q(x + u) - u``, Theorem 1; half-dithered
+Source: DQSG/NDQSG (Abdi & Fekri), Sec. 2.1 (dithered quantization ``x_tilde = Q(x + u) - u``, Theorem 1; half-dithered
 ``x_h = Q(x + u)``; Lemma 2: QSGD's M-level stochastic quantizer, and TernGrad with M = 1, *is* the half-dithered
-quantizer with step 1/M) and Sec. 3.1 (DQSG, eq. (2)); 000_4b111efa75352b2d.txt eq. (4)-(6) (QCS's step on the
+quantizer with step 1/M) and Sec. 3.1 (DQSG, eq. (2)); QCS (Abdi & Fekri) eq. (4)-(6) (QCS's step on the
 mixed vector, and the 1-bit variant (5)).
 
 One step, in units of the quantizer step (so the step is 1):
@@ -183,7 +183,7 @@ class ScaledQuantizer:
         """Exact ``E[||x_tilde - x||^2 | x]`` (0-d float64 tensor) over the dither, for flat ``x``.
 
         Dithered: each element's error is uniform over one step, so ``sum_b n_b step_b^2 / 12``
-        (002_87c17e3716ede1d0.txt, App. B: ``||g||_inf^2 n Delta^2 / 12`` per partition). Half-dithered: element
+        (DQSG/NDQSG (Abdi & Fekri), App. B: ``||g||_inf^2 n Delta^2 / 12`` per partition). Half-dithered: element
         i at fractional position f_i of its cell has variance ``step^2 f_i (1 - f_i)`` (Sec. 2.1.1).
         Here ``step_b = s_b / L`` (``2 s_b`` for 1-bit).
         """

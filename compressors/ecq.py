@@ -1,10 +1,11 @@
-"""ECQ-SGD's quantizer (Wu et al. 2018), as summarised in 003_da514025a9ec0a1c.txt.
+"""ECQ-SGD's quantizer (Wu et al. 2018), as given in the ECQ-SGD summary (Wu et al.).
 
 ``g_tilde_i = ||g|| sgn(g_i) xi(|g_i| / ||g||)`` with ``xi`` the stochastic rounding onto {0, 1/s, ..., 1} and
 ``||g||`` the l2 or the l_inf norm: codes in {-s..s} at ``r = ceil(log2(2s + 1))`` bits and one 32-bit scale,
 ``32 + d r`` bits in all. It is QSGD's quantizer over the whole tensor (the half-dithered quantizer of
-002_87c17e3716ede1d0.txt Lemma 2) with a choice of norm. The error compensation itself
-(``h <- beta h + (g - g_tilde)``, ``g_tilde = Q(g + alpha h)``) is :meth:`gradstat.compressors.feedback.ErrorFeedback.ecq`.
+DQSG/NDQSG (Abdi & Fekri) Lemma 2) with a choice of norm. The error compensation itself
+(``h <- beta h + (g - g_tilde)``, ``g_tilde = Q(g + alpha h)``) is
+:meth:`gradstat.compressors.feedback.ErrorFeedback.ecq`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class ECQ(ScaledQuantizerCompressor):
         unbiased=True,
         randomized=True,
         bound="qsgd",
-        source="003_da514025a9ec0a1c.txt (ECQ-SGD quantizer Q_s, bit count 32 + d r)",
+        source="ECQ-SGD (Wu et al.): quantizer Q_s, bit count 32 + d r",
     )
 
     def __post_init__(self) -> None:

@@ -9,9 +9,9 @@ State per worker: the residual h (zero at start). For each step, with compressor
 Special cases (each paper's own symbols in brackets):
 - none: compensation = 0, decay = 0 (h stays irrelevant).
 - plain error feedback (Seide et al. 2014; Karimireddy et al. 2019): compensation = 1, decay = 0, so h = z - C(z).
-- QCS weighted feedback, 000_4b111efa75352b2d.txt eq. (14a-d) with weight beta: compensation = beta,
+- QCS weighted feedback, QCS (Abdi & Fekri) eq. (14a-d) with weight beta: compensation = beta,
   decay = 1 - beta (r_{t+1} = (1 - beta) r_t + e_t).
-- ECQ-SGD, 003_da514025a9ec0a1c.txt (update of h and g~): h_t = beta h_{t-1} + (g_{t-1} - g~_{t-1}),
+- ECQ-SGD (Wu et al.) (update of h and g~): h_t = beta h_{t-1} + (g_{t-1} - g~_{t-1}),
   g~_t = Q(g_t + alpha h_t). ECQ accumulates the error against the *raw* gradient: g - g~ = (z - zhat) - alpha h,
   so h_{t+1} = (beta - alpha) h_t + (z_t - zhat_t): compensation = alpha, decay = beta - alpha (may be negative).
 """
@@ -60,7 +60,7 @@ class ErrorFeedback:
 
     @classmethod
     def ecq(cls, alpha: float, beta: float) -> "ErrorFeedback":
-        """ECQ-SGD (003_da514025a9ec0a1c.txt): compensation coefficient alpha in [0, 1], time decay beta in [0, 1];
+        """ECQ-SGD (Wu et al.): compensation coefficient alpha in [0, 1], time decay beta in [0, 1];
         h <- beta h + (g - g~) is h <- (beta - alpha) h + (z - zhat) in this module's terms."""
         if not (0.0 <= beta <= 1.0):
             raise ValueError(f"ECQ time decay beta must lie in [0, 1], got {beta}")

@@ -4,10 +4,10 @@ Shi, Chu, Cheung, See, "Understanding Top-k Sparsification in Distributed Deep L
 GaussianK: model g_i ~ N(mu, sigma^2) with the sample mean and standard deviation, take the two-sided quantile
 eta_0 = |mu| + sigma Phi^{-1}(1 - delta/2) (exact for mu = 0: P(|G| >= eta_0) = delta), then adjust while the
 selected count is outside ``[band_low k, band_high k]`` (the SIDCo authors' baseline: 2/3 and 4/3, at most 5
-rounds); a baseline in SIDCo 001_ac87256369ec7547.txt, Sec. 1.
+rounds); a baseline in SIDCo (Abdelmoniem et al.), Sec. 1.
 
-Done right (see :func:`gradstat.compressors.threshold.search_threshold`): the selection is on |g| (not on positive values
-only), every adjustment moves towards the band (halving/doubling until bracketed, then bisection, instead of
+Done right (see :func:`gradstat.compressors.threshold.search_threshold`): the selection is on |g| (not on positive
+values only), every adjustment moves towards the band (halving/doubling until bracketed, then bisection, instead of
 the baseline's fixed x0.5 / x1.5 steps that can overshoot back and forth), and the number of rounds is bounded, so
 constant or all-zero input (sigma = 0) cannot loop forever.
 """
@@ -44,7 +44,7 @@ class GaussianKSGD(ThresholdSparsifier):
         unbiased=False,
         randomized=False,
         contraction=THRESHOLD_CONTRACTION,
-        source="Shi et al. 2019 (GaussianK); 001_ac87256369ec7547.txt Sec. 1 baseline",
+        source="Shi et al. 2019 (GaussianK); SIDCo (Abdelmoniem et al.) Sec. 1 baseline",
     )
 
     def __post_init__(self) -> None:

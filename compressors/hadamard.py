@@ -1,6 +1,6 @@
 """Hadamard matrices and the fast Walsh-Hadamard transform used by QCS's randomized mixing.
 
-QCS (000_4b111efa75352b2d.txt, eq. (1)-(2) and Sec. 6) mixes each gradient block with k rows of an n x n Hadamard
+QCS (Abdi & Fekri), eq. (1)-(2) and Sec. 6) mixes each gradient block with k rows of an n x n Hadamard
 matrix H_n (entries +-1, ``H H^T = n I``). The paper uses block sizes that are powers of two or one of
 {96, 100, 192, 200, 288, 320, 384}, built "using Sylvester's, Paley's or Williamson's construction". Here:
 

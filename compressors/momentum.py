@@ -4,13 +4,13 @@ Both wrap any compressor (in the papers a top-K or approximate top-K sparsifier)
 sent in a per-worker memory, through :func:`gradstat.compressors.pipeline.feedback_round` with plain error feedback
 (``u <- z - C(z)``, which is GMC eq. (4) ``u_{t+1} = (1 - m) * (g + u)`` whenever C sends exact values on a mask).
 
-DGC, local momentum (Lin et al. 2018, Sec. 3.2-3.3; as written in GMC 004_8d479783bc85b5d8.txt, Sec. 2.1 and 3.3):
+DGC, local momentum (Lin et al. 2018, Sec. 3.2-3.3; as written in GMC (Zhao et al.), Sec. 2.1 and 3.3):
     velocity  u_k <- momentum * u_k + g_k                  (local momentum)
     memory    v_k <- v_k + u_k; send C(v_k); v_k <- v_k - C(v_k)
     masking   u_k <- u_k * (1 - m_k), m_k the support of C(v_k)   (momentum factor masking)
     update    w <- w - lr * mean_k C(v_k)
 
-GMC, global momentum (004_8d479783bc85b5d8.txt, Sec. 3 and Algorithm 1):
+GMC, global momentum (GMC (Zhao et al.), Sec. 3 and Algorithm 1):
     g_{t,k} = grad_k / p - beta / (p eta) (w_t - w_{t-1})   (grad_k: worker k's mini-batch mean gradient)
     send m_{t,k} * (g_{t,k} + u_{t,k});  u_{t+1,k} = (1 - m_{t,k}) * (g_{t,k} + u_{t,k})
     server: w_{t+1} = w_t - eta sum_k m_{t,k} * (g_{t,k} + u_{t,k}); everybody learns w_{t+1} - w_t.
@@ -89,7 +89,7 @@ class GlobalMomentumState:
 
 @dataclass(frozen=True)
 class GlobalMomentumCompression:
-    """GMC (004_8d479783bc85b5d8.txt, Algorithm 1) over P workers.
+    """GMC (Zhao et al.), Algorithm 1) over P workers.
 
     Parameters
     ----------

@@ -1,6 +1,6 @@
 """NDQSG: nested dithered quantization of stochastic gradients, decoded with side information.
 
-Source: 002_87c17e3716ede1d0.txt, Sec. 2.2 and 3.2, eq. (6)-(9), Algorithm 2, Theorem 6. Nested quantizers Q1
+Source: DQSG/NDQSG (Abdi & Fekri), Sec. 2.2 and 3.2, eq. (6)-(9), Algorithm 2, Theorem 6. Nested quantizers Q1
 (fine, step Delta1) and Q2 (coarse, Delta2 = k Delta1, integer k > 1). Encoder (6): ``t = alpha x + u``,
 ``u ~ U[-Delta1/2, Delta1/2]``, ``s = Q1(t) - Q2(t)``. Decoder with side information y (7):
 ``r = s - u - alpha y``, ``x_hat = y + alpha (r - Q2(r))``. Decoding fails for an element when x and y fall in
@@ -82,7 +82,7 @@ class NDQSG(Compressor):
         randomized=True,
         bound="ndqsg_no_failure",
         needs_side=True,
-        source="002_87c17e3716ede1d0.txt eq. (6)-(9), Algorithm 2, Theorem 6",
+        source="DQSG/NDQSG (Abdi & Fekri) eq. (6)-(9), Algorithm 2, Theorem 6",
     )
 
     def __post_init__(self) -> None:

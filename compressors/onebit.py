@@ -4,8 +4,8 @@ The gradient is viewed as a matrix: a tensor of shape (r, ...) as (r, numel / r)
 (d, 1), or as ``(d / columns, columns)`` when ``columns`` is given. Each element sends ``b = [g >= 0]``; for each
 column (``axis="column"``) or row (``axis="row"``) the two reconstruction values are the means of the elements of
 that group with b = 1 and with b = 0 (the values minimising the squared error for that split), sent as float32.
-Meant to be used with error feedback (Seide et al.; 002_87c17e3716ede1d0.txt Sec. 4 and
-000_4b111efa75352b2d.txt Sec. 6 use it as the "one-bit" baseline): see :class:`gradstat.compressors.feedback.ErrorFeedback`.
+Meant to be used with error feedback (Seide et al.; DQSG/NDQSG (Abdi & Fekri) Sec. 4 and
+QCS (Abdi & Fekri) Sec. 6 use it as the "one-bit" baseline): see :class:`gradstat.compressors.feedback.ErrorFeedback`.
 
 Contraction: replacing each class by its mean gives ``||C(g) - g||^2 = ||g||^2 - ||C(g)||^2`` and, per group of m
 elements, ``||C(g)||^2 >= ||g||_1^2 / m >= ||g||_2^2 / m``, so ``||C(g) - g||^2 <= (1 - 1/m) ||g||^2``.
@@ -41,7 +41,7 @@ class OneBit(Compressor):
         unbiased=False,
         randomized=False,
         contraction="1 - 1/m",
-        source="Seide et al. 2014 (1-bit SGD), baseline of 002_87c17e3716ede1d0.txt Sec. 4",
+        source="Seide et al. 2014 (1-bit SGD), baseline of DQSG/NDQSG (Abdi & Fekri) Sec. 4",
     )
 
     def __post_init__(self) -> None:

@@ -63,8 +63,8 @@ def feedback_round(
     reconstruction. ``states`` (one per worker) are updated in place."""
     if len(states) != len(grads):
         raise ValueError(f"{len(grads)} gradients but {len(states)} worker states")
-    zs = [feedback.compensate(g, s.feedback) for g, s in zip(grads, states)]
+    zs = [feedback.compensate(g, s.feedback) for g, s in zip(grads, states, strict=True)]
     result = compressor.round(zs, ctx, [s.compressor for s in states])
-    for z, z_hat, s in zip(zs, result.decoded, states):
+    for z, z_hat, s in zip(zs, result.decoded, states, strict=True):
         feedback.update(z, z_hat, s.feedback)
     return result

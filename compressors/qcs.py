@@ -1,6 +1,6 @@
 """QCS: quantized compressive sampling of stochastic gradients (unbiased, MMSE and 1-bit).
 
-Source: 000_4b111efa75352b2d.txt, eq. (1)-(13) and Algorithm 1. Per block g of n elements:
+Source: QCS (Abdi & Fekri), eq. (1)-(13) and Algorithm 1. Per block g of n elements:
 
     r ~ Rademacher(n)                          regenerated from the seed (stream SIGN_STREAM)
     v = H_k (r * g) / sqrt(k)                  eq. (2): k rows of the n x n Hadamard matrix (the first k)
@@ -41,7 +41,7 @@ SIGN_STREAM = 2
 
 
 def variance_factor(n: int, k: int, Q: float) -> float:
-    """gamma of 000_4b111efa75352b2d.txt eq. (10) for a real range Q > 0 (Q = 1/2 for the 1-bit variant).
+    """gamma of QCS (Abdi & Fekri) eq. (10) for a real range Q > 0 (Q = 1/2 for the 1-bit variant).
 
     ``n/k - 1 + (n / (4 Q^2)) log(k) / (k - 1)`` for k >= 2, ``n - 1`` for k = 1. Integer Q is
     :func:`gradstat.theory.qcs.gamma` itself; the theory function takes integer ranges only, so the 1-bit variant's
@@ -88,7 +88,7 @@ class QCS(Compressor):
         unbiased=True,
         randomized=True,
         bound="qcs_gamma",
-        source="000_4b111efa75352b2d.txt eq. (1)-(10), Theorem 2, Algorithm 1",
+        source="QCS (Abdi & Fekri) eq. (1)-(10), Theorem 2, Algorithm 1",
     )
 
     def __post_init__(self) -> None:
@@ -106,7 +106,7 @@ class QCS(Compressor):
                 unbiased=False,
                 bound="qcs_mmse",
                 contraction="1 - alpha",
-                source="000_4b111efa75352b2d.txt eq. (12), Lemma 3, Algorithm 1",
+                source="QCS (Abdi & Fekri) eq. (12), Lemma 3, Algorithm 1",
             )
 
     @property

@@ -1,10 +1,10 @@
 """QSGD (Alistarh et al. 2017): s-level stochastic quantization of each bucket scaled by its l2 norm.
 
-Codes in {-s..s} (``ceil(log2(2s + 1))`` bits each, fixed width as in ECQ-SGD's count, 003_da514025a9ec0a1c.txt)
-and one 32-bit l2 norm per bucket. By 002_87c17e3716ede1d0.txt Lemma 2 the stochastic quantizer is the
+Codes in {-s..s} (``ceil(log2(2s + 1))`` bits each, fixed width as in ECQ-SGD's count, ECQ-SGD (Wu et al.))
+and one 32-bit l2 norm per bucket. By DQSG/NDQSG (Abdi & Fekri) Lemma 2 the stochastic quantizer is the
 (2s + 1)-level half-dithered quantizer with step 1/s, so it is :class:`gradstat.compressors.dither.ScaledQuantizer` with
 ``subtract=False``: unbiased, and the receiver needs no seed. Variance (Alistarh et al. Lemma 3.1, quoted in
-000_4b111efa75352b2d.txt Fig. 3): ``E||Q(v) - v||^2 <= min(n/s^2, sqrt(n)/s) ||v||^2`` with n the bucket length.
+QCS (Abdi & Fekri) Fig. 3): ``E||Q(v) - v||^2 <= min(n/s^2, sqrt(n)/s) ||v||^2`` with n the bucket length.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class QSGD(ScaledQuantizerCompressor):
         unbiased=True,
         randomized=True,
         bound="qsgd",
-        source="002_87c17e3716ede1d0.txt eq. (1) and Lemma 2 (Alistarh et al. 2017, Lemma 3.1)",
+        source="DQSG/NDQSG (Abdi & Fekri) eq. (1) and Lemma 2 (Alistarh et al. 2017, Lemma 3.1)",
     )
 
     def __post_init__(self) -> None:

@@ -1,7 +1,7 @@
 """RedSync's threshold: bisection between the mean and the maximum of |g|.
 
 Fang, Fu, Yang, Hsieh, "RedSync: Reducing synchronization bandwidth for distributed deep learning training
-system", JPDC 133 (2019), trimmed top-k selection; a baseline in SIDCo 001_ac87256369ec7547.txt, Sec. 1 ("finds
+system", JPDC 133 (2019), trimmed top-k selection; a baseline in SIDCo (Abdelmoniem et al.), Sec. 1 ("finds
 the threshold by moving the ratio between the maximum and mean values of the gradient").
 
 eta = mean|g| + r (max|g| - mean|g|), r in [0, 1] found by bisection until the selected count k_hat lies in
@@ -41,7 +41,7 @@ class RedSync(ThresholdSparsifier):
         unbiased=False,
         randomized=False,
         contraction=THRESHOLD_CONTRACTION,
-        source="Fang et al. 2019 (RedSync); 001_ac87256369ec7547.txt Sec. 1 baseline",
+        source="Fang et al. 2019 (RedSync); SIDCo (Abdelmoniem et al.) Sec. 1 baseline",
     )
 
     def __post_init__(self) -> None:

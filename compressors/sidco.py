@@ -1,9 +1,10 @@
 """SIDCo: threshold sparsification with a threshold from a multi-stage sparsity-inducing-distribution fit.
 
-SIDCo, 001_ac87256369ec7547.txt: Sec. 2.3-2.4 (single- and multi-stage threshold estimators, Lemma 2 and Cor. 2.1),
+SIDCo (Abdelmoniem et al.): Sec. 2.3-2.4 (single- and multi-stage threshold estimators, Lemma 2 and Cor. 2.1),
 Sec. 3 and Algorithm 1 (stage adaptation), Sec. 4 (delta_1 = 0.25, eps = 20 %, Q = 5). The fits and thresholds
-are :func:`gradstat.theory.pot.multistage_threshold` (no estimator lives here); this module adds the compressor around it:
-select ``|g| >= eta_M`` (Algorithm 1, line 8; :mod:`gradstat.compressors.threshold`) and the per-worker stage adaptation.
+are :func:`gradstat.theory.pot.multistage_threshold` (no estimator lives here); this module adds the compressor
+around it: select ``|g| >= eta_M`` (Algorithm 1, line 8; :mod:`gradstat.compressors.threshold`) and the per-worker
+stage adaptation.
 
 Variants (``dist``; named by what they fit, the paper's names being inconsistent between Sec. 4.1 and App. E/F):
 ``exp`` multi-stage exponential; ``gamma`` gamma first stage then generalized Pareto; ``gp`` generalized Pareto at
@@ -72,7 +73,7 @@ class SIDCo(ThresholdSparsifier):
         randomized=False,
         contraction=THRESHOLD_CONTRACTION,
         bound="topk_contraction",
-        source="001_ac87256369ec7547.txt Sec. 2.3-2.4, 3, Algorithm 1",
+        source="SIDCo (Abdelmoniem et al.) Sec. 2.3-2.4, 3, Algorithm 1",
     )
 
     def __post_init__(self) -> None:

@@ -6,7 +6,7 @@ One bit per element, ``b_i = [g_i >= 0]``, decoded as ``m * sign(g)`` (a bit has
   ``||C(g) - g||^2 = (1 - ||g||_1^2 / (d ||g||_2^2)) ||g||^2 <= (1 - 1/d) ||g||^2``.
 - ``scale="unit"``: ``m = 1`` known to both sides (signSGD's update ``-lr sign(g)``, the step folded into lr);
   only the d bits are sent. Not a contraction, and an all-zero gradient decodes to all ones.
-Both are biased. Cited by 000_4b111efa75352b2d.txt Sec. 1-2 as the biased baselines that need error feedback.
+Both are biased. Cited by QCS (Abdi & Fekri) Sec. 1-2 as the biased baselines that need error feedback.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class SignSGD(Compressor):
         randomized=False,
         contraction="1 - 1/d",
         source="Karimireddy et al. 2019 (EF-signSGD scaled sign); Bernstein et al. 2018 "
-        "(signSGD); cited in 000_4b111efa75352b2d.txt Sec. 1 and Remark 3",
+        "(signSGD); cited in QCS (Abdi & Fekri) Sec. 1 and Remark 3",
     )
 
     def __post_init__(self) -> None:

@@ -1,7 +1,7 @@
 """TernGrad (Wen et al. 2017): ``g_tilde = s sign(g) * b``, ``s = ||g||_inf``, ``b_i ~ Bernoulli(|g_i| / s)``.
 
 Codes in {-1, 0, 1} at 2 bits (``ceil(log2 3)``) plus one 32-bit scale per bucket (per layer by default). It is
-the half-dithered quantizer with step 1 on ``g / ||g||_inf`` (002_87c17e3716ede1d0.txt, Lemma 2 with M = 1), so
+the half-dithered quantizer with step 1 on ``g / ||g||_inf`` (DQSG/NDQSG (Abdi & Fekri), Lemma 2 with M = 1), so
 unbiased for the vector it quantizes. Gradient clipping (Wen et al. Sec. 3.3): before quantizing, each
 ``|g_i| > c sigma`` is set to ``sign(g_i) c sigma``, sigma the standard deviation of g (the paper uses c = 2.5);
 the result is then unbiased for the *clipped* gradient only, so a clipping TernGrad declares itself biased.
@@ -32,7 +32,7 @@ class TernGrad(ScaledQuantizerCompressor):
         unbiased=True,
         randomized=True,
         bound="half_dither_linf",
-        source="002_87c17e3716ede1d0.txt Sec. 2.1.1, Lemma 2 (M = 1); Wen et al. 2017",
+        source="DQSG/NDQSG (Abdi & Fekri) Sec. 2.1.1, Lemma 2 (M = 1); Wen et al. 2017",
     )
 
     def __post_init__(self) -> None:

@@ -9,7 +9,7 @@ approximate top-K, RedSync, GaussianKSGD, SIDCo):
   int32) and ``values`` (float32), so ``bits = k_hat * (ceil(log2 d) + 32)``;
 - :class:`ThresholdSparsifier` -- a compressor that only has to say how it finds its threshold (``_threshold``).
 
-SIDCo, 001_ac87256369ec7547.txt, Algorithm 1 line 8: ``C(g) = g[abs(g) >= eta_M]``.
+SIDCo (Abdelmoniem et al.), Algorithm 1 line 8: ``C(g) = g[abs(g) >= eta_M]``.
 A threshold selection keeps the k_hat largest magnitudes, so ``||C(g) - g||^2 <= (1 - k_hat/d) ||g||^2`` holds for
 every g (the top m of d squared values carry at least m/d of the sum); that is the contraction these declare.
 """
@@ -17,7 +17,6 @@ every g (the top m of d squared values carry at least m/d of the sum); that is t
 from __future__ import annotations
 
 import math
-
 from abc import abstractmethod
 from dataclasses import dataclass
 
@@ -75,7 +74,8 @@ def search_threshold(
     (eta, steps): the last threshold tried (0-d tensor) and how many counts were made.
     """
     steps = 0
-    for steps in range(1, max_iter + 1):
+    for step in range(1, max_iter + 1):
+        steps = step
         n = count_at_least(abs_g, eta)
         if band[0] * k <= n <= band[1] * k or not bool(eta > 0):
             break
@@ -93,7 +93,8 @@ def search_threshold(
 
 
 def add_sparse(payload: Payload, g: torch.Tensor, indices: torch.Tensor, packed: bool = True) -> None:
-    """Put ``indices`` (at ``ceil(log2 d)`` bits if ``packed``, else 32) and ``g[indices]`` (float32) into ``payload``."""
+    """Put ``indices`` (at ``ceil(log2 d)`` bits if ``packed``, else 32) and ``g[indices]`` (float32) into
+    ``payload``."""
     payload.add("indices", indices, index_width(g.numel(), packed), "index")
     payload.add(
         "values", to_float32_wire(g[indices], "sparsifier", "selected value"), float_width(torch.float32), "value"
@@ -187,7 +188,7 @@ class ThresholdSparsifier(Compressor):
 @register("threshold")
 @dataclass
 class FixedThreshold(ThresholdSparsifier):
-    """Fixed threshold: send every coordinate with ``|g_i| >= eta`` (Strom 2015; SIDCo 001_ac87256369ec7547.txt,
+    """Fixed threshold: send every coordinate with ``|g_i| >= eta`` (Strom 2015; SIDCo (Abdelmoniem et al.),
     Sec. 1 "threshold-based methods"). eta: the threshold, > 0, in the gradient's units. packed: bit-packed indices."""
 
     eta: float = 1e-3
@@ -199,7 +200,7 @@ class FixedThreshold(ThresholdSparsifier):
         randomized=False,
         contraction=THRESHOLD_CONTRACTION,
         bound=None,
-        source="001_ac87256369ec7547.txt Sec. 1 (threshold-based sparsification)",
+        source="SIDCo (Abdelmoniem et al.) Sec. 1 (threshold-based sparsification)",
     )
 
     def __post_init__(self) -> None:

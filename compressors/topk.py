@@ -1,7 +1,7 @@
 """Top-k sparsification: keep the k = ceil(delta d) largest magnitudes, send their values and indices.
 
 Reference implementation of the contract (a template for the other compressors). Contraction
-E||C(g) - g||^2 <= (1 - delta) ||g||^2 (SIDCo 001_ac87256369ec7547.txt, Lemma 3 / App. C; Stich et al. 2018).
+E||C(g) - g||^2 <= (1 - delta) ||g||^2 (SIDCo (Abdelmoniem et al.), Lemma 3 / App. C; Stich et al. 2018).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class TopK(Compressor):
         randomized=False,
         contraction="1 - delta",
         bound="topk_contraction",
-        source="001_ac87256369ec7547.txt Sec. 1, baseline Top-k",
+        source="SIDCo (Abdelmoniem et al.) Sec. 1, baseline Top-k",
     )
 
     def __post_init__(self) -> None:

@@ -8,7 +8,7 @@ NeurIPS 2018, Sec. 3 (closed-form solution and its greedy algorithm): the probab
 
 i.e. the j largest magnitudes are kept with probability 1 and the others with ``p_i = (k - j) |g_i| / S_j``,
 ``S_j = sum of the magnitudes outside the j largest``, j the smallest count for which no probability exceeds 1.
-Variance as in QCS 000_4b111efa75352b2d.txt, Fig. 3 ("unbiased random sparsification").
+Variance as in QCS (Abdi & Fekri), Fig. 3 ("unbiased random sparsification").
 
 The draw is a Bernoulli mask from the call's seed; indices and scaled values are sent (the receiver cannot
 regenerate the mask, which depends on g), so ``bits = k_hat (ceil(log2 d) + 32)`` with ``E[k_hat] = k``.
@@ -74,7 +74,7 @@ class Wangni(Compressor):
         randomized=True,
         contraction=None,
         bound="wangni_variance",
-        source="Wangni et al. 2018 Sec. 3 (optimal p_i); 000_4b111efa75352b2d.txt Fig. 3",
+        source="Wangni et al. 2018 Sec. 3 (optimal p_i); QCS (Abdi & Fekri) Fig. 3",
     )
 
     def __post_init__(self) -> None:

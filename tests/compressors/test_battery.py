@@ -173,7 +173,7 @@ def check_no_global_rng(c: Compressor, g: torch.Tensor) -> list[str]:
         if not torch.equal(before, torch.random.get_rng_state()):
             problems.append(f"{c.name}: the global CPU RNG state was changed")
         if cuda_before is not None and any(
-            not torch.equal(a, b) for a, b in zip(cuda_before, torch.cuda.get_rng_state_all())
+            not torch.equal(a, b) for a, b in zip(cuda_before, torch.cuda.get_rng_state_all(), strict=True)
         ):
             problems.append(f"{c.name}: the global CUDA RNG state was changed")
     if not torch.equal(outs[0], outs[1]):

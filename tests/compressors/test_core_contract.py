@@ -164,7 +164,7 @@ def test_ecq_with_full_compensation_and_no_decay_loss_is_plain_feedback():
     grads = [torch.randn(8) for _ in range(5)]
     sent_ecq, h_ecq = _run_feedback(ErrorFeedback.ecq(1.0, 1.0), grads, _half)
     sent_ef, h_ef = _run_feedback(ErrorFeedback.plain(), grads, _half)
-    assert all(torch.allclose(a, b) for a, b in zip(sent_ecq, sent_ef)) and torch.allclose(h_ecq, h_ef)
+    assert all(torch.allclose(a, b) for a, b in zip(sent_ecq, sent_ef, strict=True)) and torch.allclose(h_ecq, h_ef)
 
 
 def test_no_feedback_compresses_the_raw_gradient():

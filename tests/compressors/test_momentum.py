@@ -71,7 +71,7 @@ def test_dgc_without_masking_and_full_send_is_local_momentum_sgd():
     for t in range(5):
         grads = [laplace(40, 3 * t + k) for k in range(2)]
         result = dgc.round(grads, states)
-        velocity = [0.9 * v + g for v, g in zip(velocity, grads)]
+        velocity = [0.9 * v + g for v, g in zip(velocity, grads, strict=True)]
         torch.testing.assert_close(result.mean, torch.stack(velocity).mean(0), rtol=1e-5, atol=1e-6)
 
 

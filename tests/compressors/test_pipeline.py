@@ -38,7 +38,7 @@ def test_round_goes_through_the_compressor_round_so_side_information_works():
     grads = [laplace(256, 10 + k) for k in range(3)]
     result = feedback_round(c, ErrorFeedback.plain(), grads, states, Context())
     assert "decoding_failures" in result.info
-    for g, z_hat, s in zip(grads, result.decoded, states):
+    for g, z_hat, s in zip(grads, result.decoded, states, strict=True):
         torch.testing.assert_close(s.feedback.residual, g - z_hat.float())
 
 
