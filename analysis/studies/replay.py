@@ -166,13 +166,13 @@ def replay_step(
     comp: Compressor, fb: ErrorFeedback, grads: Sequence[torch.Tensor], states: list, fstates: list, ctx: Context
 ) -> dict[str, float]:
     """One synchronous round with feedback; updates ``states``/``fstates`` in place; returns the step's metrics."""
-    z = [fb.compensate(g, st) for g, st in zip(grads, fstates)]
+    z = [fb.compensate(g, st) for g, st in zip(grads, fstates, strict=True)]
     res = comp.round(z, ctx, states)
-    for zi, zh, st in zip(z, res.decoded, fstates):
+    for zi, zh, st in zip(z, res.decoded, fstates, strict=True):
         fb.update(zi, zh, st)
     d = grads[0].numel()
     rel, bias, resid, resid_rel = [], [], [], []
-    for g, zi, zh, st in zip(grads, z, res.decoded, fstates):
+    for g, zi, zh, st in zip(grads, z, res.decoded, fstates, strict=True):
         zz = float(zi.double().square().sum())
         err = zh.double() - zi.double()
         rel.append(float(err.square().sum()) / zz if zz > 0 else math.nan)

@@ -79,7 +79,7 @@ class DataParallel:
         if x.shape[0] < self.workers:
             raise ValueError(f"a mini-batch of {x.shape[0]} samples cannot be split over {self.workers} workers")
         grads, losses = [], []
-        for xs, ys in zip(torch.tensor_split(x, self.workers), torch.tensor_split(y, self.workers)):
+        for xs, ys in zip(torch.tensor_split(x, self.workers), torch.tensor_split(y, self.workers), strict=True):
             self.model.zero_grad(set_to_none=True)
             loss = self.loss_fn(self.model(xs), ys)
             loss.backward()
@@ -126,4 +126,4 @@ class DataParallel:
     def unflatten(self, flat: torch.Tensor) -> Grads:
         """Split a flat model-order vector into ``{param: view}`` with the parameters' shapes."""
         sizes = [p.numel() for _, p in self.named]
-        return {n: part.view_as(p) for (n, p), part in zip(self.named, torch.split(flat, sizes))}
+        return {n: part.view_as(p) for (n, p), part in zip(self.named, torch.split(flat, sizes), strict=True)}
