@@ -22,6 +22,7 @@ adaptation period, and an aggregate error that grows over the replay past the gr
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -228,6 +229,10 @@ def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
+def _log_row(log: CsvLog, compressor: str, feedback: str, row: dict) -> None:
+    log.add({"compressor": compressor, "feedback": feedback, **row})
+
+
 def run(
     dump: Any,
     out: Path,
@@ -248,7 +253,7 @@ def run(
             df = replay(
                 dump,
                 cfg,
-                on_step=lambda r, c=comp, f=fb: log.add({"compressor": c, "feedback": f, **r}),
+                on_step=functools.partial(_log_row, log, comp, fb),
                 progress=progress,
             )
             frames.append(df.assign(compressor=comp, feedback=fb))
