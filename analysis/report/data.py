@@ -50,7 +50,7 @@ class ReportData:
 
     def check(self, name: str) -> pd.Series | None:
         """The validation row of check ``name`` (None when it did not run)."""
-        if not self.ran("validation"):
+        if not self.ran("validation") or self.validation is None:
             return None
         rows = self.validation[self.validation["check"] == name]
         return None if rows.empty else rows.iloc[0]

@@ -83,7 +83,10 @@ class DataParallel:
             self.model.zero_grad(set_to_none=True)
             loss = self.loss_fn(self.model(xs), ys)
             loss.backward()
-            grads.append({n: p.grad for n, p in self.named})
+            missing = [n for n, p in self.named if p.grad is None]
+            if missing:
+                raise ValueError(f"no gradient for {missing[:3]}: the loss does not depend on these parameters")
+            grads.append({n: p.grad for n, p in self.named if p.grad is not None})
             losses.append(loss.detach())
         return grads, float(torch.stack(losses).mean())
 

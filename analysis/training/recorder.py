@@ -85,7 +85,7 @@ class Recorder:
                 missing = [n for n, p in named if p.grad is None]
                 if missing:
                     raise ValueError(f"step {step}: no gradient for {missing[:3]}; call backward() before step()")
-                self.record(step, [{n: p.grad for n, p in named}])
+                self.record(step, [{n: p.grad for n, p in named if p.grad is not None}])  # none missing (checked)
 
         return optimizer.register_step_pre_hook(hook)
 
