@@ -14,7 +14,7 @@ plain SGD; at every ``every``-th step the gradient is compressed ``draws`` times
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -32,8 +32,17 @@ METHODS = {
     "qsgd s=4": "qsgd:s=4,bucket=512",
     "qsgd s=1": "qsgd:s=1,bucket=512",
 }
-FULL = {"workload": "lenet", "steps": 60, "every": 5, "draws": 3}
-QUICK = {"workload": "fc300", "steps": 4, "every": 2, "draws": 2}
+
+
+class Size(TypedDict):
+    workload: str
+    steps: int
+    every: int
+    draws: int
+
+
+FULL: Size = {"workload": "lenet", "steps": 60, "every": 5, "draws": 3}
+QUICK: Size = {"workload": "fc300", "steps": 4, "every": 2, "draws": 2}
 REF = "QCS (Abdi & Fekri), Sec. 6 Quantizer Evaluation, Fig. 4"
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -54,8 +54,16 @@ ESTIMATORS: dict[str, str] = {
 RATIOS = (0.1, 0.01, 0.001)
 LOOP_RATIO = 0.01
 """Top-k ratio of the training loop whose compensated vectors every estimator sees (one loop for all ratios)."""
-FULL = {"workloads": ("resnet20", "lstm", "lenet"), "steps": 100, "ratios": RATIOS}
-QUICK = {"workloads": ("logreg",), "steps": 40, "ratios": (0.1, 0.01)}
+
+
+class Size(TypedDict):
+    workloads: tuple[str, ...]
+    steps: int
+    ratios: tuple[float, ...]
+
+
+FULL: Size = {"workloads": ("resnet20", "lstm", "lenet"), "steps": 100, "ratios": RATIOS}
+QUICK: Size = {"workloads": ("logreg",), "steps": 40, "ratios": (0.1, 0.01)}
 COVERAGE = 0.9
 SIDCO_EPS = 0.2
 OWN_TOL = 0.1
