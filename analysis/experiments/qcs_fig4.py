@@ -24,7 +24,7 @@ from gradstat.analysis.experiments.base import Comparison, Experiment, Experimen
 from gradstat.analysis.experiments.layerwise import gradients
 from gradstat.analysis.plots.common import new_figure, save_figure
 from gradstat.compressors import Context, create
-from gradstat.compressors.qcs import variance_factor
+from gradstat.compressors.qcs import QCS, variance_factor
 
 METHODS = {
     "qcs gain 28": "qcs:block=256,k=64,Q=4",
@@ -67,7 +67,7 @@ def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int) -> E
     for label, grp in per.groupby("method", sort=False):
         within = grp.groupby("step")["rel_error"]
         spec = comps[label]
-        bound = variance_factor(spec.block, spec.k, spec.Q) if spec.name == "qcs" else np.nan
+        bound = variance_factor(spec.block, spec.k, spec.Q) if spec.name == "qcs" and isinstance(spec, QCS) else np.nan
         summary.append(
             {
                 "method": label,

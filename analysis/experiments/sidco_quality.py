@@ -35,6 +35,7 @@ from gradstat.analysis.plots.common import new_figure, save_figure
 from gradstat.analysis.training.parallel import DataParallel
 from gradstat.analysis.training.workloads import get_workload, workload_names
 from gradstat.compressors import Context, ErrorFeedback, create
+from gradstat.compressors.sidco import SIDCo
 from gradstat.compressors.stage_adaptation import StageState
 
 ESTIMATORS: dict[str, str] = {
@@ -115,7 +116,9 @@ def quality_run(
                 }
             )
     verdicts = {
-        key: s.verdict(comps[key].period, comps[key].eps) for key, s in states.items() if isinstance(s, StageState)
+        key: s.verdict(c.period, c.eps)
+        for key, s in states.items()
+        if isinstance(s, StageState) and isinstance(c := comps[key], SIDCo)  # stage states are SIDCo's
     }
     return rows, verdicts
 
