@@ -26,7 +26,7 @@ _checkout = _os.path.dirname(_here)
 if not _os.path.isdir(_os.path.join(_here, "theory")) and _os.path.isfile(
     _os.path.join(_checkout, "theory", "__init__.py")
 ):
-    __path__.append(_checkout)  # type: ignore[name-defined]  # noqa: F821
+    __path__.append(_checkout)
 
 __version__ = "0.1.0"
 

@@ -14,17 +14,17 @@ import numpy as np
 
 def integer(name: str, value: object, minimum: int | None = None, maximum: int | None = None) -> int:
     """Return ``value`` as an ``int`` after checking it is an integer in ``[minimum, maximum]``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, numbers.Real) and float(value).is_integer():
-            value = int(value)
-        else:
-            raise TypeError(f"{name} must be an integer, got {value!r}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be an integer <= {maximum}, got {value}")
-    return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        out = int(value)
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value).is_integer():
+        out = int(math.trunc(value))
+    else:
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if minimum is not None and out < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {out}")
+    if maximum is not None and out > maximum:
+        raise ValueError(f"{name} must be an integer <= {maximum}, got {out}")
+    return out
 
 
 def real(

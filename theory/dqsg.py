@@ -176,10 +176,11 @@ def nested_decode(
 
 
 def _check_nested(delta1: object, delta2: object, alpha: object, sigma_z: object) -> tuple[float, float, float, float]:
-    nesting_ratio(delta1, delta2)
+    d1, d2 = _checks.positive("delta1", delta1), _checks.positive("delta2", delta2)
+    nesting_ratio(d1, d2)
     return (
-        float(delta1),
-        float(delta2),
+        d1,
+        d2,
         _check_alpha(alpha),
         _checks.nonnegative("sigma_z", sigma_z),
     )

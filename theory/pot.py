@@ -127,8 +127,8 @@ def multistage_threshold(
     ----------
     abs_g : Tensor (any device) or numpy array
         Magnitudes |g| >= 0 (zeros allowed: stage 1 fits the non-zeros at the conditional ratio, see
-        :mod:`gradstat.theory.thresholds`; when the non-zeros are fewer than delta_1 d, stage 1 keeps them all, threshold
-        0, and the later stages split the remaining ratio delta d / n equally).
+        :mod:`gradstat.theory.thresholds`; when the non-zeros are fewer than delta_1 d, stage 1 keeps them all,
+        threshold 0, and the later stages split the remaining ratio delta d / n equally).
     ratio : float in (0, 1)
         Target density delta over all elements.
     stages : int >= 1
@@ -236,11 +236,10 @@ def _finish(x: torch.Tensor, done: list[_Stage]) -> PotResult:
     scalars += survivors
     values = torch.stack([v.reshape(()).to(torch.float64) for v in scalars]).tolist()
     counts, oks = values[0 : 2 * len(done) : 2], values[1 : 2 * len(done) : 2]
-    surv = values[2 * len(done) :]
 
     stages: list[StageResult] = []
     reason = None
-    for m, (s, n, ok, n_surv) in enumerate(zip(done, counts, oks, surv), start=1):
+    for m, (s, n, ok) in enumerate(zip(done, counts, oks, strict=True), start=1):
         if not ok:
             n = int(n)
             why = (

@@ -155,7 +155,7 @@ def fit_best_k_decay(g: np.ndarray, rank_range: tuple[int, int] | None = None, p
         raise ValueError(f"g must have at least 3 nonzero elements to fit a decay, got {nnz}")
     lo, hi = _rank_range("rank_range", rank_range, nnz - 1)
     ks = _log_ranks(lo, hi, points)
-    slope, intercept, r2 = _loglog_fit(ks, best_k_error(g, ks))
+    slope, intercept, r2 = _loglog_fit(ks, np.asarray(best_k_error(g, ks)))
     return PowerLawFit(p=0.5 - slope, c=math.exp(intercept), r2=r2, n_points=int(ks.size))
 
 

@@ -6,9 +6,9 @@ eta = beta log(1/delta) (6); gamma eta = beta P^{-1}(alpha, 1 - delta) (14), app
 -beta (log(delta) + log Gamma(alpha)) (15), an upper bound for alpha <= 1 and eta/beta >= 1 (24); generalized Pareto
 eta = (beta/alpha)(exp(-alpha log delta) - 1) (28).
 
-Zeros: a Fit describes the non-zero elements (see :mod:`gradstat.theory.estimators.magnitudes`); to select delta d of all d
-elements, the threshold is the quantile at the conditional ratio delta d / n = delta / (1 - zero_fraction) among the
-n non-zeros. When that is >= 1 every non-zero must be kept: the threshold is 0 (with a RuntimeWarning).
+Zeros: a Fit describes the non-zero elements (see :mod:`gradstat.theory.estimators.magnitudes`); to select delta d of
+all d elements, the threshold is the quantile at the conditional ratio delta d / n = delta / (1 - zero_fraction) among
+the n non-zeros. When that is >= 1 every non-zero must be kept: the threshold is 0 (with a RuntimeWarning).
 """
 
 from __future__ import annotations

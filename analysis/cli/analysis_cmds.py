@@ -7,7 +7,9 @@ Exit status: 0 ok; 1 a check (``validate``, ``variance``) that must hold is viol
 
 from __future__ import annotations
 
-from typing import Sequence
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
 import click
 import pandas as pd
@@ -40,6 +42,9 @@ from gradstat.analysis.validation import outputs as validation_table
 from gradstat.analysis.validation import registry as validation_registry
 from gradstat.theory.distributions.names import accepted
 
+if TYPE_CHECKING:
+    from gradstat.analysis.dumps.reader import Dump
+
 DEFAULT_VARIANCE_SPECS = (
     "qcs:block=256,k=64,Q=4",
     "qcs:block=256,k=64,Q=4,alpha=mmse",
@@ -50,7 +55,7 @@ DEFAULT_VARIANCE_SPECS = (
 )
 
 
-def _open(path: str):
+def _open(path: str) -> Dump:
     from gradstat.analysis.dumps import open_dump
 
     return open_dump(path)
@@ -71,7 +76,7 @@ def _echo_table(df: pd.DataFrame, title: str, columns: list[str] | None = None) 
     click.echo(to_text(df[columns] if columns else df))
 
 
-def _results(out: str, command: str):
+def _results(out: str, command: str) -> contextlib.AbstractContextManager[Path]:
     """The ``--out`` folder of ``command`` (see :mod:`gradstat.analysis.cli.outputs`)."""
     return output_folder(out, command, click.echo)
 
@@ -250,7 +255,7 @@ def register(cli: click.Group) -> None:
             n = source.dump.numel
         elif n < 2:
             raise ValueError(f"--n must be 0 (the whole model) or at least 2, got {n}")
-        length = length or (len(source.steps) if dump is not None else 20)
+        length = length or (len(source.steps or ()) if dump is not None else 20)  # a dump's source lists its steps
         _check_specs([spec])
         betas, dev = _betas(beta), resolve_device(device)
         with _results(out, "feedback") as folder:
@@ -292,7 +297,11 @@ def register(cli: click.Group) -> None:
         Each check has fixed seeds, a 99 % interval and a verdict; exit status 1 when a check that must hold is
         violated. Runs on a dump's gradients or, without one, on synthetic vectors.
         """
-        source = _source(dump, steps, workers) if dump else _no_selection(steps, workers)
+        source: GradientSource | None = None
+        if dump:
+            source = _source(dump, steps, workers)
+        else:
+            _no_selection(steps, workers)
         validation_registry.select(checks)  # unknown check names fail before --out is touched
         with _results(out, "validate") as folder:
             click.echo(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import sys
 import warnings
+from typing import TextIO
 
 import click
 
@@ -79,7 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     return rv if isinstance(rv, int) else 0
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
     click.echo(f"gradstat: warning: {message}", err=True)
 
 

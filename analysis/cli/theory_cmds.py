@@ -247,6 +247,7 @@ def register(group: click.Group) -> None:
         import torch
 
         from gradstat.theory.distributions import Exponential, Gamma, GenPareto
+        from gradstat.theory.distributions.base import SparsityInducingDistribution
         from gradstat.theory.thresholds import tail_quantile
 
         if not 0.0 < ratio < 1.0:
@@ -254,7 +255,7 @@ def register(group: click.Group) -> None:
         if dist == "exponential":
             if shape is not None:
                 raise ValueError("--shape is not a parameter of the exponential law; omit it")
-            law = Exponential(scale=scale)
+            law: SparsityInducingDistribution = Exponential(scale=scale)
         elif shape is None:
             raise ValueError(f"--shape is required for --dist {dist}")
         else:
@@ -262,7 +263,7 @@ def register(group: click.Group) -> None:
         eta = float(law.isf(ratio))
         eq = {"exponential": "Cor. 1.1 (6)", "gamma": "Cor. 1.2 (14)", "genpareto": "Cor. 1.3 (28)"}[dist]
         rows = [Row("threshold eta (exact quantile 1 - delta)", eta, f"{SID} Lemma 1 (4)-(5), {eq}")]
-        if dist == "gamma":
+        if dist == "gamma" and shape is not None:  # shape is given for gamma (checked above)
             params = {
                 "shape": torch.tensor(shape, dtype=torch.float64),
                 "scale": torch.tensor(scale, dtype=torch.float64),

@@ -25,7 +25,7 @@ import pickle
 import re
 import zipfile
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import IO, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -106,7 +106,7 @@ def export_npz(
                 for name, t in dump.read_extra(e, s, w, dtype=torch.float32).items():
                     arrays[f"x/{e}/s{s}/w{w}/{name}"] = t.numpy()
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub lets **kwds collide with allow_pickle: bool
     write_atomic(out, buf.getbuffer())
     return out
 
@@ -225,7 +225,7 @@ def _is_rank_dict(obj: object) -> bool:
     return isinstance(obj, dict) and bool(obj) and all(isinstance(v, dict) for v in obj.values())
 
 
-def _check_npy_header(fp, available: int, where: str) -> None:
+def _check_npy_header(fp: IO[bytes], available: int, where: str) -> None:
     """Read an .npy header from ``fp`` and refuse it unless its data fits in the ``available`` bytes that hold
     the header and the data (before numpy allocates the declared shape). ``where`` starts the error message."""
     try:
@@ -271,10 +271,10 @@ def _read_npz(file: Path) -> Iterator[Step]:
         raise DumpError(f"{file}: unreadable .npz ({exc}); object arrays are refused (no unpickling)") from None
     if not arrays:
         raise DumpError(f"{file}: holds no arrays")
-    matches = {k: EXPORT_KEY.match(k) for k in arrays}
-    if not all(matches.values()):
-        per_worker = {k: WORKER_KEY.match(k) for k in arrays}
-        if all(per_worker.values()):  # w{worker}/{param}: one step, several workers
+    matches = {k: m for k in arrays if (m := EXPORT_KEY.match(k)) is not None}
+    if len(matches) != len(arrays):
+        per_worker = {k: m for k in arrays if (m := WORKER_KEY.match(k)) is not None}
+        if len(per_worker) == len(arrays):  # w{worker}/{param}: one step, several workers
             ranks: dict[int, dict[str, np.ndarray]] = {}
             for key, m in per_worker.items():
                 ranks.setdefault(int(m.group(1)), {})[m.group(2)] = arrays[key]

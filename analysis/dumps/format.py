@@ -75,7 +75,8 @@ def sha256_bytes(data: bytes | memoryview) -> str:
 
 def sha256_tensor(t: torch.Tensor) -> str:
     """sha256 of a CPU tensor's raw little-endian bytes, as stored in a step file."""
-    return sha256_bytes(memoryview(t.contiguous().view(-1).view(torch.uint8).numpy()))
+    data = t.contiguous().view(-1).view(torch.uint8).numpy()
+    return sha256_bytes(memoryview(data))  # type: ignore[arg-type]  # numpy's stubs: ndarray is a buffer only on Python >= 3.12
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:

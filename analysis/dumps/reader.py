@@ -168,7 +168,9 @@ class Dump:
         try:
             return self._entries[step]
         except (KeyError, TypeError):
-            shown = self.steps if len(self._entries) <= 12 else self.steps[:6] + ["..."] + self.steps[-3:]
+            shown: list[int | str] = (
+                [*self.steps] if len(self._entries) <= 12 else [*self.steps[:6], "...", *self.steps[-3:]]
+            )
             raise DumpError(f"{self.path}: step {step!r} was not recorded; recorded steps: {shown}") from None
 
     def _worker(self, worker: int) -> int:
@@ -237,7 +239,13 @@ class Dump:
                 raise DumpError(f"{file}: {size} bytes, {MANIFEST} records {entry['bytes']}")
 
     def _read(
-        self, step: int, keys: list[str], names: list[str], device, dtype, verify: bool | None = None
+        self,
+        step: int,
+        keys: list[str],
+        names: list[str],
+        device: torch.device | str | None,
+        dtype: torch.dtype | None,
+        verify: bool | None = None,
     ) -> dict[str, torch.Tensor]:
         self._load_header(step)  # validated against the file's size before anything is allocated
         out = {name: torch.empty(self._shapes[name], dtype=self.dtype) for name in names}
@@ -246,7 +254,14 @@ class Dump:
             return out
         return {n: t.to(device=device, dtype=dtype) for n, t in out.items()}
 
-    def _read_flat(self, step: int, keys: list[str], device, dtype, verify: bool | None = None) -> torch.Tensor:
+    def _read_flat(
+        self,
+        step: int,
+        keys: list[str],
+        device: torch.device | str | None,
+        dtype: torch.dtype | None,
+        verify: bool | None = None,
+    ) -> torch.Tensor:
         self._load_header(step)  # validated against the file's size before anything is allocated
         flat = torch.empty(self.numel, dtype=self.dtype)
         parts = list(torch.split(flat, [numel(s) for s in self._shapes.values()]))
@@ -263,7 +278,7 @@ class Dump:
                 header = self._header(step, file, f)
                 for key, out in zip(keys, outs, strict=True):
                     begin, end, checksum = header[key]
-                    buf = memoryview(out.view(torch.uint8).numpy())
+                    buf = memoryview(out.view(torch.uint8).numpy())  # type: ignore[arg-type]  # numpy stubs: buffer only on Python >= 3.12
                     f.seek(begin)
                     if f.readinto(buf) != end - begin:
                         raise DumpError(f"{file}: truncated inside tensor {key!r}")
@@ -326,7 +341,7 @@ class Dump:
                 )
             offsets = entry.get("data_offsets")
             ok = isinstance(offsets, list) and len(offsets) == 2 and all(is_int(v) for v in offsets)
-            begin, end = offsets if ok else (0, -1)
+            begin, end = offsets if ok and isinstance(offsets, list) else (0, -1)
             if not ok or begin < 0 or end - begin != numel(want) * item or base + end > file_size:
                 raise DumpError(f"{file}: tensor {key!r} has bad data offsets {offsets!r}")
             checksum = meta.get(checksum_key(key))

@@ -11,11 +11,12 @@ atomically as for any step, and removes the parts. The dump format is unchanged.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import platform
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import safetensors
@@ -174,7 +175,7 @@ class DumpWriter:
         self._storages: set[int] = set()
         self._collect(tensors, grads, grad_key, f"step {step} gradients")
         for name in self.manifest["extras"]:
-            self._collect(tensors, extras[name], lambda w, p, n=name: extra_key(n, w, p), f"step {step} extra {name!r}")
+            self._collect(tensors, extras[name], functools.partial(extra_key, name), f"step {step} extra {name!r}")
         self._storages.clear()
         meta = {checksum_key(k): sha256_tensor(t) for k, t in tensors.items()}
         data = safetensors_bytes(tensors, metadata=meta)
@@ -209,7 +210,9 @@ class DumpWriter:
             with contextlib.suppress(OSError):
                 f.unlink()
 
-    def _collect(self, out: dict[str, torch.Tensor], per_worker: WorkerTensors, key, what: str) -> None:
+    def _collect(
+        self, out: dict[str, torch.Tensor], per_worker: WorkerTensors, key: Callable[[int, str], str], what: str
+    ) -> None:
         if len(per_worker) != self.manifest["workers"]:
             raise ValueError(f"{what}: expected {self.manifest['workers']} worker dicts, got {len(per_worker)}")
         for w, named in enumerate(per_worker):

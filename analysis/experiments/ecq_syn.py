@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -31,8 +31,16 @@ from gradstat.analysis.training.workloads.linreg import LinReg
 from gradstat.compressors import ErrorFeedback, create
 
 ALPHA, BETA, LEVELS, LR = 0.2, 0.99, 4, 0.02
-FULL = {"dims": (256, 512, 1024), "steps": 2000, "runs": 2}
-QUICK = {"dims": (256,), "steps": 300, "runs": 1}
+
+
+class Size(TypedDict):
+    dims: tuple[int, ...]
+    steps: int
+    runs: int
+
+
+FULL: Size = {"dims": (256, 512, 1024), "steps": 2000, "runs": 2}
+QUICK: Size = {"dims": (256,), "steps": 300, "runs": 1}
 REF = "ECQ-SGD (Wu et al.), summary: experiments, linear models, first figure"
 
 

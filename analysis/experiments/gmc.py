@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -28,7 +28,7 @@ import torch
 from gradstat.analysis.experiments.base import Comparison, Experiment, ExperimentResult
 from gradstat.analysis.plots.common import new_figure, save_figure
 from gradstat.analysis.training.workloads import get_workload
-from gradstat.compressors import Context, create
+from gradstat.compressors import Context, RoundResult, create
 from gradstat.compressors.momentum import GlobalMomentumCompression, LocalMomentumCorrection
 
 WORKERS, MOMENTUM = 4, 0.9
@@ -54,25 +54,92 @@ def counter_example(memory: bool) -> pd.DataFrame:
     states, shared = gmc.new_states(2), gmc.new_shared()
     w = torch.zeros(2)
     rows = [{"memory": memory, "step": 0, "w1": 0.0, "w2": 0.0}]
-    for t in range(EXAMPLE["steps"]):
+    for t in range(int(EXAMPLE["steps"])):
         result = gmc.round(grads, states, shared, Context(step=t))
-        w = (w + result.info["update"]).clamp(-1.0, 0.0)
+        w = (w + _update(result)).clamp(-1.0, 0.0)
         rows.append({"memory": memory, "step": t + 1, "w1": float(w[0]), "w2": float(w[1])})
     return pd.DataFrame(rows)
 
 
-def _flat_grads(model: torch.nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor, wd: float) -> list[torch.Tensor]:
+def _update(result: RoundResult) -> torch.Tensor:
+    """GMC's model update, which its round reports in ``info``."""
+    if result.info is None:
+        raise ValueError("GMC's round reports its update in info; got none")
+    update: torch.Tensor = result.info["update"]
+    return update
+
+
+def _flat_grads(
+    model: torch.nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    wd: float,
+) -> list[torch.Tensor]:
     """Each worker's mini-batch mean gradient (plus weight decay), flat, for the shards of (x, y)."""
     out = []
     for xs, ys in zip(x.tensor_split(WORKERS), y.tensor_split(WORKERS), strict=True):
         model.zero_grad(set_to_none=True)
         loss_fn(model(xs), ys).backward()
-        out.append(torch.cat([(p.grad + wd * p.detach()).reshape(-1) for p in model.parameters()]))
+        grads = [p.grad for p in model.parameters()]
+        if any(g is None for g in grads):
+            raise ValueError("a parameter got no gradient: the loss does not depend on it")
+        out.append(
+            torch.cat(
+                [
+                    (g + wd * p.detach()).reshape(-1)
+                    for g, p in zip(grads, model.parameters(), strict=True)
+                    if g is not None
+                ]
+            )
+        )
     return out
 
 
 def _set_flat(model: torch.nn.Module, flat: torch.Tensor) -> None:
     torch.nn.utils.vector_to_parameters(flat, model.parameters())
+
+
+def _method(
+    method: str, sparsity: float, lr: float, d: int, seed: int
+) -> Callable[[list[torch.Tensor], int], tuple[torch.Tensor, float]]:
+    """``method``'s step: the workers' gradients and the step index -> (model update, the step's CR)."""
+    if method == "dmsgd":
+        velocity = torch.zeros(d)
+
+        def dmsgd(grads: list[torch.Tensor], t: int) -> tuple[torch.Tensor, float]:
+            nonlocal velocity
+            velocity = MOMENTUM * velocity + torch.stack(grads).mean(0)
+            return -lr * velocity, 1.0
+
+        return dmsgd
+    comp = create(f"topk:ratio={sparsity}")
+
+    def cr(result: RoundResult, update: torch.Tensor) -> float:
+        sent = sum(p.parts["indices"].tensor.numel() for p in result.payloads)
+        return (sent + WORKERS * int(torch.count_nonzero(update))) / (WORKERS * d)
+
+    if method == "gmc":
+        gmc = GlobalMomentumCompression(comp, lr=lr, momentum=MOMENTUM)
+        states, shared = gmc.new_states(WORKERS), gmc.new_shared()
+
+        def gmc_step(grads: list[torch.Tensor], t: int) -> tuple[torch.Tensor, float]:
+            result = gmc.round(grads, states, shared, Context(seed=seed, step=t))
+            update = _update(result)
+            return update, cr(result, update)
+
+        return gmc_step
+    if method == "dgc":
+        dgc = LocalMomentumCorrection(comp, momentum=MOMENTUM)
+        dgc_states = dgc.new_states(WORKERS)
+
+        def dgc_step(grads: list[torch.Tensor], t: int) -> tuple[torch.Tensor, float]:
+            result = dgc.round(grads, dgc_states, Context(seed=seed, step=t))
+            update = -lr * result.mean
+            return update, cr(result, update)
+
+        return dgc_step
+    raise ValueError(f"method must be dmsgd, dgc or gmc, got {method!r}")
 
 
 def train(method: str, sparsity: float, epochs: int, seed: int) -> dict:
@@ -84,27 +151,14 @@ def train(method: str, sparsity: float, epochs: int, seed: int) -> dict:
     batches = wl.batches(seed)
     w = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
     d = w.numel()
-    comp = create(f"topk:ratio={sparsity}") if method != "dmsgd" else None
-    gmc = GlobalMomentumCompression(comp, lr=wl.lr, momentum=MOMENTUM) if method == "gmc" else None
-    dgc = LocalMomentumCorrection(comp, momentum=MOMENTUM) if method == "dgc" else None
-    states = gmc.new_states(WORKERS) if gmc else dgc.new_states(WORKERS) if dgc else None
-    shared = gmc.new_shared() if gmc else None
-    velocity = torch.zeros(d)
+    step_update = _method(method, sparsity, wl.lr, d, seed)
     cr_sum = 0.0
     for t in range(steps):
         x, y = next(batches)
         _set_flat(model, w)
         grads = _flat_grads(model, wl.loss, x, y, wl.weight_decay)
-        if method == "dmsgd":
-            velocity = MOMENTUM * velocity + torch.stack(grads).mean(0)
-            update = -wl.lr * velocity
-            cr_sum += 1.0
-        else:
-            ctx = Context(seed=seed, step=t)
-            result = gmc.round(grads, states, shared, ctx) if gmc else dgc.round(grads, states, ctx)
-            update = result.info["update"] if gmc else -wl.lr * result.mean
-            sent = sum(p.parts["indices"].tensor.numel() for p in result.payloads)
-            cr_sum += (sent + WORKERS * int(torch.count_nonzero(update))) / (WORKERS * d)
+        update, cr = step_update(grads, t)
+        cr_sum += cr
         w = w + update
     _set_flat(model, w)
     with torch.no_grad():

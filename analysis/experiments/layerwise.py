@@ -12,7 +12,7 @@ for the target ratio are sent dense in the per-layer mode (as DGC does). The ver
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 import pandas as pd
 
@@ -23,8 +23,15 @@ from gradstat.analysis.training.parallel import DataParallel
 from gradstat.analysis.training.workloads import get_workload, workload_names
 
 SPECS = ("topk:ratio=0.01", "sidco:ratio=0.01,dist=exp", "tailcount:ratio=0.01", "qsgd:s=4,bucket=0")
-FULL = {"workloads": ("resnet20", "lstm", "lenet"), "steps": 12}
-QUICK = {"workloads": ("fc300",), "steps": 6}
+
+
+class Size(TypedDict):
+    workloads: tuple[str, ...]
+    steps: int
+
+
+FULL: Size = {"workloads": ("resnet20", "lstm", "lenet"), "steps": 12}
+QUICK: Size = {"workloads": ("fc300",), "steps": 6}
 
 
 def gradients(workload: str, steps: int, seed: int) -> list[tuple[int, dict]]:

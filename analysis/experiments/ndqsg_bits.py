@@ -15,7 +15,7 @@ so Table 2 is compared as a measurement on different data.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 import pandas as pd
 
@@ -40,8 +40,15 @@ PAPER_ENTROPY = {  # Table 2, Kbits, 32 workers
     "fc300": {"DQSGD": 38.6, "QSGD": 38.2, "TernGrad": 48.23, "One-Bit": 330.0},
     "lenet": {"DQSGD": 299.7, "QSGD": 307.3, "TernGrad": 438.2, "One-Bit": 1889.0},
 }
-FULL = {"workloads": ("fc300", "lenet"), "steps": 6}
-QUICK = {"workloads": ("fc300",), "steps": 2}
+
+
+class Size(TypedDict):
+    workloads: tuple[str, ...]
+    steps: int
+
+
+FULL: Size = {"workloads": ("fc300", "lenet"), "steps": 6}
+QUICK: Size = {"workloads": ("fc300",), "steps": 2}
 REF = "NDQSG (Abdi & Fekri), Sec. 4"
 LENET_SHAPES = [(32, 1, 5, 5), (32,), (64, 32, 5, 5), (64,), (512, 3136), (512,), (10, 512), (10,)]
 

@@ -20,7 +20,7 @@ Choices the paper leaves open (stated in the output's notes):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -41,8 +41,16 @@ METHODS: dict[str, str | None] = {
 }
 CONVERGED = 4.0
 """A run converges when its final training loss is finite and at most this many times L*."""
-FULL = {"mus": (0.02, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30), "runs": 3, "steps": 250}
-QUICK = {"mus": (0.05, 0.10, 0.40), "runs": 2, "steps": 150}
+
+
+class Size(TypedDict):
+    mus: tuple[float, ...]
+    runs: int
+    steps: int
+
+
+FULL: Size = {"mus": (0.02, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30), "runs": 3, "steps": 250}
+QUICK: Size = {"mus": (0.05, 0.10, 0.40), "runs": 2, "steps": 150}
 CURVE_MUS = (0.05, 0.10)
 REF = "QCS (Abdi & Fekri), Sec. 2 Example, Fig. 2"
 

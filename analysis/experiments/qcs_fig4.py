@@ -14,7 +14,7 @@ plain SGD; at every ``every``-th step the gradient is compressed ``draws`` times
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -24,7 +24,7 @@ from gradstat.analysis.experiments.base import Comparison, Experiment, Experimen
 from gradstat.analysis.experiments.layerwise import gradients
 from gradstat.analysis.plots.common import new_figure, save_figure
 from gradstat.compressors import Context, create
-from gradstat.compressors.qcs import variance_factor
+from gradstat.compressors.qcs import QCS, variance_factor
 
 METHODS = {
     "qcs gain 28": "qcs:block=256,k=64,Q=4",
@@ -32,8 +32,17 @@ METHODS = {
     "qsgd s=4": "qsgd:s=4,bucket=512",
     "qsgd s=1": "qsgd:s=1,bucket=512",
 }
-FULL = {"workload": "lenet", "steps": 60, "every": 5, "draws": 3}
-QUICK = {"workload": "fc300", "steps": 4, "every": 2, "draws": 2}
+
+
+class Size(TypedDict):
+    workload: str
+    steps: int
+    every: int
+    draws: int
+
+
+FULL: Size = {"workload": "lenet", "steps": 60, "every": 5, "draws": 3}
+QUICK: Size = {"workload": "fc300", "steps": 4, "every": 2, "draws": 2}
 REF = "QCS (Abdi & Fekri), Sec. 6 Quantizer Evaluation, Fig. 4"
 
 
@@ -58,7 +67,7 @@ def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int) -> E
     for label, grp in per.groupby("method", sort=False):
         within = grp.groupby("step")["rel_error"]
         spec = comps[label]
-        bound = variance_factor(spec.block, spec.k, spec.Q) if spec.name == "qcs" else np.nan
+        bound = variance_factor(spec.block, spec.k, spec.Q) if spec.name == "qcs" and isinstance(spec, QCS) else np.nan
         summary.append(
             {
                 "method": label,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,7 @@ from gradstat.analysis.plots.common import new_figure, save_figure
 from gradstat.analysis.training.parallel import DataParallel
 from gradstat.analysis.training.workloads import get_workload, workload_names
 from gradstat.compressors import Context, ErrorFeedback, create
+from gradstat.compressors.sidco import SIDCo
 from gradstat.compressors.stage_adaptation import StageState
 
 ESTIMATORS: dict[str, str] = {
@@ -54,8 +55,16 @@ ESTIMATORS: dict[str, str] = {
 RATIOS = (0.1, 0.01, 0.001)
 LOOP_RATIO = 0.01
 """Top-k ratio of the training loop whose compensated vectors every estimator sees (one loop for all ratios)."""
-FULL = {"workloads": ("resnet20", "lstm", "lenet"), "steps": 100, "ratios": RATIOS}
-QUICK = {"workloads": ("logreg",), "steps": 40, "ratios": (0.1, 0.01)}
+
+
+class Size(TypedDict):
+    workloads: tuple[str, ...]
+    steps: int
+    ratios: tuple[float, ...]
+
+
+FULL: Size = {"workloads": ("resnet20", "lstm", "lenet"), "steps": 100, "ratios": RATIOS}
+QUICK: Size = {"workloads": ("logreg",), "steps": 40, "ratios": (0.1, 0.01)}
 COVERAGE = 0.9
 SIDCO_EPS = 0.2
 OWN_TOL = 0.1
@@ -107,7 +116,9 @@ def quality_run(
                 }
             )
     verdicts = {
-        key: s.verdict(comps[key].period, comps[key].eps) for key, s in states.items() if isinstance(s, StageState)
+        key: s.verdict(c.period, c.eps)
+        for key, s in states.items()
+        if isinstance(s, StageState) and isinstance(c := comps[key], SIDCo)  # stage states are SIDCo's
     }
     return rows, verdicts
 

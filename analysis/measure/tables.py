@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import pandas as pd
@@ -76,7 +76,7 @@ class CsvLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.columns: list[str] | None = None
-        self._fh = None
+        self._fh: TextIO | None = None
 
     def add(self, rows: dict | list[dict]) -> None:
         rows = [rows] if isinstance(rows, dict) else rows
@@ -86,8 +86,9 @@ class CsvLog:
             self.columns = list(rows[0])
             self._fh = open(self.path, "w", encoding="utf-8")
             self._fh.write(",".join(self.columns) + "\n")
+        columns = self.columns if self.columns is not None else []  # set with the file
         for r in rows:
-            self._fh.write(",".join(_csv_cell(r.get(c)) for c in self.columns) + "\n")
+            self._fh.write(",".join(_csv_cell(r.get(c)) for c in columns) + "\n")
         self._fh.flush()
 
     def close(self) -> None:

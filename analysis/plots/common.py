@@ -9,7 +9,11 @@ import matplotlib
 
 matplotlib.use("Agg")  # never a window; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.axis import Axis  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from gradstat.analysis.measure.tables import atomic_write_text  # noqa: E402
 
@@ -17,13 +21,13 @@ DPI = 90
 """Resolution of written PNGs (kept small: the committed report must stay a few hundred KB)."""
 
 
-def new_figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.6):
+def new_figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.6) -> tuple[Figure, np.ndarray]:
     """A figure with ``nrows x ncols`` axes of ``width x height`` inches each; returns ``(fig, axes)``."""
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
     return fig, axes
 
 
-def log_axis(axis, subs: tuple[float, ...] = (1.0, 2.0, 5.0)) -> None:
+def log_axis(axis: Axis, subs: tuple[float, ...] = (1.0, 2.0, 5.0)) -> None:
     """Readable log axis: major ticks at 1, 2, 5 x 10^k written as plain numbers (0.01, 0.2, 5, 100), no minor
     labels."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
@@ -33,13 +37,13 @@ def log_axis(axis, subs: tuple[float, ...] = (1.0, 2.0, 5.0)) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def legend_outside(ax, fontsize: int = 7, source=None) -> None:
+def legend_outside(ax: Axes, fontsize: int = 7, source: Axes | None = None) -> None:
     """The legend to the right of ``ax``, outside the data; ``source`` (another axes) supplies the entries."""
     handles, labels = (source or ax).get_legend_handles_labels()
     ax.legend(handles, labels, fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
 
 
-def save_figure(fig, data: pd.DataFrame, out_dir: str | os.PathLike, stem: str) -> dict[str, Path]:
+def save_figure(fig: Figure, data: pd.DataFrame, out_dir: str | os.PathLike, stem: str) -> dict[str, Path]:
     """Write ``<stem>.png`` and ``<stem>.csv`` (the data behind the figure) into ``out_dir``; close the figure."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

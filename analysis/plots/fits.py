@@ -24,7 +24,7 @@ def _fits(a: torch.Tensor, families: Sequence[str], method: str) -> dict:
     return {f: fit(a, f, method).distribution for f in families}
 
 
-def _np(x) -> np.ndarray:
+def _np(x: object) -> np.ndarray:
     return np.asarray(x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x, dtype=np.float64)
 
 

@@ -9,6 +9,7 @@ section's key.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -29,7 +30,7 @@ class ReportData:
     """
 
     header: dict[str, object]
-    setup: dict[str, object] | None = None
+    setup: dict[str, Any] | None = None
     fits: pd.DataFrame | None = None
     thresholds: pd.DataFrame | None = None
     replays: pd.DataFrame | None = None
@@ -38,7 +39,7 @@ class ReportData:
     feedback_mmse: pd.DataFrame | None = None
     variance_gain: pd.DataFrame | None = None
     validation: pd.DataFrame | None = None
-    info: dict[str, dict[str, object]] = field(default_factory=dict)
+    info: dict[str, dict[str, Any]] = field(default_factory=dict)  # per section: JSON-like notes
     seconds: float | None = None
     related: dict[str, str] = field(default_factory=dict)
     """Other results found beside the report's folder (what they are -> relative link), e.g. the experiments."""
@@ -50,9 +51,16 @@ class ReportData:
         table = getattr(self, section)
         return table is not None and not table.empty
 
+    def table(self, section: str) -> pd.DataFrame:
+        """The table of ``section``, which must have run (see :meth:`ran`)."""
+        if not self.ran(section):
+            raise ValueError(f"report section {section!r} did not run")
+        table: pd.DataFrame = getattr(self, section)
+        return table
+
     def check(self, name: str) -> pd.Series | None:
         """The validation row of check ``name`` (None when it did not run)."""
-        if not self.ran("validation"):
+        if not self.ran("validation") or self.validation is None:
             return None
         rows = self.validation[self.validation["check"] == name]
         return None if rows.empty else rows.iloc[0]

@@ -16,7 +16,7 @@ import math
 import platform
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -34,6 +34,9 @@ from gradstat.analysis.studies import variance_gain as variance_gain_study
 from gradstat.analysis.validation import outputs as validation_table
 from gradstat.compressors import create as create_compressor
 from gradstat.compressors.feedback import parse_feedback
+
+if TYPE_CHECKING:
+    from gradstat.analysis.dumps.reader import Dump
 
 QUICK_ESTIMATORS = (
     "topk",
@@ -194,14 +197,14 @@ def _block_label(source: GradientSource, n: int, index: int = 0) -> str:
 
 def _dump_sections(
     data: ReportData,
-    dump,
-    sel,
+    dump: Dump,
+    sel: list[int],
     out: Path,
     quick: bool,
-    device,
+    device: torch.device,
     seed: int,
     progress: bool,
-    echo,
+    echo: Callable[[str], None],
     chosen: list[str],
     feedback: str | None,
 ) -> None:

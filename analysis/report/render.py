@@ -93,7 +93,8 @@ def fits(data: ReportData) -> str:
         return ""
     info = data.info.get("fits", {})
     zero = info.get("zero_fraction")
-    best = data.fits.sort_values("aic_rank").groupby("method", sort=False).head(1) if "aic_rank" in data.fits else None
+    table = data.table("fits")
+    best = table.sort_values("aic_rank").groupby("method", sort=False).head(1) if "aic_rank" in table else None
     found = ""
     if best is not None and not best.empty:
         found = (
@@ -109,7 +110,7 @@ def fits(data: ReportData) -> str:
         + (f" {num(100 * float(zero), 3)} % of the coordinates are exactly 0." if zero is not None else "")
         + found
         + "\n\n"
-        + to_markdown(data.fits)
+        + to_markdown(data.table("fits"))
         + "\n"
         + "".join(_img(stem, alt) for stem, alt in info.get("figures", []))
     )
@@ -124,7 +125,7 @@ def thresholds(data: ReportData) -> str:
         f"## Threshold quality\n\nk_hat/k of each threshold estimator over steps "
         f"{', '.join(map(str, info.get('steps', [])))}: mean, central 90 % interval over steps, and the central "
         "90 % band of Binomial(d, delta)/k that a perfect fit would give (SIDCo App. C).\n\n"
-        + to_markdown(data.thresholds)
+        + to_markdown(data.table("thresholds"))
         + "\n"
         + (f"Not run (compressor not available): {', '.join(missing)}.\n\n" if missing else "")
         + _img("threshold_k_ratio", "k_hat / k")
@@ -135,7 +136,7 @@ def replays(data: ReportData) -> str:
     if not data.ran("replays"):
         return ""
     info = data.info.get("replays", {})
-    df = data.replays
+    df = data.table("replays")
     chosen = info.get("chosen", False)
     gains = "; ".join(f"`{r['compressor']}` ({r['feedback']}): {num(r['gain'], 3)}" for _, r in df.iterrows())
     intro = (
@@ -158,7 +159,7 @@ def replays(data: ReportData) -> str:
 def variance(data: ReportData) -> str:
     if not data.ran("variance"):
         return ""
-    df = data.variance
+    df = data.table("variance")
     counts = df["verdict"].value_counts()
     summary = ", ".join(
         f"{int(counts[v])} {v}" for v in ("holds", "tight", "violated", "not applicable") if v in counts
@@ -198,7 +199,7 @@ def _feedback_setup(df: pd.DataFrame, info: dict) -> str:
 def feedback(data: ReportData) -> str:
     parts = []
     if data.ran("feedback"):
-        df, info = data.feedback, data.info.get("feedback", {})
+        df, info = data.table("feedback"), data.info.get("feedback", {})
         first = df.iloc[0]
         counts = df["verdict"].value_counts()
         parts.append(
@@ -214,7 +215,7 @@ def feedback(data: ReportData) -> str:
             + _img("feedback_eta_vs_beta", "eta vs beta")
         )
     if data.ran("feedback_mmse"):
-        df, info = data.feedback_mmse, data.info.get("feedback_mmse", {})
+        df, info = data.table("feedback_mmse"), data.info.get("feedback_mmse", {})
         first = df.iloc[0]
         below = int((df["empirical"] <= df["eta_minkowski"]).sum())
         no_bound = df[~np.isfinite(df["eta"].astype(float))]["beta"].tolist()
@@ -244,7 +245,7 @@ def variance_gain(data: ReportData) -> str:
     if not data.ran("variance_gain"):
         return ""
     info = data.info.get("variance_gain", {})
-    df = data.variance_gain
+    df = data.table("variance_gain")
     return (
         "## Variance vs compression gain (QCS Fig. 3)\n\nLines: the closed-form variance factor of each scheme at a "
         "given gain (QCS: the least gamma (10) over (k, Q) meeting gain (11); QSGD: Lemma 3.1 at its gain "
@@ -271,7 +272,7 @@ def _vector_kinds(val: pd.DataFrame) -> str:
 def validation(data: ReportData) -> str:
     if not data.ran("validation"):
         return ""
-    val = data.validation
+    val = data.table("validation")
     info = data.info.get("validation", {})
     dumps = sorted({v.split(" (")[0].split(" step")[0] for v in val["vectors"].astype(str) if v.startswith("dump")})
     title = f"## Validation: {len(val)} checks, {_vector_kinds(val)}" + (f" ({', '.join(dumps)})" if dumps else "")
@@ -348,7 +349,7 @@ def _sidco_gamma(data: ReportData) -> str | None:
 def _approx_on_dump(data: ReportData) -> str:
     if not data.ran("thresholds"):
         return ""
-    t = data.thresholds
+    t = data.table("thresholds")
     ex = t[t["estimator"] == "sidco-gamma-M1"].set_index("ratio")["mean"]
     ap = t[t["estimator"] == "sidco-gamma-M1-approx"].set_index("ratio")["mean"]
     common = [r for r in ex.index if r in ap.index]
@@ -372,7 +373,7 @@ def _approx_on_dump(data: ReportData) -> str:
 def _mmse_printed(data: ReportData) -> str | None:
     lines = []
     if data.ran("feedback_mmse"):
-        df = data.feedback_mmse.sort_values("beta")
+        df = data.table("feedback_mmse").sort_values("beta")
         gam = float(df["gamma"].iloc[0])
         no_bound = df[~np.isfinite(df["eta"].astype(float))]
         emp = df["empirical"].to_numpy()
@@ -414,7 +415,7 @@ def _mmse_beta1(data: ReportData) -> str | None:
     r = data.check("qcs-feedback-mmse")
     if r is None or pd.isna(r["empirical"]) or not data.ran("feedback_mmse"):
         return None
-    df = data.feedback_mmse
+    df = data.table("feedback_mmse")
     at1 = df[df["beta"] == 1.0]
     if at1.empty:
         return None
@@ -497,7 +498,7 @@ def _dither(data: ReportData) -> str | None:
 def _tight_or_violated(data: ReportData) -> str | None:
     if not data.ran("validation"):
         return None
-    val = data.validation
+    val = data.table("validation")
     rows = val[val["verdict"].isin(["tight", "violated"])]
     if rows.empty:
         return None

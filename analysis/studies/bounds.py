@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Protocol, cast
 
 import torch
 
@@ -61,10 +61,35 @@ def closed_form_bound(comp: Compressor, g: torch.Tensor) -> Bound:
     return _RULES[key](comp, g)
 
 
+class _Sparsifier(Protocol):
+    """A compressor whose bound is stated through its target ratio (Top-k, Wangni et al.)."""
+
+    ratio: float
+
+
+class _BucketQuantizer(Protocol):
+    """A stochastic quantizer with scale buckets (QSGD, DQSG, half-dither)."""
+
+    def prepare(self, g: torch.Tensor) -> torch.Tensor: ...
+
+    def quantizer(self, d: int) -> Any: ...
+
+
+class _QCSConfig(Protocol):
+    """The QCS parameters of (10)."""
+
+    gamma: float
+    onebit: bool
+    block: int
+    k: int
+    Q: int
+
+
+# Each rule reads the attributes of the compressors whose ``properties.bound`` names it (cast, not checked).
 @rule("topk_contraction")
 def _topk(comp: Compressor, g: torch.Tensor) -> Bound:
     d = g.numel()
-    k = math.ceil(float(comp.ratio) * d)
+    k = math.ceil(float(cast(_Sparsifier, comp).ratio) * d)
     return Bound(1.0 - k / d, "1 - k/d", "upper", cite("SIDCo", "Lemma 3 / App. C"))
 
 
@@ -75,7 +100,7 @@ def _wangni(comp: Compressor, g: torch.Tensor) -> Bound:
     from gradstat.theory.wangni import optimal_probabilities, variance
 
     x = g.double().cpu().numpy()
-    k = math.ceil(float(comp.ratio) * g.numel())
+    k = math.ceil(float(cast(_Sparsifier, comp).ratio) * g.numel())
     p, _ = optimal_probabilities(x, k / g.numel())
     return Bound(
         variance(x, p) / float((x * x).sum()),
@@ -87,8 +112,9 @@ def _wangni(comp: Compressor, g: torch.Tensor) -> Bound:
 
 def _quantizer_blocks(comp: Compressor, g: torch.Tensor) -> tuple[list, int, str]:
     """The (prepared) gradient cut into the compressor's scale buckets, its levels per sign and its norm."""
-    flat = comp.prepare(g.reshape(-1).float()).double().cpu().numpy()
-    q = comp.quantizer(flat.size)
+    quantizer = cast(_BucketQuantizer, comp)
+    flat = quantizer.prepare(g.reshape(-1).float()).double().cpu().numpy()
+    q = quantizer.quantizer(flat.size)
     size = q.bucket_size(flat.size)
     return [flat[i : i + size] for i in range(0, flat.size, size)], int(q.levels), str(q.norm)
 
@@ -126,7 +152,7 @@ def _qsgd(comp: Compressor, g: torch.Tensor) -> Bound:
     from gradstat.theory.qsgd import variance_bound
 
     d = g.numel()
-    q = comp.quantizer(d)
+    q = cast(_BucketQuantizer, comp).quantizer(d)
     if q.norm != "l2":
         return _half(comp, g)
     return Bound(
@@ -142,7 +168,8 @@ def qcs_gamma(comp: Compressor) -> float:
     so it comes from the compressor's own evaluation of (10)."""
     from gradstat.theory.qcs import gamma
 
-    return float(comp.gamma) if comp.onebit else gamma(comp.block, comp.k, comp.Q)
+    qcs = cast(_QCSConfig, comp)
+    return float(qcs.gamma) if qcs.onebit else gamma(qcs.block, qcs.k, qcs.Q)
 
 
 @rule("qcs_gamma")

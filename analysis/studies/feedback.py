@@ -34,6 +34,7 @@ from gradstat.analysis.measure.tables import write_table
 from gradstat.analysis.measure.verdicts import verdict
 from gradstat.analysis.studies.bounds import closed_form_bound, qcs_gamma
 from gradstat.compressors import Compressor, Context, ErrorFeedback
+from gradstat.compressors.feedback import FeedbackState
 from gradstat.compressors.pipeline import feedback_round, new_worker_states
 
 
@@ -69,6 +70,13 @@ class FeedbackTheory:
         if self.kind is None or self.gamma is None:
             return math.nan, math.nan
         return (optimal_feedback_mmse if self.kind == "mmse" else optimal_feedback_unbiased)(self.gamma)
+
+
+def residual_of(state: FeedbackState) -> torch.Tensor:
+    """A worker's residual after at least one feedback round (it is None only before the first)."""
+    if state.residual is None:
+        raise ValueError("no residual yet: run a feedback round first")
+    return state.residual
 
 
 def feedback_theory(comp: Compressor, g: torch.Tensor) -> FeedbackTheory:
@@ -115,7 +123,7 @@ def residual_samples(
         states = new_worker_states(comp, len(sequence[0]))
         for t, grads in enumerate(sequence):
             feedback_round(comp, fb, grads, states, Context(seed=int(seed), step=t))
-            out[i, t] = np.mean([float(s.feedback.residual.double().square().sum()) for s in states])
+            out[i, t] = np.mean([float(residual_of(s.feedback).double().square().sum()) for s in states])
     return out
 
 
@@ -151,8 +159,9 @@ def feedback_table(
         raise ValueError("every gradient of the sequence is zero: B = 0")
     th = feedback_theory(comp, sequence[0][0])
     beta_star, eta_star = th.optimum()
-    eta_k = karimireddy_residual_bound(th.gamma) if th.kind == "mmse" else math.nan
-    rows, steps = [], []
+    eta_k = karimireddy_residual_bound(th.gamma) if th.kind == "mmse" and th.gamma is not None else math.nan
+    rows: list[dict] = []
+    steps: list[dict] = []
     for beta in tqdm(betas, desc="feedback", disable=not progress, leave=False):
         seq = cycled(sequence, max(len(sequence), settle_steps(beta))) if settle else sequence
         r = residual_samples(comp, beta, seq, seeds) / B

@@ -12,14 +12,15 @@ estimator (closed form or MLE, :func:`gradstat.theory.estimators.fit`), one tabl
   most ``SUBSAMPLE`` nonzero |g| values drawn uniformly without replacement with a fixed seed (exact statistics on
   millions of values cost more than they tell; the subsample size is in the table as ``gof_n``);
 - ``tail_<delta>`` for delta in 0.1, 0.01, 0.001: the number of |g| above the fitted threshold eta(delta)
-  (:func:`gradstat.theory.thresholds.threshold`, exact quantile) divided by ``d * delta`` (1 = perfect; SIDCo's estimation
-  quality k_hat/k for a single-stage fit);
+  (:func:`gradstat.theory.thresholds.threshold`, exact quantile) divided by ``d * delta`` (1 = perfect; SIDCo's
+  estimation quality k_hat/k for a single-stage fit);
 - ``p``: the compressibility exponent of the sorted magnitudes, |g|_(j) <= c j^-p (SIDCo Def. 1), from
   :mod:`gradstat.theory.sparsification`.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -37,6 +38,10 @@ DELTAS = (0.1, 0.01, 0.001)
 SUBSAMPLE = 20_000
 """Largest number of nonzero |g| values the KS and Anderson-Darling statistics are computed on."""
 N_PARAMS = {"exponential": 1, "gamma": 2, "genpareto": 2}
+
+
+def _cdf_array(dist: Any, x: np.ndarray) -> np.ndarray:
+    return np.asarray(dist.cdf(x))
 
 
 def goodness_of_fit(x_sorted: np.ndarray, cdf: Callable[[np.ndarray], np.ndarray]) -> tuple[float, float]:
@@ -100,7 +105,7 @@ def fit_vector(
             f = fit(a, family, method)
             dist = f.distribution
             loglik = float(torch.as_tensor(dist.logpdf(nz.double())).sum())
-            ks, ad = goodness_of_fit(sample, lambda x: np.asarray(dist.cdf(x)))
+            ks, ad = goodness_of_fit(sample, functools.partial(_cdf_array, dist))
             row = {
                 "family": family,
                 "method": method,

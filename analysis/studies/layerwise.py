@@ -84,7 +84,7 @@ class LayerwiseReplay:
             "rel_error": err / norm if norm > 0 else math.nan,
             "k_hat": sent if target else math.nan,
             "k_target": target if target else math.nan,
-            "k_ratio": sent / math.ceil(float(ratio) * d) if target else math.nan,
+            "k_ratio": sent / math.ceil(float(ratio) * d) if target and ratio is not None else math.nan,
             "bits": bits,
             "entropy_bits": ent,
             "gain": 32.0 * d / bits if bits > 0 else math.nan,

@@ -22,6 +22,7 @@ adaptation period, and an aggregate error that grows over the replay past the gr
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -166,13 +167,13 @@ def replay_step(
     comp: Compressor, fb: ErrorFeedback, grads: Sequence[torch.Tensor], states: list, fstates: list, ctx: Context
 ) -> dict[str, float]:
     """One synchronous round with feedback; updates ``states``/``fstates`` in place; returns the step's metrics."""
-    z = [fb.compensate(g, st) for g, st in zip(grads, fstates)]
+    z = [fb.compensate(g, st) for g, st in zip(grads, fstates, strict=True)]
     res = comp.round(z, ctx, states)
-    for zi, zh, st in zip(z, res.decoded, fstates):
+    for zi, zh, st in zip(z, res.decoded, fstates, strict=True):
         fb.update(zi, zh, st)
     d = grads[0].numel()
     rel, bias, resid, resid_rel = [], [], [], []
-    for g, zi, zh, st in zip(grads, z, res.decoded, fstates):
+    for g, zi, zh, st in zip(grads, z, res.decoded, fstates, strict=True):
         zz = float(zi.double().square().sum())
         err = zh.double() - zi.double()
         rel.append(float(err.square().sum()) / zz if zz > 0 else math.nan)
@@ -228,6 +229,10 @@ def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
+def _log_row(log: CsvLog, compressor: str, feedback: str, row: dict) -> None:
+    log.add({"compressor": compressor, "feedback": feedback, **row})
+
+
 def run(
     dump: Any,
     out: Path,
@@ -248,7 +253,7 @@ def run(
             df = replay(
                 dump,
                 cfg,
-                on_step=lambda r, c=comp, f=fb: log.add({"compressor": c, "feedback": f, **r}),
+                on_step=functools.partial(_log_row, log, comp, fb),
                 progress=progress,
             )
             frames.append(df.assign(compressor=comp, feedback=fb))

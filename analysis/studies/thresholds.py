@@ -5,8 +5,8 @@ each selected step it encodes the gradient (with its own state across steps, so 
 evolves as in training) and k_hat is the number of indices it sends; k = ceil(delta d). Per estimator and ratio
 the summary gives the mean of k_hat/k, the central 90 % interval over steps (SIDCo's estimation-quality metric,
 SIDCo (Abdelmoniem et al.) Sec. 4) and the band a perfect fit would give: the central 90 % interval of
-Binomial(d, delta) / k (:func:`gradstat.theory.sidco.exceedance_count_interval`, App. C). Estimators whose compressor is not
-registered are skipped and listed in the summary's ``missing`` attribute.
+Binomial(d, delta) / k (:func:`gradstat.theory.sidco.exceedance_count_interval`, App. C). Estimators whose compressor is
+not registered are skipped and listed in the summary's ``missing`` attribute.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ interval, next to the compressor's closed-form bound and a verdict.
 
 The expectation is over the compressor's randomness only (the bounds are conditional on g): trial ``t`` encodes
 ``g`` with ``Context(seed, step=t)``, so trials are independent and reproducible. The closed form that applies is
-named by the compressor's ``properties.bound`` and computed by :mod:`gradstat.analysis.studies.bounds` (one home for that mapping).
+named by the compressor's ``properties.bound`` and computed by :mod:`gradstat.analysis.studies.bounds` (one home
+for that mapping).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gradstat.analysis.training.recorder import RankRecorder
-from gradstat.analysis.training.workloads import get_workload
+from gradstat.analysis.training.workloads import Workload, get_workload
 from gradstat.compressors.context import derive_seed
 from gradstat.compressors.ddp import BASELINES, RemoteError, baseline_hook, make_hook
 
@@ -218,7 +218,16 @@ def _hook_for(config: TrainConfig, run: RunSpec, ddp: DDP) -> tuple[Any, Any]:
     )
 
 
-def _recorder(config, run, ddp, state, optimizer, rank, world, wl) -> RankRecorder:
+def _recorder(
+    config: TrainConfig,
+    run: RunSpec,
+    ddp: DDP,
+    state: Any,
+    optimizer: torch.optim.Optimizer,
+    rank: int,
+    world: int,
+    wl: Workload,
+) -> RankRecorder:
     if config.dump is None:
         raise ValueError("recording needs a dump directory")
     if not hasattr(state, "observers"):

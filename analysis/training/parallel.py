@@ -79,11 +79,14 @@ class DataParallel:
         if x.shape[0] < self.workers:
             raise ValueError(f"a mini-batch of {x.shape[0]} samples cannot be split over {self.workers} workers")
         grads, losses = [], []
-        for xs, ys in zip(torch.tensor_split(x, self.workers), torch.tensor_split(y, self.workers)):
+        for xs, ys in zip(torch.tensor_split(x, self.workers), torch.tensor_split(y, self.workers), strict=True):
             self.model.zero_grad(set_to_none=True)
             loss = self.loss_fn(self.model(xs), ys)
             loss.backward()
-            grads.append({n: p.grad for n, p in self.named})
+            missing = [n for n, p in self.named if p.grad is None]
+            if missing:
+                raise ValueError(f"no gradient for {missing[:3]}: the loss does not depend on these parameters")
+            grads.append({n: p.grad for n, p in self.named if p.grad is not None})
             losses.append(loss.detach())
         return grads, float(torch.stack(losses).mean())
 
@@ -126,4 +129,4 @@ class DataParallel:
     def unflatten(self, flat: torch.Tensor) -> Grads:
         """Split a flat model-order vector into ``{param: view}`` with the parameters' shapes."""
         sizes = [p.numel() for _, p in self.named]
-        return {n: part.view_as(p) for (n, p), part in zip(self.named, torch.split(flat, sizes))}
+        return {n: part.view_as(p) for (n, p), part in zip(self.named, torch.split(flat, sizes), strict=True)}

@@ -4,8 +4,8 @@
 steps, after backward and before the optimizer step (through an optimizer step pre-hook, or by calling
 :meth:`Recorder.record` from a custom loop). A step that is not recorded costs one modulo: nothing is copied.
 
-:func:`record` trains a built-in workload with P simulated workers (:mod:`gradstat.analysis.training.parallel`), optionally with a
-compressor and error feedback in the loop, and records it.
+:func:`record` trains a built-in workload with P simulated workers (:mod:`gradstat.analysis.training.parallel`),
+optionally with a compressor and error feedback in the loop, and records it.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class Recorder:
                 missing = [n for n, p in named if p.grad is None]
                 if missing:
                     raise ValueError(f"step {step}: no gradient for {missing[:3]}; call backward() before step()")
-                self.record(step, [{n: p.grad for n, p in named}])
+                self.record(step, [{n: p.grad for n, p in named if p.grad is not None}])  # none missing (checked)
 
         return optimizer.register_step_pre_hook(hook)
 
@@ -104,8 +104,8 @@ def record(
     metadata: Mapping[str, Any] | None = None,
     device: torch.device | str = "cpu",
 ) -> Path:
-    """Train workload ``workload`` (a name or spec, see :func:`gradstat.analysis.training.workloads.get_workload`) for ``steps``
-    steps with ``workers`` simulated workers and record every ``every``-th step into a new dump at ``out``.
+    """Train workload ``workload`` (a name or spec, see :func:`gradstat.analysis.training.workloads.get_workload`) for
+    ``steps`` steps with ``workers`` simulated workers and record every ``every``-th step into a new dump at ``out``.
 
     ``compressor`` (spec for :func:`gradstat.compressors.create`) and ``feedback`` (spec for
     :func:`gradstat.compressors.parse_feedback`) put compression in the loop: the model is updated with the average of

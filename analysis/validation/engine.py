@@ -17,12 +17,15 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import torch
 
 from gradstat.analysis.measure.intervals import Estimate
 from gradstat.analysis.measure.verdicts import VERDICTS, Claim, Size, Verdict, verdict
+
+if TYPE_CHECKING:
+    from gradstat.analysis.measure.sources import GradientSource
 
 __all__ = [
     "Check",
@@ -65,7 +68,7 @@ class Setting:
     trials: int
     seed: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    source: object = None  # analysis.measure.sources.GradientSource; typed loosely to avoid an import cycle
+    source: GradientSource | None = None
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,11 @@ class Check:
     rel_tolerance: float = 0.0
 
     def run(
-        self, size: Size = "quick", seed: int = 0, device: torch.device | str = "cpu", source: object = None
+        self,
+        size: Size = "quick",
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        source: GradientSource | None = None,
     ) -> "Result":
         """Run the experiment and return its verdict (exceptions other than :class:`NotApplicable` propagate)."""
         if size not in self.trials:
@@ -183,7 +190,7 @@ def run_checks(
     size: Size = "quick",
     seed: int = 0,
     device: torch.device | str = "cpu",
-    source: object = None,
+    source: GradientSource | None = None,
     on_result: Callable[[Result], None] | None = None,
 ) -> list[Result]:
     """Run ``checks`` in order; ``on_result`` is called after each (progress, writing the table as we go)."""

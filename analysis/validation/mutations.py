@@ -20,14 +20,18 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 from unittest import mock
 
 import pandas as pd
 import torch
 
 from gradstat.analysis.measure.tables import atomic_write_text, to_markdown
+from gradstat.analysis.measure.verdicts import Size
 from gradstat.analysis.validation import registry
+
+if TYPE_CHECKING:
+    from gradstat.compressors.qcs import QCS
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ def planted(m: Mutation) -> Iterator[None]:
 
 
 # -- patches: each returns a list of mock.patch context managers ------------------------------------------------
-def _qcs_alpha(value: Callable[[object], float]) -> list:
+def _qcs_alpha(value: Callable[[QCS], float]) -> list:
     from gradstat.compressors.qcs import QCS
 
     return [mock.patch.object(QCS, "reconstruction_scale", value)]
@@ -579,14 +583,15 @@ MUTATIONS: tuple[Mutation, ...] = (
 )
 
 
-def run_mutation(m: Mutation, size: str = "quick", seed: int = 0) -> dict[str, object]:
+def run_mutation(m: Mutation, size: Size = "quick", seed: int = 0) -> dict[str, object]:
     """Run ``m``'s check with the bug planted; the row of the kill table."""
     check = registry.get(m.check)
     t0 = time.perf_counter()
     with planted(m):
         try:
             r = check.run(size, seed=seed)
-            verdict, detail = r.verdict, "" if r.estimate is None else f"{r.estimate} vs {r.theory:.4g}"
+            verdict: str = r.verdict
+            detail = "" if r.estimate is None else f"{r.estimate} vs {r.theory:.4g}"
         except Exception as exc:  # a bug that crashes the check is caught too: report it as such
             verdict, detail = "error", f"{type(exc).__name__}: {exc}"[:120]
     killed = verdict in ("violated", "error")
@@ -605,7 +610,7 @@ def run_mutation(m: Mutation, size: str = "quick", seed: int = 0) -> dict[str, o
     }
 
 
-def kill_table(size: str = "quick", seed: int = 0) -> pd.DataFrame:
+def kill_table(size: Size = "quick", seed: int = 0) -> pd.DataFrame:
     """Every mutation of :data:`MUTATIONS` run against its check."""
     return pd.DataFrame([run_mutation(m, size, seed) for m in MUTATIONS])
 
@@ -653,7 +658,7 @@ def render(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def write_kill_table(path: str | Path, size: str = "quick", seed: int = 0) -> pd.DataFrame:
+def write_kill_table(path: str | Path, size: Size = "quick", seed: int = 0) -> pd.DataFrame:
     df = kill_table(size, seed)
     atomic_write_text(path, render(df))
     return df

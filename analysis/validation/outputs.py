@@ -10,13 +10,14 @@ import torch
 
 from gradstat.analysis.measure.sources import GradientSource
 from gradstat.analysis.measure.tables import atomic_write_text, write_table
-from gradstat.analysis.validation.engine import run_checks
+from gradstat.analysis.measure.verdicts import Size
+from gradstat.analysis.validation.engine import Result, run_checks
 from gradstat.analysis.validation.registry import select
 
 
 def run(
     out: Path,
-    size: str,
+    size: Size,
     source: GradientSource | None,
     device: torch.device,
     seed: int = 0,
@@ -26,7 +27,7 @@ def run(
     """Run the checks (``analysis.validation``), writing ``validation.csv`` after each one."""
     rows: list[dict] = []
 
-    def done(r) -> None:
+    def done(r: Result) -> None:
         rows.append(r.row())
         atomic_write_text(out / "validation.csv", pd.DataFrame(rows).to_csv(index=False))
         if echo is not None:

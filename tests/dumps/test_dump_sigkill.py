@@ -63,7 +63,8 @@ CRASH_POINTS = textwrap.dedent("""
         try:
             d = open_dump(path)
             d.verify()
-            results.append({"k": k, "killed": killed, "steps": d.steps, "values": [float(d.flat(s, 1)[0]) for s in d.steps]})
+            values = [float(d.flat(s, 1)[0]) for s in d.steps]
+            results.append({"k": k, "killed": killed, "steps": d.steps, "values": values})
         except Exception as exc:
             results.append({"k": k, "killed": killed, "error": str(exc)})
         if not killed:

@@ -130,8 +130,8 @@ def test_mle_matches_scipy_fit_well_within_standard_errors(dist, true):
     shape, scale = float(true.shape or 0.0), float(true.scale)
     se = {
         "exponential": lambda: {"scale": scale / math.sqrt(n)},
-        "gamma": lambda: dict(zip(("shape", "scale"), gamma_se(shape, scale, n))),
-        "genpareto": lambda: dict(zip(("shape", "scale"), gp_se(shape, scale, n))),
+        "gamma": lambda: dict(zip(("shape", "scale"), gamma_se(shape, scale, n), strict=True)),
+        "genpareto": lambda: dict(zip(("shape", "scale"), gp_se(shape, scale, n), strict=True)),
     }[dist]()
     for key, value in ref_params.items():
         assert abs(float(ours.params[key]) - value) < 0.02 * se[key], key

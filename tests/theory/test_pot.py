@@ -83,7 +83,7 @@ def test_stage_thresholds_follow_lemma_2_and_corollary_2_1(first, later, anchor,
     assert result.stopped_reason is None and len(result.stages) == 3
     assert [float(s.threshold) for s in result.stages] == pytest.approx(want, rel=1e-9)
     assert float(result.threshold) == pytest.approx(want[-1], rel=1e-9)
-    for stage, eta in zip(result.stages, want):
+    for stage, eta in zip(result.stages, want, strict=True):
         assert int(stage.survivors) == int((x.numpy() > eta).sum())
         assert stage.survivors.dtype == torch.int64 and stage.threshold.device.type == device.type
     assert result.stages[1].fit.n == int((x.numpy() > want[0]).sum())

@@ -84,6 +84,9 @@ def test_variable_length_bound_is_d_times_the_level_entropy():
         (lambda: bits.elias_gamma_length(np.array([0])), ValueError, ">= 1"),
         (lambda: bits.one_bit_bits(10, columns=11), ValueError, "columns"),
         (lambda: bits.variable_length_bits_bound(np.array([0, 0])), ValueError, "level_counts"),
+        # a bool is not an integer count (it used to pass as 1, unlike the real-number checks, which reject it)
+        (lambda: bits.dqsg_bits(True, 1), TypeError, "n must be an integer, got True"),
+        (lambda: bits.dqsg_bits(10, 1, partitions=True), TypeError, "partitions must be an integer"),
     ],
 )
 def test_bad_arguments_are_named(call, exc, word):

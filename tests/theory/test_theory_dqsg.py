@@ -65,7 +65,7 @@ def test_exact_failure_probability_matches_numerical_integration():
         d2, s = ratio * d1, alpha * sigma
         half = d1 / 2
 
-        def tail(u: float) -> float:
+        def tail(u: float, d2: float = d2, s: float = s) -> float:
             return stats.norm.sf((d2 / 2 - u) / s) + stats.norm.cdf((-d2 / 2 - u) / s)
 
         expected = integrate.quad(tail, -half, half, epsabs=1e-15, epsrel=1e-12)[0] / d1
@@ -157,7 +157,7 @@ def test_partition_bound_4_reduces_to_3_and_decreases_in_k():
     eq3 = delta**2 / 3 * math.log(math.sqrt(2) * n) * v + n * delta**2 / 6 * m**2
     assert dqsg.excess_variance_bound(n, delta, v, m, partitions=1) == pytest.approx(eq3, rel=1e-14)
     values = [dqsg.excess_variance_bound(n, delta, v, m, partitions=k) for k in (1, 2, 10, 100)]
-    assert all(a > b for a, b in zip(values, values[1:]))
+    assert all(a > b for a, b in zip(values, values[1:], strict=False))
 
 
 def test_lemma3_and_second_moment_factor():

@@ -27,7 +27,7 @@ def test_gamma_known_value():
 
 def test_gamma_decreases_in_q_towards_projection_term():
     values = [qcs.gamma(256, 32, Q) for Q in (1, 2, 4, 8, 1000)]
-    assert all(a > b for a, b in zip(values, values[1:]))
+    assert all(a > b for a, b in zip(values, values[1:], strict=False))
     assert values[-1] == pytest.approx(256 / 32 - 1, abs=1e-4)
 
 

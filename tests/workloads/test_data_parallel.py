@@ -97,3 +97,24 @@ def test_batch_smaller_than_workers():
     x, y = next(w.batches(seed=0))
     with pytest.raises(ValueError, match="cannot be split over 4 workers"):
         dp.step(0, x[:3], y[:3])
+
+
+def test_a_parameter_without_gradient_is_named():
+    """A parameter the loss does not use gets no gradient: a clear error naming it, not a None in the gradients."""
+
+    class Partly(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.used = torch.nn.Linear(3, 2)
+            self.unused = torch.nn.Linear(3, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.used(x)
+
+    model = Partly()
+    dp = DataParallel(model, torch.optim.SGD(model.parameters(), lr=0.1), torch.nn.functional.cross_entropy, 2)
+    x, y = torch.randn(4, 3, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1, 0, 1])
+    with pytest.raises(ValueError, match=r"no gradient for \['unused.weight', 'unused.bias'\]"):
+        dp.worker_gradients(x, y)
+    with pytest.raises(ValueError, match="unused.weight"):
+        dp.step(0, x, y)

@@ -43,6 +43,13 @@ def from_tensor(t: torch.Tensor, as_numpy: bool) -> ArrayLike:
     return t.detach().cpu().numpy() if as_numpy else t
 
 
+def tensor_result(v: ArrayLike) -> torch.Tensor:
+    """Narrow the result of a distribution method called with a tensor (tensor in, tensor out) to ``Tensor``."""
+    if not isinstance(v, torch.Tensor):
+        raise TypeError(f"expected a tensor result for a tensor argument, got {type(v).__name__}")
+    return v
+
+
 def check_param(value: Param, name: str, *, positive: bool) -> Param:
     """Validate a distribution parameter given as a number or a tensor; return it unchanged.
 
@@ -151,7 +158,7 @@ class SparsityInducingDistribution:
     def pdf(self, x: ArrayLike) -> ArrayLike:
         """Density of |G| at x (1/units of x); 0 outside the support."""
         t, as_numpy = to_tensor(x)
-        return from_tensor(torch.exp(self.logpdf(t)), as_numpy)
+        return from_tensor(torch.exp(tensor_result(self.logpdf(t))), as_numpy)
 
     def cdf(self, x: ArrayLike) -> ArrayLike:
         """P(|G| <= x)."""

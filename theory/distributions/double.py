@@ -11,7 +11,14 @@ import math
 
 import torch
 
-from gradstat.theory.distributions.base import ArrayLike, Param, SparsityInducingDistribution, from_tensor, to_tensor
+from gradstat.theory.distributions.base import (
+    ArrayLike,
+    Param,
+    SparsityInducingDistribution,
+    from_tensor,
+    tensor_result,
+    to_tensor,
+)
 
 _LOG2 = math.log(2.0)
 
@@ -31,37 +38,37 @@ class Double:
     def logpdf(self, x: ArrayLike) -> ArrayLike:
         """log f_G(x) = log f_|G|(|x|) - log 2."""
         t, as_numpy = to_tensor(x)
-        return from_tensor(self.dist.logpdf(t.abs()) - _LOG2, as_numpy)
+        return from_tensor(tensor_result(self.dist.logpdf(t.abs())) - _LOG2, as_numpy)
 
     def pdf(self, x: ArrayLike) -> ArrayLike:
         """f_G(x) = f_|G|(|x|) / 2 (SIDCo (17), (30))."""
         t, as_numpy = to_tensor(x)
-        return from_tensor(self.dist.pdf(t.abs()) / 2, as_numpy)
+        return from_tensor(tensor_result(self.dist.pdf(t.abs())) / 2, as_numpy)
 
     def cdf(self, x: ArrayLike) -> ArrayLike:
         """P(G <= x): S(-x)/2 for x < 0, 1 - S(x)/2 for x >= 0, with S the survival function of |G|."""
         t, as_numpy = to_tensor(x)
-        half_tail = self.dist.sf(t.abs()) / 2
+        half_tail = tensor_result(self.dist.sf(t.abs())) / 2
         return from_tensor(torch.where(t < 0, half_tail, 1 - half_tail), as_numpy)
 
     def sf(self, x: ArrayLike) -> ArrayLike:
         """P(G > x) = cdf(-x) by symmetry (accurate in the right tail)."""
         t, as_numpy = to_tensor(x)
-        return from_tensor(self.cdf(-t), as_numpy)
+        return from_tensor(tensor_result(self.cdf(-t)), as_numpy)
 
     def ppf(self, p: ArrayLike) -> ArrayLike:
         """Quantile of G: -isf_|G|(2p) for p < 1/2, isf_|G|(2(1 - p)) otherwise (SIDCo (5))."""
         t, as_numpy = to_tensor(p, "probability")
         left = t < 0.5
         tail = torch.where(left, 2 * t, 2 * (1 - t))
-        mag = self.dist.isf(tail)
+        mag = tensor_result(self.dist.isf(tail))
         out = torch.where(left, -mag, mag)
         return from_tensor(torch.where((t >= 0) & (t <= 1), out, torch.full_like(out, math.nan)), as_numpy)
 
     def isf(self, q: ArrayLike) -> ArrayLike:
         """x with P(G > x) = q, i.e. -ppf(q)."""
         t, as_numpy = to_tensor(q, "probability")
-        return from_tensor(-self.ppf(t), as_numpy)
+        return from_tensor(-tensor_result(self.ppf(t)), as_numpy)
 
     def mean(self) -> Param:
         """0 by symmetry (where E|G| is finite)."""

@@ -19,6 +19,7 @@ class Gamma(SparsityInducingDistribution):
     """|G| ~ gamma(shape, scale) (SIDCo (18); scipy.stats.gamma(a=shape, scale=scale)). shape > 0, scale > 0."""
 
     name = "gamma"
+    shape: Param  # always given (the base class allows None for one-parameter families)
 
     def __init__(self, shape: Param, scale: Param) -> None:
         super().__init__(scale, check_param(shape, "shape", positive=True))

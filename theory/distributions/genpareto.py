@@ -35,6 +35,7 @@ class GenPareto(SparsityInducingDistribution):
     """|G| ~ GP(shape, scale) (SIDCo (31)-(32); scipy.stats.genpareto(c=shape, scale=scale)). scale > 0."""
 
     name = "genpareto"
+    shape: Param  # always given (the base class allows None for one-parameter families)
 
     def __init__(self, shape: Param, scale: Param) -> None:
         super().__init__(scale, check_param(shape, "shape", positive=False))
@@ -73,8 +74,8 @@ class GenPareto(SparsityInducingDistribution):
             c = torch.as_tensor(self.shape)
             s = torch.as_tensor(self.scale)
             return torch.where(c < 0.5, s * s / ((1 - c) ** 2 * (1 - 2 * c)), torch.full_like(s * c, math.inf))
-        c, s = self.shape, self.scale
-        return s * s / ((1 - c) ** 2 * (1 - 2 * c)) if c < 0.5 else math.inf
+        shape, scale = self.shape, self.scale
+        return scale * scale / ((1 - shape) ** 2 * (1 - 2 * shape)) if shape < 0.5 else math.inf
 
     def _standard_sample(self, n, generator, device, dtype):
         c = torch.as_tensor(self.shape, dtype=dtype, device=device).reshape(())

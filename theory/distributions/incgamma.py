@@ -18,7 +18,8 @@ import math
 import torch
 
 NEWTON_STEPS = 8
-"""Fixed number of Newton steps; 6 reach float64 precision on a grid a in [0.02, 200], p in [1e-300, 1] (tests check it)."""
+"""Fixed number of Newton steps; 6 reach float64 precision on a grid a in [0.02, 200], p in [1e-300, 1] (tests check
+it)."""
 
 _MAX_LOG_STEP = 2.0  # damping: one step moves x by at most a factor e^2 (keeps monotone convergence)
 

@@ -17,6 +17,7 @@ alpha > -1 kept, where the MLE exists), all in torch float64 on the data's devic
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -88,7 +89,7 @@ class _Values:
 
     raw: torch.Tensor
     shift: torch.Tensor | None
-    denom: torch.Tensor  # 0-d float64: the mean of y in the raw units, so that y has mean about 1
+    denom: torch.Tensor | None  # 0-d float64: the mean of y in the raw units (mean of y about 1); None: y is raw
 
     def numel(self) -> int:
         return self.raw.numel()
@@ -98,9 +99,9 @@ class _Values:
         y = out.copy_(raw) if out is not None else raw.to(torch.float64, copy=True)
         if self.shift is not None:
             y.sub_(self.shift).clamp_min_(0)
-        return y.div_(self.denom)
+        return y.div_(self.denom) if self.denom is not None else y
 
-    def chunks(self, buffer: torch.Tensor):
+    def chunks(self, buffer: torch.Tensor) -> Iterator[torch.Tensor]:
         for start in range(0, self.raw.numel(), buffer.numel()):
             raw = self.raw[start : start + buffer.numel()]
             if raw.dtype == torch.float64 and self.shift is None and self.denom is None:

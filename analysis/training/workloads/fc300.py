@@ -1,5 +1,5 @@
-"""FC-300-100: the 784-300-100-10 ReLU MLP of NDQSG (Abdi & Fekri, Nested Dithered Quantization, Sec. 5, Table 1: 266,610
-parameters), trained on the digits upsampled to 28x28."""
+"""FC-300-100: the 784-300-100-10 ReLU MLP of NDQSG (Abdi & Fekri, Nested Dithered Quantization, Sec. 5, Table 1:
+266,610 parameters), trained on the digits upsampled to 28x28."""
 
 from __future__ import annotations
 

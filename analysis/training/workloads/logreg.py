@@ -1,5 +1,6 @@
-"""Multinomial logistic regression, GMC's convex case (Zhao et al., Global Momentum Compression, Sec. 5, Table 1: logistic
-regression on MNIST, weight decay 1e-4, batch 128), here on the digits upsampled to 28x28 (7,850 parameters)."""
+"""Multinomial logistic regression, GMC's convex case (Zhao et al., Global Momentum Compression, Sec. 5, Table 1:
+logistic regression on MNIST, weight decay 1e-4, batch 128), here on the digits upsampled to 28x28
+(7,850 parameters)."""
 
 from __future__ import annotations
 

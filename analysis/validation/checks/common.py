@@ -6,7 +6,7 @@ the vector's, a paired comparison with an exact reference, and the factory of th
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
@@ -18,6 +18,9 @@ from gradstat.analysis.studies.bounds import closed_form_bound
 from gradstat.analysis.studies.variance import error_samples
 from gradstat.analysis.validation.engine import Check, Claim, Measurement, NotApplicable, Setting
 from gradstat.theory.sources import cite, file_of
+
+if TYPE_CHECKING:
+    from gradstat.analysis.dumps.reader import Dump
 
 SYNTHETIC_LAWS = {
     "laplace": "Laplace(1)",
@@ -72,7 +75,7 @@ def origin(setting: Setting, n: int, indices: Sequence[int] = (0,)) -> str:
 
 
 @lru_cache(maxsize=4)
-def _flat(dump: object, step: int, worker: int) -> torch.Tensor:
+def _flat(dump: Dump, step: int, worker: int) -> torch.Tensor:
     return dump.flat(step, worker=worker, device="cpu", dtype=torch.float64)
 
 
@@ -108,7 +111,9 @@ def random_origin(setting: Setting, n: int, trials: int, per: str = "trial") -> 
     )
 
 
-def paired(measured: Sequence[float], reference: Sequence[float]) -> tuple[float, Estimate, bool]:
+def paired(
+    measured: Sequence[float] | np.ndarray, reference: Sequence[float] | np.ndarray
+) -> tuple[float, Estimate, bool]:
     """Compare per-trial ``measured`` values with an exact ``reference`` computed on the same vectors.
 
     Returns ``(theory, estimate, deterministic)``: theory is the mean of the reference, the estimate is the mean

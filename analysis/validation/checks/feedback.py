@@ -15,7 +15,7 @@ T: the residual settles like ``1 - (1 - beta)^t`` (``r_{t+1} = (1 - beta) r_t + 
 from __future__ import annotations
 
 from gradstat.analysis.measure.intervals import mean_ci
-from gradstat.analysis.studies.feedback import feedback_theory, residual_samples, settle_steps
+from gradstat.analysis.studies.feedback import feedback_theory, residual_of, residual_samples, settle_steps
 from gradstat.analysis.validation.checks.common import block, create, origin
 from gradstat.analysis.validation.checks.quantizers import N_QCS, QCS, QCS_MMSE, QCS_UNBIASED
 from gradstat.analysis.validation.engine import Check, Measurement, Setting
@@ -31,6 +31,9 @@ def _measure(s: Setting, spec: str, which: str) -> Measurement:
 
     comp = create(spec)
     th = feedback_theory(comp, block(s, N_QCS))
+    if th.gamma is None:
+        raise ValueError(f"{spec}: QCS has a closed-form gamma; got none")
+    gamma = th.gamma
     beta, eta_star = th.optimum()
     if which == "minkowski":
         beta = SMALL_BETA
@@ -38,7 +41,7 @@ def _measure(s: Setting, spec: str, which: str) -> Measurement:
     seq = [[block(s, N_QCS, index=t)] for t in range(T)]
     B = max(float(g[0].double().square().sum()) for g in seq)
     eta = {
-        "karimireddy": lambda: karimireddy_residual_bound(th.gamma),
+        "karimireddy": lambda: karimireddy_residual_bound(gamma),
         "minkowski": lambda: th.eta_minkowski(beta),
     }.get(which, lambda: eta_star)()
     r = residual_samples(comp, beta, seq, [s.seed * 1_000_003 + i for i in range(s.trials)]) / B
@@ -80,7 +83,7 @@ def _recursion(s: Setting) -> Measurement:
             err = z.float() - comp.decode(comp.encode(z, wctx), wctx).float()
             ref = err if ref is None else (1.0 - beta) * ref + err
             feedback_round(comp, fb, [g], states, ctx)
-            r = states[0].feedback.residual
+            r = residual_of(states[0].feedback)
             worst = max(worst, float((r.double() - ref.double()).norm() / ref.double().norm()))
         samples.append(worst)
     return Measurement(

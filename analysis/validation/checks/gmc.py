@@ -23,13 +23,17 @@ synthetic draw), so runs are independent Monte Carlo trials.
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import numpy as np
 import torch
 
 from gradstat.analysis.measure.intervals import mean_ci
+from gradstat.analysis.studies.feedback import residual_of
 from gradstat.analysis.validation.checks.common import create, paired, random_block, random_origin
 from gradstat.analysis.validation.engine import Check, Measurement, Setting
-from gradstat.compressors import Context
+from gradstat.compressors import Context, Payload
 from gradstat.theory.sources import cite, file_of
 
 GMC = "GMC"
@@ -57,8 +61,10 @@ def _run(s: Setting, run: int, masks: str, momentum: float) -> dict[str, float]:
         grads = _grads(s, run, t)
         g2 = max(g2, max(float(g.double().square().sum()) for g in grads))
         res = gmc.round(grads, states, shared, Context(seed=s.seed * 1_000_003 + run, step=t))
-        u = sum(st.feedback.residual.double() for st in states)
+        u = functools.reduce(operator.add, (residual_of(st.feedback).double() for st in states))
         u_max = max(u_max, float(u.square().sum()))
+        if res.info is None:
+            raise ValueError("GMC's round reports its update in info; got none")
         update_nnz.append(int((res.info["update"] != 0).sum()))
         if masks == "randk":  # ||m_{t,k}||_0: the values sent; the positions as the receiver regenerates them
             sent = [_positions(p) for p in res.payloads]
@@ -74,7 +80,7 @@ def _run(s: Setting, run: int, masks: str, momentum: float) -> dict[str, float]:
     return {"u_max": u_max, "g2": g2, "cr": cr, "cr_masks": cr_masks, "ref_max": ref_max}
 
 
-def _positions(payload) -> set[int]:
+def _positions(payload: Payload) -> set[int]:
     """The coordinates a random-K payload covers (``randk`` sends values and the seed of its subset)."""
     from gradstat.compressors.randk import random_subset
 

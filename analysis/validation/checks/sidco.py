@@ -23,6 +23,7 @@ import torch
 
 from gradstat.analysis.measure.intervals import mean_ci
 from gradstat.analysis.validation.engine import Check, Measurement, Setting
+from gradstat.theory.distributions.base import SparsityInducingDistribution
 from gradstat.theory.estimators import fit
 from gradstat.theory.sources import cite, file_of
 from gradstat.theory.thresholds import threshold
@@ -43,7 +44,7 @@ FAMILIES = {  # family -> genie distribution, with shapes typical of gradients (
 }
 
 
-def _dist(name: str, **params: float):
+def _dist(name: str, **params: float) -> SparsityInducingDistribution:
     import gradstat.theory.distributions as td
 
     return getattr(td, name)(**params)
