@@ -5,7 +5,7 @@ Two packings of integer codes are offered everywhere:
 - ``"fixed"``: ``ceil(log2 L)`` bits per code of an alphabet of ``L`` symbols (what a plain bit-packed stream
   sends, and what ``compressors.payload.code_width`` counts);
 - ``"ideal"``: ``log2 L`` bits per code (several codes packed into one word, or an arithmetic coder on a uniform
-  alphabet). The papers' tables use this one: e.g. 002_87c17e3716ede1d0.txt, Table 1, DQSG with M = 1 on
+  alphabet). The papers' tables use this one: e.g. DQSG/NDQSG (Abdi & Fekri), Table 1, DQSG with M = 1 on
   FC-300-100 (266,610 values, 6 tensors) is 266,610 log2(3) + 6 * 32 bits = 422.8 Kbits.
 
 Entropy coding of the codes (which the papers report separately) is an empirical quantity of the data and is
@@ -54,7 +54,7 @@ def _count(name: str, value: object) -> int:
 def dqsg_bits(n: int, M: int, partitions: int = 1, scale_bits: int = 32, packing: str = "fixed") -> float:
     """Bits of one DQSG message: ``n`` codes in ``{-M..M}`` plus one scale factor per partition.
 
-    Source: 002_87c17e3716ede1d0.txt, eq. (2) (``Delta = 1/M``, ``2M+1`` levels), Algorithm 1 (send ``kappa_p``
+    Source: DQSG/NDQSG (Abdi & Fekri), eq. (2) (``Delta = 1/M``, ``2M+1`` levels), Algorithm 1 (send ``kappa_p``
     and ``q_p``; the dither seed is advanced by a predetermined rule on both sides, so it is not sent) and the
     remark after (4) (``K`` partitions cost ``K b`` bits of scale factors).
 
@@ -77,7 +77,7 @@ def ndqsg_bits(
 ) -> float:
     """Bits of one NDQSG message: ``n`` nested indices of ``Delta2/Delta1`` symbols each, plus scale factors.
 
-    Source: 002_87c17e3716ede1d0.txt, Sec. 3.2 after (9): ``log2(Delta2/Delta1)`` bits per value instead of about
+    Source: DQSG/NDQSG (Abdi & Fekri), Sec. 3.2 after (9): ``log2(Delta2/Delta1)`` bits per value instead of about
     ``log2(2/Delta1)``. Algorithm 2 as printed sends only ``s_p`` (``partitions = 0``, the default); the
     experiment of Sec. 4 (422.8 Kbits for FC-300-100 with ``Delta1 = 1/3, Delta2 = 1``) matches one 32-bit scale
     per tensor (``partitions = 6``), as for DQSG.
@@ -111,8 +111,8 @@ def qsgd_elias_bits_bound(n: int, s: int, scale_bits: int = 32) -> float:
 
         (3 + 1.5 * log2(2 (s^2 + n) / (s (s + sqrt(n))))) * s (s + sqrt(n)) + 32
 
-    Source: Alistarh et al. 2017, *QSGD*, Theorem 3.2 (cited by 000_4b111efa75352b2d.txt and
-    002_87c17e3716ede1d0.txt; the QSGD paper itself is not among the seeds, so this is transcribed from it, not
+    Source: Alistarh et al. 2017, *QSGD*, Theorem 3.2 (cited by QCS (Abdi & Fekri) and
+    DQSG/NDQSG (Abdi & Fekri); the QSGD paper itself is not among the seeds, so this is transcribed from it, not
     checked against a seed file). It bounds the *expected* code length for any input; it is meaningful in the
     sparse regime ``s << sqrt(n)`` (for ``s = sqrt(n)`` it exceeds the plain ``n log2(2s+1)``).
     """
@@ -192,7 +192,7 @@ def one_bit_columns(shapes: list[tuple[int, ...]], rule: str = "matrix") -> int:
 def one_bit_bits(n: int, columns: int = 1, scale_bits: int = 32) -> float:
     """Bits of 1-bit SGD (Seide et al. 2014): one sign bit per value plus two reconstruction values per column.
 
-    Source: the One-Bit column of 002_87c17e3716ede1d0.txt, Table 1, matches this count: FC-300-100 with columns
+    Source: the One-Bit column of DQSG/NDQSG (Abdi & Fekri), Table 1, matches this count: FC-300-100 with columns
     784 + 300 + 100 of the weight matrices and one column per bias vector (3) gives
     ``266,610 + 2 * 32 * 1,187 = 342,578`` bits = 342.6 Kbits.
 
@@ -210,7 +210,7 @@ def one_bit_bits(n: int, columns: int = 1, scale_bits: int = 32) -> float:
 def qcs_bits(n: int, k: int, Q: int | None, scale_bits: int = 32, seed_bits: int = 64, packing: str = "fixed") -> float:
     """Bits of one QCS block: ``k`` codes, the scale factor and the seed of ``r`` and ``u``.
 
-    Source: 000_4b111efa75352b2d.txt, (4)-(5) and Algorithm 1: codes in ``{-Q..Q}`` (``2Q+1`` symbols) or, for
+    Source: QCS (Abdi & Fekri), (4)-(5) and Algorithm 1: codes in ``{-Q..Q}`` (``2Q+1`` symbols) or, for
     the 1-bit variant (``Q=None``), signs (1 bit each); one scale ``varsigma`` per block; the seed from which the
     receiver regenerates the Rademacher signs and the dither (0 bits if it is derived from shared state).
     """
@@ -223,7 +223,7 @@ def qcs_bits(n: int, k: int, Q: int | None, scale_bits: int = 32, seed_bits: int
 def variable_length_bits_bound(level_counts: np.ndarray) -> float:
     """Length bound of a variable-length (Huffman-type) code of the quantization levels: ``sum_k d_k log2(d/d_k)``.
 
-    Source: 003_da514025a9ec0a1c.txt (ECQ-SGD, encoding paragraph): with ``d_k`` coordinates at level ``k`` of the
+    Source: ECQ-SGD (Wu et al.) (ECQ-SGD, encoding paragraph): with ``d_k`` coordinates at level ``k`` of the
     ``2s + 1`` levels, the whole code needs at most this many bits (the scale factor comes on top). It equals
     ``d`` times the empirical entropy of the levels.
 

@@ -1,7 +1,7 @@
 """Convergence terms of QCS (with and without weighted error feedback) and of distributed DQSG.
 
-Sources: 000_4b111efa75352b2d.txt, Lemma 5, eq. (22), Lemma 6, eq. (23) (assumptions (19) L-smooth f and (20)
-``E||g||^2 <= B``); 002_87c17e3716ede1d0.txt, Theorem 5 and eq. (5), App. D.
+Sources: QCS (Abdi & Fekri), Lemma 5, eq. (22), Lemma 6, eq. (23) (assumptions (19) L-smooth f and (20)
+``E||g||^2 <= B``); DQSG/NDQSG (Abdi & Fekri), Theorem 5 and eq. (5), App. D.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def qcs_average_gradient_bound(
         unbiased:  (f(w_0) - f*) / (T mu) + (L/2) mu (1 + gamma) B
         MMSE:      (1 + gamma) (f(w_0) - f*) / (T mu) + (L/2) mu B
 
-    Source: 000_4b111efa75352b2d.txt, Lemma 5.
+    Source: QCS (Abdi & Fekri), Lemma 5.
 
     Parameters
     ----------
@@ -57,7 +57,7 @@ def qcs_average_gradient_bound(
 def qcs_rate_no_feedback(f_gap: float, smoothness: float, gamma: float, grad_bound: float, iterations: int) -> float:
     """Eq. (22): ``min_t E||grad f(w_t)||^2 <= (f(w_0) - f* + (L/2)(1 + gamma) B) / sqrt(T)``.
 
-    Source: 000_4b111efa75352b2d.txt, eq. (22) (step ``mu = 1/sqrt(T)`` in Lemma 5).
+    Source: QCS (Abdi & Fekri), eq. (22) (step ``mu = 1/sqrt(T)`` in Lemma 5).
     """
     f_gap, smoothness, grad_bound = _common(f_gap, smoothness, grad_bound)
     gamma = _checks.nonnegative("gamma", gamma)
@@ -71,7 +71,7 @@ def qcs_average_gradient_bound_feedback(
     """Lemma 6: with weighted error feedback,
     ``(1/T) sum_t E||grad f(w_t)||^2 <= (f(w_0) - f*) / (T mu / 2) + L B (mu + 4 L eta mu^2)``.
 
-    Source: 000_4b111efa75352b2d.txt, Lemma 6; ``eta`` from (15) or (16) (:mod:`gradstat.theory.qcs`). An infinite eta
+    Source: QCS (Abdi & Fekri), Lemma 6; ``eta`` from (15) or (16) (:mod:`gradstat.theory.qcs`). An infinite eta
     (no bound) gives an infinite result.
     """
     f_gap, smoothness, grad_bound = _common(f_gap, smoothness, grad_bound)
@@ -89,7 +89,7 @@ def qcs_rate_feedback(
         min_t E||grad f||^2 <= (f(w_0) - f* + (L/2) B (1 + eps)) / sqrt(T)
                                + L^2 B (1 + eps)^2 / (sqrt(1 + eps) - 1) * eta / T
 
-    Source: 000_4b111efa75352b2d.txt, eq. (23). ``eps > 0``.
+    Source: QCS (Abdi & Fekri), eq. (23). ``eps > 0``.
     """
     f_gap, smoothness, grad_bound = _common(f_gap, smoothness, grad_bound)
     eps = _checks.positive("eps", eps)
@@ -103,7 +103,7 @@ def qcs_rate_feedback(
 def dqsg_variance(n: int, delta: float, sg_variance: float, grad_bound: float) -> float:
     """Theorem 5's ``sigma^2 = V (1 + n Delta^2 / 12) + n B Delta^2 / 12``.
 
-    Source: 002_87c17e3716ede1d0.txt, Theorem 5 and App. D. ``V`` bounds ``E||g_p - grad L||^2``; ``B`` bounds
+    Source: DQSG/NDQSG (Abdi & Fekri), Theorem 5 and App. D. ``V`` bounds ``E||g_p - grad L||^2``; ``B`` bounds
     ``||grad L||`` as stated in the theorem (App. D uses it in place of ``E||g||^2``).
     """
     n = _checks.integer("n", n, minimum=1)
@@ -116,7 +116,7 @@ def dqsg_variance(n: int, delta: float, sg_variance: float, grad_bound: float) -
 def dqsg_iterations(radius: float, sigma2: float, eps: float, workers: int) -> float:
     """Theorem 5's ``T = 2.5 R^2 sigma^2 / (eps^2 P)`` steps to reach accuracy eps on P workers.
 
-    Source: 002_87c17e3716ede1d0.txt, Theorem 5 / App. D.
+    Source: DQSG/NDQSG (Abdi & Fekri), Theorem 5 / App. D.
     """
     radius = _checks.nonnegative("radius", radius)
     sigma2 = _checks.nonnegative("sigma2", sigma2)
@@ -128,7 +128,7 @@ def dqsg_iterations(radius: float, sigma2: float, eps: float, workers: int) -> f
 def dqsg_step_size(eps: float, smoothness: float, sigma2: float, workers: int) -> float:
     """Theorem 5's constant step ``eta_t = eps / (ell + 1.1 sigma^2 / P)``.
 
-    Source: 002_87c17e3716ede1d0.txt, Theorem 5.
+    Source: DQSG/NDQSG (Abdi & Fekri), Theorem 5.
     """
     eps = _checks.positive("eps", eps)
     smoothness = _checks.nonnegative("smoothness", smoothness)
@@ -143,7 +143,7 @@ def dqsg_step_size(eps: float, smoothness: float, sigma2: float, workers: int) -
 def dqsg_time_increase(n: int, delta: float, grad_bound: float, sg_variance: float) -> float:
     """Relative increase of training time from quantization: ``(T - T_c)/T_c = (n Delta^2/12)(1 + B/V)``.
 
-    Source: 002_87c17e3716ede1d0.txt, eq. (5). ``V > 0``.
+    Source: DQSG/NDQSG (Abdi & Fekri), eq. (5). ``V > 0``.
     """
     n = _checks.integer("n", n, minimum=1)
     delta = _checks.positive("delta", delta)

@@ -2,7 +2,7 @@
 variance results and the decoding-failure probability of nested quantization with side information.
 
 Source: Abdi & Fekri, *Nested Dithered Quantization for Communication Reduction in Distributed Training*
-(``002_87c17e3716ede1d0.txt``): Sec. 2.1 (dithered / half-dithered quantization), eq. (2) and Lemma 3 (DQSG),
+(``DQSG/NDQSG (Abdi & Fekri)``): Sec. 2.1 (dithered / half-dithered quantization), eq. (2) and Lemma 3 (DQSG),
 (3), (4), Sec. 3.2 eqs. (6)-(7) (nested encode / decode), Theorem 6 eq. (8), eq. (9) and App. E (its proof).
 
 Rounding: ``Q(v) = Delta * round(v / Delta)`` with ties rounded up (``floor(v/Delta + 1/2)``); the paper only
@@ -44,13 +44,13 @@ ArrayLike = float | np.ndarray
 
 
 def quantize(v: ArrayLike, delta: float) -> ArrayLike:
-    """Uniform quantizer centred on 0: ``Q(v) = Delta * round(v / Delta)`` (002_87c17e3716ede1d0.txt, Sec. 2.1)."""
+    """Uniform quantizer centred on 0: ``Q(v) = Delta * round(v / Delta)`` (DQSG/NDQSG (Abdi & Fekri), Sec. 2.1)."""
     delta = _checks.positive("delta", delta)
     return delta * np.floor(np.asarray(v, dtype=np.float64) / delta + 0.5)
 
 
 def dithered_quantize(x: ArrayLike, u: ArrayLike, delta: float) -> ArrayLike:
-    """Dithered quantization ``x_tilde = Q(x + u) - u`` (002_87c17e3716ede1d0.txt, Sec. 2.1, Definition).
+    """Dithered quantization ``x_tilde = Q(x + u) - u`` (DQSG/NDQSG (Abdi & Fekri), Sec. 2.1, Definition).
 
     With ``u ~ U[-Delta/2, Delta/2]`` independent of ``x`` and no overload, the error is ``U[-Delta/2, Delta/2]``
     and independent of ``x`` (Theorem 1, Schuchman).
@@ -60,7 +60,7 @@ def dithered_quantize(x: ArrayLike, u: ArrayLike, delta: float) -> ArrayLike:
 
 
 def half_dithered_quantize(x: ArrayLike, u: ArrayLike, delta: float) -> ArrayLike:
-    """Half-dithered quantization ``x_h = Q(x + u)`` (dither not subtracted; 002_87c17e3716ede1d0.txt, Sec. 2.1).
+    """Half-dithered quantization ``x_h = Q(x + u)`` (dither not subtracted; DQSG/NDQSG (Abdi & Fekri), Sec. 2.1).
 
     With ``Delta = 1/M`` and ``u ~ U[-1/(2M), 1/(2M)]`` it is QSGD's M-level stochastic quantizer (Lemma 2).
     """
@@ -70,7 +70,7 @@ def half_dithered_quantize(x: ArrayLike, u: ArrayLike, delta: float) -> ArrayLik
 def conditional_error(g: np.ndarray, delta: float) -> float:
     """Exact conditional error of DQSG: ``E[||g_tilde - g||^2 | g] = ||g||_inf^2 n Delta^2 / 12``.
 
-    Source: 002_87c17e3716ede1d0.txt, App. B (proof of Lemma 3 / eq. (3)), with ``kappa = ||g||_inf`` (2).
+    Source: DQSG/NDQSG (Abdi & Fekri), App. B (proof of Lemma 3 / eq. (3)), with ``kappa = ||g||_inf`` (2).
 
     Parameters
     ----------
@@ -85,7 +85,7 @@ def conditional_error(g: np.ndarray, delta: float) -> float:
 def variance_bound(n: int, delta: float, second_moment: float, sg_variance: float) -> float:
     """Lemma 3 P2: ``E||g_tilde - grad L||^2 <= (n Delta^2 / 12) E||g||^2 + E||g - grad L||^2``.
 
-    Source: 002_87c17e3716ede1d0.txt, Lemma 3.
+    Source: DQSG/NDQSG (Abdi & Fekri), Lemma 3.
 
     Parameters
     ----------
@@ -103,7 +103,7 @@ def excess_variance_bound(n: int, delta: float, sg_variance: float, grad_linf: f
 
         (Delta^2 / 6) [2 ln(sqrt(2) n / K) E||g - grad L||^2 + n ||grad L||_inf^2]
 
-    Source: 002_87c17e3716ede1d0.txt, eq. (4); with ``K = 1`` it is eq. (3):
+    Source: DQSG/NDQSG (Abdi & Fekri), eq. (4); with ``K = 1`` it is eq. (3):
     ``(Delta^2/3) ln(sqrt(2) n) E||g - grad L||^2 + (n Delta^2/6) ||grad L||_inf^2``.
 
     Parameters
@@ -120,14 +120,14 @@ def excess_variance_bound(n: int, delta: float, sg_variance: float, grad_linf: f
 
 
 def second_moment_factor(n: int, delta: float) -> float:
-    """``E||g_tilde||^2 <= (1 + n Delta^2 / 12) E||g||^2`` (002_87c17e3716ede1d0.txt, Sec. 3.1 and App. C)."""
+    """``E||g_tilde||^2 <= (1 + n Delta^2 / 12) E||g||^2`` (DQSG/NDQSG (Abdi & Fekri), Sec. 3.1 and App. C)."""
     n = _checks.integer("n", n, minimum=1)
     delta = _checks.positive("delta", delta)
     return 1.0 + n * delta**2 / 12.0
 
 
 def nesting_ratio(delta1: float, delta2: float) -> int:
-    """The integer ``k = Delta2 / Delta1 > 1`` of a nested pair (002_87c17e3716ede1d0.txt, Sec. 2.2)."""
+    """The integer ``k = Delta2 / Delta1 > 1`` of a nested pair (DQSG/NDQSG (Abdi & Fekri), Sec. 2.2)."""
     delta1 = _checks.positive("delta1", delta1)
     delta2 = _checks.positive("delta2", delta2)
     ratio = delta2 / delta1
@@ -146,7 +146,7 @@ def _check_alpha(alpha: object) -> float:
 def nested_encode(x: ArrayLike, u: ArrayLike, delta1: float, delta2: float, alpha: float = 1.0) -> ArrayLike:
     """Nested dithered encoder: ``t = alpha x + u``, ``s = Q1(t) - Q2(t)``.
 
-    Source: 002_87c17e3716ede1d0.txt, eq. (6). ``s`` is returned as a value (a multiple of Delta1 with
+    Source: DQSG/NDQSG (Abdi & Fekri), eq. (6). ``s`` is returned as a value (a multiple of Delta1 with
     ``|s| <= Delta2/2``); the index sent is ``s / Delta1``, one of ``Delta2/Delta1`` symbols.
 
     Parameters
@@ -166,7 +166,7 @@ def nested_decode(
 ) -> ArrayLike:
     """Nested decoder with side information ``y``: ``r = s - u - alpha y``, ``x_hat = y + alpha (r - Q2(r))``.
 
-    Source: 002_87c17e3716ede1d0.txt, eq. (7). Worked example (Fig. 3): ``Delta1 = 1, Delta2 = 3, alpha = 1,
+    Source: DQSG/NDQSG (Abdi & Fekri), eq. (7). Worked example (Fig. 3): ``Delta1 = 1, Delta2 = 3, alpha = 1,
     x = -4.2, u = 0.3`` encodes to ``s = -1`` and decodes with ``y = -3.4`` to ``x_hat = -4.3``.
     """
     nesting_ratio(delta1, delta2)
@@ -189,7 +189,7 @@ def _check_nested(delta1: object, delta2: object, alpha: object, sigma_z: object
 def nested_safe_radius(delta1: float, delta2: float, alpha: float = 1.0) -> float:
     """Noise radius below which nested decoding never fails: ``|z| < (Delta2 - Delta1) / (2 alpha)`` gives p = 0.
 
-    Source: 002_87c17e3716ede1d0.txt, Theorem 6 (after (8)).
+    Source: DQSG/NDQSG (Abdi & Fekri), Theorem 6 (after (8)).
     """
     nesting_ratio(delta1, delta2)
     alpha = _check_alpha(alpha)
@@ -201,7 +201,7 @@ def nested_failure_bound(delta1: float, delta2: float, alpha: float, sigma_z: fl
 
         p = Pr(|alpha z + u| > Delta2/2) <= Delta1^2 / (3 Delta2^2) + 4 alpha^2 sigma_z^2 / Delta2^2
 
-    Source: 002_87c17e3716ede1d0.txt, Theorem 6, eq. (8) (Chebyshev on ``alpha z + u``; holds for any z with
+    Source: DQSG/NDQSG (Abdi & Fekri), Theorem 6, eq. (8) (Chebyshev on ``alpha z + u``; holds for any z with
     ``E z^2 = sigma_z^2``). May exceed 1, in which case it says nothing.
     """
     delta1, delta2, alpha, sigma_z = _check_nested(delta1, delta2, alpha, sigma_z)
@@ -217,7 +217,7 @@ def nested_failure_probability(delta1: float, delta2: float, alpha: float, sigma
     """Exact decoding-failure probability ``Pr(|alpha z + u| > Delta2/2)`` for Gaussian ``z ~ N(0, sigma_z^2)``
     and ``u ~ U[-Delta1/2, Delta1/2]`` independent.
 
-    Source: 002_87c17e3716ede1d0.txt, Theorem 6 / App. E define p; this evaluates it in closed form. With
+    Source: DQSG/NDQSG (Abdi & Fekri), Theorem 6 / App. E define p; this evaluates it in closed form. With
     ``s = alpha sigma_z``, ``a = Delta2/2`` and ``G(x) = x Phi_bar(x) - phi(x)`` (``G' = Phi_bar``)::
 
         p = 2 Pr(alpha z + u > a) = (2 s / Delta1) [G((a + Delta1/2)/s) - G((a - Delta1/2)/s)]
@@ -238,7 +238,7 @@ def nested_failure_probability(delta1: float, delta2: float, alpha: float, sigma
 def nested_error_variance(delta1: float, alpha: float, sigma_z: float) -> float:
     """Per-element error variance of NDQSG when decoding succeeds: ``alpha^2 Delta1^2/12 + (1 - alpha^2)^2 sigma_z^2``.
 
-    Source: 002_87c17e3716ede1d0.txt, eq. (9) and App. E.
+    Source: DQSG/NDQSG (Abdi & Fekri), eq. (9) and App. E.
     """
     delta1 = _checks.positive("delta1", delta1)
     alpha = _check_alpha(alpha)
@@ -250,7 +250,7 @@ def nested_alphas(delta1: float, sigma_z: float) -> tuple[float, float | None]:
     """The two shrinkage factors that give the variance of dithered quantization with step Delta1 in (9):
     ``alpha = 1`` and ``alpha = sqrt(1 - Delta1^2 / (12 sigma_z^2))``.
 
-    Source: 002_87c17e3716ede1d0.txt, remark after (9). The second exists only when
+    Source: DQSG/NDQSG (Abdi & Fekri), remark after (9). The second exists only when
     ``Delta1^2 < 12 sigma_z^2``; otherwise it is returned as None.
 
     Returns

@@ -1,6 +1,6 @@
 """Global momentum compression (GMC): memory bound and communication ratio.
 
-Source: Zhao et al., *Global Momentum Compression* (``004_8d479783bc85b5d8.txt``), Theorem 9 and the
+Source: Zhao et al., *Global Momentum Compression* (``GMC (Zhao et al.)``), Theorem 9 and the
 definition of CR in Sec. 5 (with its bound ``(1 + p) s / d``).
 """
 
@@ -16,7 +16,7 @@ __all__ = ["memory_bound", "communication_ratio", "communication_ratio_bound"]
 def memory_bound(d: int, s: int, grad_bound: float, momentum: float, momentum_constant: float) -> float:
     """Theorem 9: ``E||u_tilde_t||^2 <= 4 (d - s)(2d + s)(G^2 + beta^2 C) / s^2``.
 
-    Source: 004_8d479783bc85b5d8.txt, Theorem 9 (random or top-K masks with ``||m_{t,k}||_0 = s``).
+    Source: GMC (Zhao et al.), Theorem 9 (random or top-K masks with ``||m_{t,k}||_0 = s``).
 
     Parameters
     ----------
@@ -38,7 +38,7 @@ def communication_ratio(mask_nnz: np.ndarray, update_nnz: np.ndarray, d: int) ->
 
         CR = (1/T) sum_t (1 / (p d)) (sum_k ||m_{t,k}||_0 + p ||w_{t+1} - w_t||_0)
 
-    Source: 004_8d479783bc85b5d8.txt, Sec. 5 (definition of CR; all counts in float values).
+    Source: GMC (Zhao et al.), Sec. 5 (definition of CR; all counts in float values).
 
     Parameters
     ----------
@@ -62,7 +62,7 @@ def communication_ratio(mask_nnz: np.ndarray, update_nnz: np.ndarray, d: int) ->
 def communication_ratio_bound(workers: int, s: int, d: int) -> float:
     """Upper bound ``CR <= (1 + p) s / d`` (the update has at most ``p s`` nonzeros).
 
-    Source: 004_8d479783bc85b5d8.txt, Sec. 5 ("the communication compress ratio is smaller than (1 + p) s/d").
+    Source: GMC (Zhao et al.), Sec. 5 ("the communication compress ratio is smaller than (1 + p) s/d").
     """
     workers = _checks.integer("workers", workers, minimum=1)
     d = _checks.integer("d", d, minimum=1)

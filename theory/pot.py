@@ -1,6 +1,6 @@
 """Multi-stage peak-over-threshold (PoT) threshold estimation of SIDCo.
 
-SIDCo 001_ac87256369ec7547.txt, Sec. 2.4: stage 1 fits |g| and takes the threshold eta_1 for a ratio delta_1;
+SIDCo (Abdelmoniem et al.), Sec. 2.4: stage 1 fits |g| and takes the threshold eta_1 for a ratio delta_1;
 stage m >= 2 fits the exceedances of eta_{m-1}, shifted by an anchor a_m, and takes eta_m = a_m + the fitted
 quantile at delta_m, with prod_m delta_m = delta. Lemma 2 (7)-(9): generalized Pareto stages (moment matching on
 |g_bar| - eta_{m-1}); Cor. 2.1 (10)-(11): exponential stages, beta_m = mean(|g_bar| - eta_{m-1}). The paper's anchor

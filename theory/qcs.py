@@ -1,7 +1,7 @@
 """Quantized Compressive Sampling (QCS): variance factor, compression gain, optimal (k, Q), MMSE scaling and the
 residual bounds of weighted error feedback.
 
-Source: Abdi & Fekri, *Quantized Compressive Sampling of Stochastic Gradients* (``000_4b111efa75352b2d.txt``),
+Source: Abdi & Fekri, *Quantized Compressive Sampling of Stochastic Gradients* (``QCS (Abdi & Fekri)``),
 equations (10)-(18) and Remark 3. Notation: ``n`` block length, ``k`` rows of the Hadamard matrix kept,
 ``Q`` quantizer range (codes in ``{-Q, ..., Q}``), ``b`` bits per uncompressed value.
 
@@ -60,7 +60,7 @@ def _gamma_unchecked(n: int, k: np.ndarray, Q: np.ndarray) -> np.ndarray:
 def gamma(n: int, k: int, Q: int) -> float:
     """Variance factor of unbiased QCS: ``E||g - g_hat||^2 <= gamma ||g||^2``.
 
-    Source: 000_4b111efa75352b2d.txt, Theorem 2, eq. (10)::
+    Source: QCS (Abdi & Fekri), Theorem 2, eq. (10)::
 
         gamma = n/k - 1 + (n / (4 Q^2)) * log(k) / (k - 1)   for k >= 2   (natural log)
         gamma = n - 1                                          for k = 1
@@ -82,7 +82,7 @@ def gamma(n: int, k: int, Q: int) -> float:
 def gain(n: int, k: int, Q: int, value_bits: int = 32) -> float:
     """Compression gain of QCS with the scale factor ignored, as printed.
 
-    Source: 000_4b111efa75352b2d.txt, eq. (11): ``gain = n b / (k log2(2Q + 1))`` (fractional bits per code).
+    Source: QCS (Abdi & Fekri), eq. (11): ``gain = n b / (k log2(2Q + 1))`` (fractional bits per code).
 
     Parameters
     ----------
@@ -109,7 +109,7 @@ def exact_gain(
 ) -> float:
     """Compression gain of one QCS block counting everything that is sent: codes, scale factor and seed.
 
-    Source: 000_4b111efa75352b2d.txt, eq. (11) and Algorithm 1 (the receiver needs ``q``, the scale ``varsigma``
+    Source: QCS (Abdi & Fekri), eq. (11) and Algorithm 1 (the receiver needs ``q``, the scale ``varsigma``
     and the seed from which it regenerates ``r`` and ``u``); bit count from :func:`gradstat.theory.bits.qcs_bits`.
 
     Parameters
@@ -161,7 +161,7 @@ def min_gamma_curve(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Least QCS variance factor achievable at each target gain (the QCS curve of Fig. 3).
 
-    Source: 000_4b111efa75352b2d.txt, Theorem 2 (10), gain (11) and the discussion after it / Fig. 3.
+    Source: QCS (Abdi & Fekri), Theorem 2 (10), gain (11) and the discussion after it / Fig. 3.
 
     A pair is *valid* for a target ``G`` when ``k`` is an integer in ``1..n``, ``Q`` is an integer >= 1 and
     ``gain(n, k, Q) >= G`` by (11) (fractional bits per code, scale factor ignored, as in the paper). For each
@@ -208,7 +208,7 @@ def min_gamma_curve(
 def optimal_pair(n: int, target_gain: float, value_bits: int = 32) -> OptimalPair:
     """The valid (k, Q) minimising gamma (10) subject to gain (11) >= ``target_gain``.
 
-    Source: 000_4b111efa75352b2d.txt, Theorem 2 and the discussion after (11). Validity as in
+    Source: QCS (Abdi & Fekri), Theorem 2 and the discussion after (11). Validity as in
     :func:`min_gamma_curve`.
 
     Raises
@@ -226,7 +226,7 @@ def optimal_pair(n: int, target_gain: float, value_bits: int = 32) -> OptimalPai
 def mmse_alpha(gamma: float) -> float:
     """Reconstruction scale of MMSE-QCS: ``alpha = 1 / (gamma + 1)``.
 
-    Source: 000_4b111efa75352b2d.txt, eq. (12). ``gamma`` >= 0 is the factor of (10).
+    Source: QCS (Abdi & Fekri), eq. (12). ``gamma`` >= 0 is the factor of (10).
     """
     gamma = _checks.nonnegative("gamma", gamma)
     return 1.0 / (gamma + 1.0)
@@ -235,7 +235,7 @@ def mmse_alpha(gamma: float) -> float:
 def mmse_error_factor(gamma: float) -> float:
     """MMSE-QCS error bound factor: ``E||e||^2 <= (1 - alpha) ||g||^2 = gamma/(gamma+1) ||g||^2``.
 
-    Source: 000_4b111efa75352b2d.txt, Lemma 3, eq. (13) with alpha from (12).
+    Source: QCS (Abdi & Fekri), Lemma 3, eq. (13) with alpha from (12).
     """
     return 1.0 - mmse_alpha(gamma)
 
@@ -268,7 +268,7 @@ def _check_feedback(gamma: object, beta: object) -> tuple[float, float]:
 def residual_bound_unbiased(gamma: float, beta: float) -> ResidualBound:
     """Residual bound eta of weighted error feedback with unbiased QCS.
 
-    Source: 000_4b111efa75352b2d.txt, Lemma 4, eq. (15)::
+    Source: QCS (Abdi & Fekri), Lemma 4, eq. (15)::
 
         eta = gamma / (1 - ((1 - beta)^2 + beta^2 gamma)),   valid for 0 < beta < min(1, 2 / (1 + gamma)).
 
@@ -293,7 +293,7 @@ def residual_bound_unbiased(gamma: float, beta: float) -> ResidualBound:
 def residual_bound_mmse(gamma: float, beta: float) -> ResidualBound:
     """Residual bound eta of weighted error feedback with MMSE-QCS, computed as printed.
 
-    Source: 000_4b111efa75352b2d.txt, Lemma 4, eq. (16)::
+    Source: QCS (Abdi & Fekri), Lemma 4, eq. (16)::
 
         eta = gamma / (sqrt(gamma + 1) - (1 - beta)^2 - sqrt(gamma))^2,   0 < beta <= 1.
 
@@ -317,7 +317,7 @@ def residual_bound_mmse(gamma: float, beta: float) -> ResidualBound:
 def residual_bound_mmse_minkowski(gamma: float, beta: float) -> ResidualBound:
     """Residual bound for MMSE-QCS feedback derived from Lemma 3 by Minkowski's inequality (valid for 0 < beta <= 1).
 
-    Source: derived here from 000_4b111efa75352b2d.txt eq. (14a-d) and Lemma 3 (13); it is the reading of Lemma 4
+    Source: derived here from QCS (Abdi & Fekri) eq. (14a-d) and Lemma 3 (13); it is the reading of Lemma 4
     (16) that agrees with the paper's text ("all values of 0 <= beta <= 1 are viable" for MMSE-QCS) and with
     Remark 2 (18) at beta = 1, where (16) as printed has a base that turns negative for small beta.
 
@@ -343,7 +343,7 @@ def residual_bound_mmse_minkowski(gamma: float, beta: float) -> ResidualBound:
 def optimal_feedback_unbiased(gamma: float) -> tuple[float, float]:
     """Feedback weight minimising (15) and the minimum: ``beta_u* = 1/(gamma+1)``, ``eta_u* = gamma (gamma+1)``.
 
-    Source: 000_4b111efa75352b2d.txt, Remark 2, eq. (17). Returns ``(beta_u*, eta_u*)``.
+    Source: QCS (Abdi & Fekri), Remark 2, eq. (17). Returns ``(beta_u*, eta_u*)``.
     """
     gamma = _checks.nonnegative("gamma", gamma)
     return 1.0 / (gamma + 1.0), gamma * (gamma + 1.0)
@@ -353,7 +353,7 @@ def optimal_feedback_mmse(gamma: float) -> tuple[float, float]:
     """Feedback weight minimising (16) and the minimum: ``beta_m* = 1``,
     ``eta_m* = gamma / (sqrt(gamma+1) - sqrt(gamma))^2``.
 
-    Source: 000_4b111efa75352b2d.txt, Remark 2, eq. (18). Returns ``(beta_m*, eta_m*)``.
+    Source: QCS (Abdi & Fekri), Remark 2, eq. (18). Returns ``(beta_m*, eta_m*)``.
     """
     gamma = _checks.nonnegative("gamma", gamma)
     return 1.0, gamma / (math.sqrt(gamma + 1.0) - math.sqrt(gamma)) ** 2
@@ -362,7 +362,7 @@ def optimal_feedback_mmse(gamma: float) -> tuple[float, float]:
 def karimireddy_residual_bound(gamma: float) -> float:
     """Residual bound of Karimireddy et al. (2019, Lemma 3) for MMSE-QCS: ``eta_k = 4 gamma (gamma + 1)``.
 
-    Source: 000_4b111efa75352b2d.txt, Remark 3 (their delta equals ``1/(gamma+1)``).
+    Source: QCS (Abdi & Fekri), Remark 3 (their delta equals ``1/(gamma+1)``).
     """
     gamma = _checks.nonnegative("gamma", gamma)
     return 4.0 * gamma * (gamma + 1.0)

@@ -1,7 +1,7 @@
 """QSGD's stochastic quantizer (and TernGrad, its M = 1 case): per-element variance and Lemma 3.1's bound.
 
-Sources: Alistarh et al. 2017, *QSGD*, Lemma 3.1, as quoted in 000_4b111efa75352b2d.txt (discussion of Fig. 3);
-the quantizer (1) and its variance in 002_87c17e3716ede1d0.txt, Sec. 2.1.1 and Lemma 2.
+Sources: Alistarh et al. 2017, *QSGD*, Lemma 3.1, as quoted in QCS (Abdi & Fekri) (discussion of Fig. 3);
+the quantizer (1) and its variance in DQSG/NDQSG (Abdi & Fekri), Sec. 2.1.1 and Lemma 2.
 
 The quantizer with ``M`` levels per sign maps ``x_i`` (scaled by ``scale``, so that ``|x_i| / scale <= 1``) to
 ``sign(x_i) l/M`` or ``sign(x_i) (l+1)/M`` (times ``scale``) with the probabilities of (1). QSGD scales by the l2
@@ -32,7 +32,7 @@ NORMS = ("l2", "linf")
 def variance_bound(n: int, s: int) -> float:
     """QSGD variance factor: ``E||Q_s(v) - v||^2 <= min(n / s^2, sqrt(n) / s) ||v||^2`` (l2 scaling).
 
-    Source: Alistarh et al. 2017, Lemma 3.1 (quoted in 000_4b111efa75352b2d.txt, Fig. 3 discussion).
+    Source: Alistarh et al. 2017, Lemma 3.1 (quoted in QCS (Abdi & Fekri), Fig. 3 discussion).
     """
     n = _checks.integer("n", n, minimum=1)
     s = _checks.integer("s", s, minimum=1)
@@ -44,7 +44,7 @@ def element_variance(x: np.ndarray, M: int, scale: float) -> np.ndarray:
 
         scale^2 (r - l/M) ((l+1)/M - r),   r = |x| / scale in [l/M, (l+1)/M]
 
-    Source: 002_87c17e3716ede1d0.txt, Sec. 2.1.1, eq. (1) and the variance display after Lemma 2. It lies in
+    Source: DQSG/NDQSG (Abdi & Fekri), Sec. 2.1.1, eq. (1) and the variance display after Lemma 2. It lies in
     ``[0, scale^2 / (4 M^2)]``.
 
     Parameters
@@ -73,7 +73,7 @@ def element_variance(x: np.ndarray, M: int, scale: float) -> np.ndarray:
 def total_variance(v: np.ndarray, M: int, norm: str = "l2") -> float:
     """Exact ``E[||Q(v) - v||^2 | v]`` of the stochastic quantizer scaled by the chosen norm of ``v``.
 
-    Source: 002_87c17e3716ede1d0.txt, Sec. 2.1.1 (per-element variance summed); with ``norm="l2"`` this is the
+    Source: DQSG/NDQSG (Abdi & Fekri), Sec. 2.1.1 (per-element variance summed); with ``norm="l2"`` this is the
     quantity Alistarh et al. bound in Lemma 3.1 (see :func:`variance_bound`).
 
     Parameters
@@ -91,7 +91,7 @@ def total_variance(v: np.ndarray, M: int, norm: str = "l2") -> float:
 def terngrad_variance(v: np.ndarray) -> float:
     """TernGrad's ``E[||tern(v) - v||^2 | v] = sum_i |v_i| (||v||_inf - |v_i|)``: the M = 1, l_inf case.
 
-    Source: 002_87c17e3716ede1d0.txt, Sec. 2.1.1 (TernGrad is the stochastic quantizer with M = 1).
+    Source: DQSG/NDQSG (Abdi & Fekri), Sec. 2.1.1 (TernGrad is the stochastic quantizer with M = 1).
     """
     return total_variance(v, 1, norm="linf")
 
@@ -99,7 +99,7 @@ def terngrad_variance(v: np.ndarray) -> float:
 def uniform_average_variance(M: int) -> float:
     """Average per-element variance of the stochastic quantizer for ``x`` uniform on ``[-1, 1]``: ``1/(6 M^2)``.
 
-    Source: 002_87c17e3716ede1d0.txt, Sec. 2.1.1 (twice the dithered ``Delta^2/12`` with ``Delta = 1/M``).
+    Source: DQSG/NDQSG (Abdi & Fekri), Sec. 2.1.1 (twice the dithered ``Delta^2/12`` with ``Delta = 1/M``).
     """
     M = _checks.integer("M", M, minimum=1)
     return 1.0 / (6.0 * M**2)
@@ -108,7 +108,7 @@ def uniform_average_variance(M: int) -> float:
 def dithered_average_variance(M: int) -> float:
     """Per-element error variance of (subtractive) dithered quantization with ``Delta = 1/M``: ``Delta^2/12``.
 
-    Source: 002_87c17e3716ede1d0.txt, Theorem 1 (Schuchman) and Lemma 3.
+    Source: DQSG/NDQSG (Abdi & Fekri), Theorem 1 (Schuchman) and Lemma 3.
     """
     M = _checks.integer("M", M, minimum=1)
     return 1.0 / (12.0 * M**2)

@@ -1,7 +1,7 @@
 """SIDCo's closed forms about the achieved ratio and convergence (the thresholds themselves live in
 ``theory.thresholds``).
 
-Source: ``001_ac87256369ec7547.txt``: Sec. 2.2 (the number of exceedances of the threshold is binomial),
+Source: ``SIDCo (Abdelmoniem et al.)``: Sec. 2.2 (the number of exceedances of the threshold is binomial),
 Lemma 3 eq. (13), App. C eqs. (42)-(45).
 """
 
@@ -27,7 +27,7 @@ __all__ = [
 def exceedance_count_mean(d: int, ratio: float) -> float:
     """Mean number of elements above the exact threshold: ``E[k_hat] = d delta``.
 
-    Source: 001_ac87256369ec7547.txt, Sec. 2.2 and App. C (``K_hat ~ Binomial(d, delta)`` under the true law).
+    Source: SIDCo (Abdelmoniem et al.), Sec. 2.2 and App. C (``K_hat ~ Binomial(d, delta)`` under the true law).
     """
     d = _checks.integer("d", d, minimum=1)
     ratio = _checks.unit_open("ratio", ratio)
@@ -38,7 +38,7 @@ def exceedance_count_interval(d: int, ratio: float, confidence: float = 0.95) ->
     """Central ``confidence`` interval of ``k_hat ~ Binomial(d, delta)``: the number of elements of a vector of
     ``d`` iid draws from the true distribution that exceed its exact ``1 - delta`` quantile.
 
-    Source: 001_ac87256369ec7547.txt, Sec. 2.2 / App. C (binomial law of the exceedances).
+    Source: SIDCo (Abdelmoniem et al.), Sec. 2.2 / App. C (binomial law of the exceedances).
 
     Returns
     -------
@@ -54,7 +54,7 @@ def exceedance_count_interval(d: int, ratio: float, confidence: float = 0.95) ->
 def iterations_to_sgd_rate(ratio: float, tolerance: float = 0.0) -> float:
     """Order of the number of iterations after which SIDCo's rate matches SGD: ``1 / (delta^2 (1 - eps)^2)``.
 
-    Source: 001_ac87256369ec7547.txt, Lemma 3, eq. (13) (an O(.) statement: the constant is 1 here, so use this
+    Source: SIDCo (Abdelmoniem et al.), Lemma 3, eq. (13) (an O(.) statement: the constant is 1 here, so use this
     for comparisons between settings, not as an absolute count).
 
     Parameters
@@ -71,7 +71,7 @@ def convergence_bound(f_gap: float, smoothness: float, second_moment: float, rat
 
         (4 (f(x_0) - f*) + L sigma^2) / (2 sqrt(I + 1)) + 4 L^2 sigma^2 (1 - delta) / (delta^2 (I + 1))
 
-    Source: 001_ac87256369ec7547.txt, App. C, eq. (43) (from Karimireddy et al. 2019, Theorem II).
+    Source: SIDCo (Abdelmoniem et al.), App. C, eq. (43) (from Karimireddy et al. 2019, Theorem II).
 
     Parameters
     ----------
@@ -97,7 +97,7 @@ def ratio_error(
 
     with ``F_G(eta(delta)) = 1 - delta`` exactly (``eta`` is the true quantile).
 
-    Source: 001_ac87256369ec7547.txt, App. C, eqs. (44)-(45). ``F`` are cdfs of the magnitude ``|G|``.
+    Source: SIDCo (Abdelmoniem et al.), App. C, eqs. (44)-(45). ``F`` are cdfs of the magnitude ``|G|``.
 
     Parameters
     ----------

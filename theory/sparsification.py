@@ -1,6 +1,6 @@
 """Top-k sparsification: contraction factor, exact best-k error, and the compressibility power law.
 
-Sources: SIDCo, ``001_ac87256369ec7547.txt``: Definition 1 eq. (1) (sorted magnitudes ``g~_j <= c1 j^-p``,
+Sources: SIDCo, ``SIDCo (Abdelmoniem et al.)``: Definition 1 eq. (1) (sorted magnitudes ``g~_j <= c1 j^-p``,
 ``p > 1/2``), eq. (2) (best-k error ``sigma_k(g) = ||g - T_k{g}||_2 <= c2 k^(1/2 - p)``) and App. C eq. (42)
 (``E||T_k{g} - g||^2 <= (1 - delta) E||g||^2``, ``delta = k/d``).
 """
@@ -27,7 +27,7 @@ __all__ = [
 def topk_contraction(k: int, d: int) -> float:
     """Contraction factor of Top-k: ``||g - T_k{g}||^2 <= (1 - k/d) ||g||^2`` for every g.
 
-    Source: 001_ac87256369ec7547.txt, App. C eq. (42) (the d - k smallest squares average at most the mean).
+    Source: SIDCo (Abdelmoniem et al.), App. C eq. (42) (the d - k smallest squares average at most the mean).
     """
     d = _checks.integer("d", d, minimum=1)
     k = _checks.integer("k", k, minimum=0, maximum=d)
@@ -37,7 +37,7 @@ def topk_contraction(k: int, d: int) -> float:
 def best_k_error(g: np.ndarray, k: int | np.ndarray | None = None) -> float | np.ndarray:
     """Exact best-k (Top-k) approximation error ``sigma_k(g) = ||g - T_k{g}||_2``.
 
-    Source: 001_ac87256369ec7547.txt, eq. (2) (definition of ``sigma_k``).
+    Source: SIDCo (Abdelmoniem et al.), eq. (2) (definition of ``sigma_k``).
 
     Parameters
     ----------
@@ -113,7 +113,7 @@ def _rank_range(name: str, rank_range: tuple[int, int] | None, top: int) -> tupl
 def fit_magnitude_decay(g: np.ndarray, rank_range: tuple[int, int] | None = None, points: int = 256) -> PowerLawFit:
     """Fit the power law ``g~_j = c1 j^-p`` of Definition 1 to the sorted magnitudes of ``g``.
 
-    Source: 001_ac87256369ec7547.txt, Definition 1, eq. (1); App. B.1 / Fig. 7(a) for its use on gradients.
+    Source: SIDCo (Abdelmoniem et al.), Definition 1, eq. (1); App. B.1 / Fig. 7(a) for its use on gradients.
     The line is fitted by least squares in log-log coordinates on ``points`` log-spaced ranks (so every decade
     of ranks weighs the same), over nonzero magnitudes only.
 
@@ -138,7 +138,7 @@ def fit_magnitude_decay(g: np.ndarray, rank_range: tuple[int, int] | None = None
 def fit_best_k_decay(g: np.ndarray, rank_range: tuple[int, int] | None = None, points: int = 256) -> PowerLawFit:
     """Fit ``sigma_k(g) = c2 k^(1/2 - p)`` of eq. (2) to the exact best-k errors; returns p and c2.
 
-    Source: 001_ac87256369ec7547.txt, eq. (2); App. B.1 / Fig. 7(b). Log-log least squares on log-spaced k
+    Source: SIDCo (Abdelmoniem et al.), eq. (2); App. B.1 / Fig. 7(b). Log-log least squares on log-spaced k
     where ``sigma_k > 0``. For a finite vector ``sigma_k`` drops to 0 at ``k = nnz``, bending the curve near
     the end; restrict ``rank_range`` (e.g. ``(1, d // 10)``) to fit the power-law part. Default: ``1..nnz-1``.
 
@@ -162,7 +162,7 @@ def fit_best_k_decay(g: np.ndarray, rank_range: tuple[int, int] | None = None, p
 def envelope_constant(g: np.ndarray, p: float) -> float:
     """Smallest ``c1`` with ``g~_j <= c1 j^-p`` for every rank j: ``max_j g~_j j^p``.
 
-    Source: 001_ac87256369ec7547.txt, Definition 1, eq. (1) (the bound form of the power law).
+    Source: SIDCo (Abdelmoniem et al.), Definition 1, eq. (1) (the bound form of the power law).
     """
     g = _checks.vector("g", g)
     p = _checks.real("p", p)

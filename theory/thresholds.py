@@ -1,6 +1,6 @@
 """Sparsification thresholds for a target ratio delta from a fitted distribution of |g|.
 
-SIDCo 001_ac87256369ec7547.txt, Lemma 1 (4)-(5): eta(delta) = F_|G|^{-1}(1 - delta), the (1 - delta) quantile of the
+SIDCo (Abdelmoniem et al.), Lemma 1 (4)-(5): eta(delta) = F_|G|^{-1}(1 - delta), the (1 - delta) quantile of the
 fitted magnitude distribution, so that on average delta d of the d elements exceed it. Closed forms: exponential
 eta = beta log(1/delta) (6); gamma eta = beta P^{-1}(alpha, 1 - delta) (14), approximated in the paper by
 -beta (log(delta) + log Gamma(alpha)) (15), an upper bound for alpha <= 1 and eta/beta >= 1 (24); generalized Pareto

@@ -2,7 +2,7 @@
 probabilities for a target density.
 
 Source: Wangni, Wang, Liu & Zhang 2018, *Gradient Sparsification for Communication-Efficient Distributed
-Optimization*, as used in 000_4b111efa75352b2d.txt (Fig. 3 and Sec. 2): coordinate ``i`` is kept with probability
+Optimization*, as used in QCS (Abdi & Fekri) (Fig. 3 and Sec. 2): coordinate ``i`` is kept with probability
 ``p_i`` and sent as ``g_i / p_i``, so the estimate is unbiased with variance ``sum_i g_i^2 (1/p_i - 1)``.
 Minimising that variance at an expected density ``sum_i p_i = rho d`` gives the thresholded form
 ``p_i = min(1, |g_i| / lambda)`` (the closed form of Wangni et al., Sec. 3), ``lambda`` set by the density.

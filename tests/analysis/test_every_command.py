@@ -53,7 +53,8 @@ SLOW = {("demo",)}  # records, then runs the whole report: 20-30 s on 2 shared c
 KNOWN_BROKEN: dict[tuple[str, ...], type[Exception]] = {}
 
 REPRS = re.compile(
-    r"\{'|\{\"|': |object at 0x|tensor\(|np\.float|OrderedDict|defaultdict\(|dtype=torch\.|(?<![=\w])(?:True|False|None)\b"
+    r"\{'|\{\"|': |object at 0x|tensor\(|np\.float|OrderedDict|defaultdict\(|dtype=torch\."
+    r"|(?<![=\w])(?:True|False|None)\b"
 )  # Python-isms; a value after "=" belongs to a spec string
 NUMBER = re.compile(r"(?<![\w.=])\d+\.\d+(?:e[+-]?\d+)?(?![\w.])")  # a value after "=" belongs to a spec string,
 # printed exactly so that it rebuilds the same compressor (``compressors``' spec column)

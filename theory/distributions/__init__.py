@@ -1,6 +1,6 @@
 """Sparsity-inducing distributions of gradient magnitudes |g| and their signed (double) forms.
 
-SIDCo 001_ac87256369ec7547.txt, Property 2, Lemma 1 and App. B.3. scipy.stats conventions: location 0, ``scale`` =
+SIDCo (Abdelmoniem et al.), Property 2, Lemma 1 and App. B.3. scipy.stats conventions: location 0, ``scale`` =
 the paper's beta, gamma ``shape`` = scipy's ``a`` = the paper's alpha, generalized Pareto ``shape`` = scipy's ``c`` =
 the paper's alpha. Methods take torch tensors (any device and floating dtype) or numpy arrays (returned as numpy).
 """

@@ -4,7 +4,7 @@ Modelled on scipy.stats' ``rv_continuous``: the public methods convert the input
 and dtype, or numpy array / python number, which then comes back as numpy), divide by the scale and call a few
 private *standardized* methods (``_logpdf``, ``_cdf``, ``_sf``, ``_ppf``, ``_isf``) that each distribution
 implements on z = x / scale >= 0. Location is always 0 (the distributions model magnitudes |g|; SIDCo
-001_ac87256369ec7547.txt, Property 2 and Lemma 1).
+SIDCo (Abdelmoniem et al.), Property 2 and Lemma 1).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The symmetric signed form of a distribution of |g|: G = S |G| with a random sign S = +-1.
 
-SIDCo 001_ac87256369ec7547.txt, Lemma 1 (4)-(5) and (17), (30): f_G(g) = f_|G|(|g|) / 2 and
+SIDCo (Abdelmoniem et al.), Lemma 1 (4)-(5) and (17), (30): f_G(g) = f_|G|(|g|) / 2 and
 F_G^{-1}(1 - delta/2) = F_|G|^{-1}(1 - delta). Double(Exponential(b)) is scipy.stats.laplace(scale=b),
 Double(Gamma(a, b)) is scipy.stats.dgamma(a, scale=b); Double(GenPareto(c, b)) is the double GP of (30).
 """

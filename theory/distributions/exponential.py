@@ -1,6 +1,6 @@
 """Exponential distribution of |g| (the magnitude of a Laplace / double-exponential gradient).
 
-SIDCo 001_ac87256369ec7547.txt, Cor. 1.1 (6): |G| ~ Exp(beta), F(x) = 1 - exp(-x / beta); scipy.stats.expon with
+SIDCo (Abdelmoniem et al.), Cor. 1.1 (6): |G| ~ Exp(beta), F(x) = 1 - exp(-x / beta); scipy.stats.expon with
 loc = 0 and scale = beta.
 """
 

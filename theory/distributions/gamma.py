@@ -1,6 +1,6 @@
 """Gamma distribution of |g| (the magnitude of a double-gamma gradient).
 
-SIDCo 001_ac87256369ec7547.txt, App. B.3.1 (17)-(20): f(x) = x^(alpha-1) e^(-x/beta) / (beta^alpha Gamma(alpha)),
+SIDCo (Abdelmoniem et al.), App. B.3.1 (17)-(20): f(x) = x^(alpha-1) e^(-x/beta) / (beta^alpha Gamma(alpha)),
 F(x) = P(alpha, x/beta). scipy.stats.gamma with a = shape = alpha, loc = 0, scale = beta. The quantile (SIDCo (14))
 is solved in torch by :mod:`gradstat.theory.distributions.incgamma`.
 """

@@ -1,6 +1,6 @@
 """Generalized Pareto distribution of |g| (the magnitude of a double-GP gradient; the law of exceedances).
 
-SIDCo 001_ac87256369ec7547.txt, Cor. 1.3 (30)-(33) and Lemma 2 (36)-(37): F(x) = 1 - (1 + alpha x / beta)^(-1/alpha)
+SIDCo (Abdelmoniem et al.), Cor. 1.3 (30)-(33) and Lemma 2 (36)-(37): F(x) = 1 - (1 + alpha x / beta)^(-1/alpha)
 on x >= 0 (and x <= -beta/alpha when alpha < 0). This is scipy.stats.genpareto with c = shape = the paper's alpha,
 loc = 0 and scale = beta; alpha = 0 is the exponential distribution. The paper restricts 0 < alpha < 1/2 for single
 stage fits and -1/2 < alpha < 1/2 for peak-over-threshold stages; any real shape is accepted here.

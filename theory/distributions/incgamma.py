@@ -1,6 +1,6 @@
 """Inverse of the regularized incomplete gamma functions in torch: the gamma quantile of SIDCo (14).
 
-SIDCo (001_ac87256369ec7547.txt, Cor. 1.2 (14), App. B.3.1 (19)-(20)) needs eta = beta P^{-1}(alpha, 1 - delta),
+SIDCo (Abdelmoniem et al.), Cor. 1.2 (14), App. B.3.1 (19)-(20)) needs eta = beta P^{-1}(alpha, 1 - delta),
 with P the regularized lower incomplete gamma function and Q = 1 - P. torch has P and Q
 (``torch.special.gammainc`` / ``gammaincc``) but not their inverses, so they are solved here by Newton's method in
 log space: with t = log x, the function t -> log P(a, e^t) is increasing and concave (it is the log-CDF of log X,
@@ -76,7 +76,7 @@ def gammaincinv(a: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     Returns
     -------
     Tensor of the broadcast shape: 0 at p = 0, inf at p = 1, NaN outside [0, 1].
-    Agrees with ``scipy.special.gammaincinv``; source: SIDCo 001_ac87256369ec7547.txt, (14) and (20).
+    Agrees with ``scipy.special.gammaincinv``; source: SIDCo (Abdelmoniem et al.), (14) and (20).
     """
     a, p = _broadcast(a, p)
     inner = (p > 0) & (p < 1)
@@ -90,7 +90,7 @@ def gammainccinv(a: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """x with Q(a, x) = q, the inverse of the regularized upper incomplete gamma function.
 
     Accurate for tiny q (the far tail that sparsification thresholds live in). 0 at q = 1, inf at q = 0, NaN outside
-    [0, 1]. Agrees with ``scipy.special.gammainccinv``; source: SIDCo 001_ac87256369ec7547.txt, (14) with q = delta.
+    [0, 1]. Agrees with ``scipy.special.gammainccinv``; source: SIDCo (Abdelmoniem et al.), (14) with q = delta.
     """
     a, q = _broadcast(a, q)
     inner = (q > 0) & (q < 1)

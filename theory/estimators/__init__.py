@@ -1,6 +1,6 @@
 """Estimators of the sparsity-inducing distributions of |g|: closed forms of SIDCo, exact MLE, Newton-refined Minka.
 
-SIDCo 001_ac87256369ec7547.txt, Cor. 1.1-1.3 and App. B.3. ``fit(x, dist, method)`` returns a :class:`Fit`.
+SIDCo (Abdelmoniem et al.), Cor. 1.1-1.3 and App. B.3. ``fit(x, dist, method)`` returns a :class:`Fit`.
 """
 
 from gradstat.theory.estimators.fit import fit

@@ -1,7 +1,7 @@
 """The values a fit sees, as masked reductions over the full |g| vector (no compaction unless unavoidable).
 
 A single-stage fit uses y = |g| over the non-zero elements; a peak-over-threshold stage m >= 2 uses
-y = |g| - a over the elements with |g| > eta_{m-1}, a being the anchor (SIDCo 001_ac87256369ec7547.txt, Lemma 2
+y = |g| - a over the elements with |g| > eta_{m-1}, a being the anchor (SIDCo (Abdelmoniem et al.), Lemma 2
 (7)-(9) and Cor. 2.1 (10)-(11): a = eta_{m-1}). Sums are taken over ``where``/``clamp`` views of the whole vector in
 its own dtype (float32 reductions in torch are pairwise, accurate to ~1e-7 relative) and only the 0-d results are
 promoted to float64; nothing is read back to the host here. Only the exact generalized Pareto MLE needs the

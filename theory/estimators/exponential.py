@@ -1,6 +1,6 @@
 """Exponential fit of |g|: the scale is the sample mean (closed form and MLE coincide).
 
-SIDCo 001_ac87256369ec7547.txt, Cor. 1.1 (6): beta_hat = (1/d) sum |g_j|, the maximum likelihood estimate; for
+SIDCo (Abdelmoniem et al.), Cor. 1.1 (6): beta_hat = (1/d) sum |g_j|, the maximum likelihood estimate; for
 peak-over-threshold stages Cor. 2.1 (11): beta_m = mean(|g_bar| - eta_{m-1}).
 """
 

@@ -40,7 +40,7 @@ def fit(x: object, dist: str, method: str = "closed_form") -> Fit:
         Magnitudes |g| >= 0. Exact zeros are left out of the fit and counted (``Fit.n_zeros``).
     dist : {'exponential', 'gamma', 'genpareto'}
     method : {'closed_form', 'mle', 'minka_newton'}
-        closed_form: the paper's estimators, SIDCo 001_ac87256369ec7547.txt (6) mean |g|; (16) Minka's gamma
+        closed_form: the paper's estimators, SIDCo (Abdelmoniem et al.) (6) mean |g|; (16) Minka's gamma
         shape; (35) generalized Pareto moment matching. mle: exact maximum likelihood (exponential: the mean;
         gamma: Newton on (26) from Minka; generalized Pareto: Grimshaw's profile likelihood). minka_newton (gamma
         only): Minka's shape plus one Newton step on (26).

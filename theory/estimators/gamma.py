@@ -1,6 +1,6 @@
 """Gamma fits of |g|: Minka's closed-form shape, the exact MLE by Newton's method, and Minka + one Newton step.
 
-SIDCo 001_ac87256369ec7547.txt, App. B.3.1: the MLE solves (26) psi(alpha) - log(alpha) + s = 0 with
+SIDCo (Abdelmoniem et al.), App. B.3.1: the MLE solves (26) psi(alpha) - log(alpha) + s = 0 with
 s = log(mean|g|) - mean(log|g|) >= 0, and beta = mean|g| / alpha; the closed form (16)/(27) is Minka's (2002)
 approximation alpha = (3 - s + sqrt((s - 3)^2 + 24 s)) / (12 s). Newton's steps use Minka's generalized form
 1/alpha' = 1/alpha + f(alpha) / (alpha^2 (1/alpha - psi'(alpha))), f(alpha) = log(alpha) - psi(alpha) - s, which

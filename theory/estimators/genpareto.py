@@ -1,6 +1,6 @@
 """Generalized Pareto fits of |g| (or of peak-over-threshold exceedances): moment matching and the exact MLE.
 
-Moment matching is SIDCo 001_ac87256369ec7547.txt, Cor. 1.3 (29)/(35) and Lemma 2 (8)-(9):
+Moment matching is SIDCo (Abdelmoniem et al.), Cor. 1.3 (29)/(35) and Lemma 2 (8)-(9):
 alpha = (1 - mu^2 / var) / 2, beta = mu (mu^2 / var + 1) / 2 (scipy's c = alpha). It needs a finite variance
 (alpha < 1/2), and the sample variance only settles when the fourth moment is finite (alpha < 1/4), hence the
 warning above 1/4.

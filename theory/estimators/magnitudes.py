@@ -1,7 +1,7 @@
 """Validation of a vector of gradient magnitudes |g| before fitting, in one pass and one host synchronisation.
 
 Zeros policy (used by every estimator, threshold and peak-over-threshold stage): gradients often hold many exact
-zeros (ReLU, unused embedding rows). The sparsity-inducing distributions of SIDCo (001_ac87256369ec7547.txt,
+zeros (ReLU, unused embedding rows). The sparsity-inducing distributions of SIDCo (Abdelmoniem et al.),
 Property 2) are continuous, and the gamma statistic s = log(mean) - mean(log) of (16) is -inf on a zero, so fits use
 the non-zero elements only and report how many zeros they left out. A threshold for a ratio delta over all d
 elements is then the conditional quantile at delta / (1 - zero_fraction) among the non-zeros
