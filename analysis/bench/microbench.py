@@ -12,15 +12,18 @@ and SIDCo's time split into its phases (abs, fit + threshold, select, pack). Eve
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
 
 from gradstat.analysis.bench.timing import Timing, progress, time_ms
+
+if TYPE_CHECKING:
+    from gradstat.compressors.base import Compressor
 
 OPTIONS = """
 sizes : list[int] -- vector lengths (default 260000,2600000,26000000; the paper also has 260000000).
@@ -72,11 +75,12 @@ def _quantizer_specs() -> list[str]:
     return names + list(EXTRA_QUANTIZERS)
 
 
-def _build(spec: str, ratio: float | None, abs_g: torch.Tensor):
+def _build(spec: str, ratio: float | None, abs_g: torch.Tensor) -> Compressor:
     from gradstat import compressors
+    from gradstat.compressors.base import hyper_fields
 
     name = spec.partition(":")[0]
-    fields = {f.name for f in dataclasses.fields(compressors.get(name))}
+    fields = {f.name for f in hyper_fields(compressors.get(name))}
     if ratio is not None and "ratio" in fields:
         return compressors.create(spec, ratio=ratio)
     if ratio is not None and name == "threshold":  # the offline-tuned threshold: the exact (1 - delta) quantile
