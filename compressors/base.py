@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, fields
+from dataclasses import Field, dataclass, fields, is_dataclass
 from typing import Any, ClassVar, Literal, Mapping, Sequence
 
 import torch
@@ -66,7 +66,10 @@ class Compressor(ABC):
     defaults), which is what the registry's spec strings set."""
 
     name: ClassVar[str] = ""
-    properties: ClassVar[Properties]
+    # Declared by each subclass as a class attribute (read from the class by the registry and the CLI). Not a
+    # ClassVar: an instance whose hyper-parameters change a declared property (e.g. terngrad with clipping is
+    # biased) stores its own narrowed copy, which then shadows the class default for that instance only.
+    properties: Properties
 
     # -- public API -----------------------------------------------------------------------------------------
     def encode(self, g: torch.Tensor, ctx: Context | None = None) -> Payload:
@@ -110,11 +113,7 @@ class Compressor(ABC):
 
     def spec(self) -> str:
         """The spec string that rebuilds this compressor (see :mod:`gradstat.compressors.registry`)."""
-        args = (
-            ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
-            if hasattr(self, "__dataclass_fields__")
-            else ""
-        )
+        args = ",".join(f"{f.name}={getattr(self, f.name)}" for f in hyper_fields(self))
         return f"{self.name}:{args}" if args else self.name
 
     def __call__(self, g: torch.Tensor, ctx: Context | None = None) -> torch.Tensor:
@@ -144,6 +143,15 @@ class RoundResult:
     @property
     def bits(self) -> int:
         return sum(p.bits for p in self.payloads)
+
+
+def hyper_fields(c: Compressor | type[Compressor]) -> tuple[Field[Any], ...]:
+    """The hyper-parameters (dataclass fields) of a compressor class or instance; ``()`` if it is no dataclass.
+
+    Subclasses are dataclasses by convention only, which the base class cannot state to a type checker;
+    ``is_dataclass`` checks it at run time and narrows the type for ``fields``.
+    """
+    return fields(c) if is_dataclass(c) else ()
 
 
 def encode_named(

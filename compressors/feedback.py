@@ -19,6 +19,7 @@ Special cases (each paper's own symbols in brackets):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -94,7 +95,7 @@ def parse_feedback(spec: str) -> ErrorFeedback:
             args[key.strip()] = float(value)
         except ValueError:
             raise ValueError(f"feedback spec {spec!r}: {item!r} is not key=number") from None
-    builders = {
+    builders: dict[str, tuple[Callable[..., ErrorFeedback], set[str]]] = {
         "none": (ErrorFeedback.none, set()),
         "ef": (ErrorFeedback.plain, set()),
         "qcs": (ErrorFeedback.qcs, {"beta"}),

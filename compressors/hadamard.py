@@ -120,7 +120,8 @@ def _quadratic_character(q: int) -> list[list[int]]:
 
 def _paley(m: int) -> torch.Tensor | None:
     """A Paley Hadamard matrix of order m (int8), or None when neither Paley I nor II gives order m."""
-    if _prime_power(m - 1) and (m - 1) % 4 == 3 and _prime_power(m - 1)[1] <= 2:  # Paley I
+    pe1 = _prime_power(m - 1)
+    if pe1 is not None and (m - 1) % 4 == 3 and pe1[1] <= 2:  # Paley I
         q = m - 1
         jac = torch.tensor(_quadratic_character(q), dtype=torch.int64)
         s = torch.zeros(m, m, dtype=torch.int64)  # skew conference matrix [[0, j^T], [-j, Q]]
@@ -172,10 +173,18 @@ def _base(m: int) -> torch.Tensor | None:
     return _paley(m)
 
 
+def _factored_base(m: int) -> torch.Tensor:
+    """The Paley base of an order m > 1 returned by :func:`factor` (which only returns orders that have one)."""
+    base = _base(m)
+    if base is None:
+        raise ValueError(f"no Paley Hadamard matrix of order {m}")
+    return base
+
+
 @functools.lru_cache(maxsize=256)
 def _base_on(m: int, dtype: torch.dtype, device: torch.device, transpose: bool) -> torch.Tensor:
     """The Paley base as a dense matrix of ``dtype`` on ``device`` (copied there once, not on every call)."""
-    base = _base(m).to(dtype=dtype, device=device)
+    base = _factored_base(m).to(dtype=dtype, device=device)
     return base.T.contiguous() if transpose else base
 
 
@@ -197,7 +206,7 @@ def hadamard_matrix(n: int, dtype: torch.dtype = torch.float32, device: torch.de
     s = torch.ones(1, 1, dtype=torch.int64)
     while s.shape[0] < p2:
         s = torch.cat((torch.cat((s, s), 1), torch.cat((s, -s), 1)), 0)
-    h = s if m == 1 else torch.kron(_base(m).long(), s)
+    h = s if m == 1 else torch.kron(_factored_base(m).long(), s)
     return h.to(dtype=dtype, device=device)
 
 
@@ -224,7 +233,7 @@ def _first_row_on(m: int, dtype: torch.dtype, device: torch.device) -> torch.Ten
     """First row of the base of order m (all ones for Sylvester, m = 1) on ``device``."""
     if m == 1:
         return torch.ones(1, dtype=dtype, device=device)
-    return _base(m)[0].to(dtype=dtype, device=device)
+    return _factored_base(m)[0].to(dtype=dtype, device=device)
 
 
 def _folds(n: int, k: int) -> bool:

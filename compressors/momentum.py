@@ -71,12 +71,14 @@ class LocalMomentumCorrection:
         ``w <- w - lr * result.mean``). States are updated in place."""
         if len(states) != len(grads):
             raise ValueError(f"{len(grads)} gradients but {len(states)} worker states")
+        velocities = []
         for g, s in zip(grads, states, strict=True):
             s.velocity = g.float() if s.velocity is None else self.momentum * s.velocity + g.float()
-        result = feedback_round(self.compressor, ErrorFeedback.plain(), [s.velocity for s in states], states, ctx)
+            velocities.append(s.velocity)
+        result = feedback_round(self.compressor, ErrorFeedback.plain(), velocities, states, ctx)
         if self.masking:
-            for s, sent in zip(states, result.decoded, strict=True):
-                s.velocity = s.velocity.masked_fill(sent.reshape(s.velocity.shape) != 0, 0.0)
+            for s, u, sent in zip(states, velocities, result.decoded, strict=True):
+                s.velocity = u.masked_fill(sent.reshape(u.shape) != 0, 0.0)
         return result
 
 

@@ -12,7 +12,7 @@ import dataclasses
 import typing
 from typing import Any, Callable, TypeVar
 
-from gradstat.compressors.base import Compressor
+from gradstat.compressors.base import Compressor, hyper_fields
 
 _REGISTRY: dict[str, type[Compressor]] = {}
 C = TypeVar("C", bound=type[Compressor])
@@ -70,7 +70,7 @@ def create(spec: str, **overrides: Any) -> Compressor:
     name, raw = parse_spec(spec)
     cls = get(name)
     hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    known = {f.name: f for f in hyper_fields(cls) if f.init}
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in known:

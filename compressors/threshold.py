@@ -79,16 +79,12 @@ def search_threshold(
         n = count_at_least(abs_g, eta)
         if band[0] * k <= n <= band[1] * k or not bool(eta > 0):
             break
-        if n > band[1] * k:
+        if n > band[1] * k:  # too many: rise, to the midpoint once the other side is known
             low = eta
-        else:
+            eta = (low + high) / 2 if high is not None else low * expand
+        else:  # too few: fall
             high = eta
-        if low is not None and high is not None:
-            eta = (low + high) / 2
-        elif low is None:
-            eta = high / expand
-        else:
-            eta = low * expand
+            eta = (low + high) / 2 if low is not None else high / expand
     return eta, steps
 
 

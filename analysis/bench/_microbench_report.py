@@ -41,7 +41,7 @@ def plot(table: pd.DataFrame, out: Path) -> dict[str, Path]:
     return save_figure(fig, table, out, "bench")
 
 
-def _pick(table: pd.DataFrame, **eq) -> pd.DataFrame:
+def _pick(table: pd.DataFrame, **eq: object) -> pd.DataFrame:
     sel = table
     for key, value in eq.items():
         sel = sel[sel[key] == value]

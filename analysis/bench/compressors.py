@@ -9,13 +9,16 @@ second-group worker decoding with the gradient itself as side information.
 
 from __future__ import annotations
 
-import dataclasses
 import math
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
 
 from gradstat.analysis.bench.timing import median_ms, progress
+
+if TYPE_CHECKING:
+    from gradstat.compressors.base import Compressor
 
 OPTIONS = """
 size : int -- vector length (default 2_600_000, the paper's 2.6M).
@@ -27,11 +30,12 @@ seed : int -- seed of the Laplace vector and of the compressors' contexts (defau
 """
 
 
-def _build(name: str, ratio: float, abs_g: torch.Tensor):
+def _build(name: str, ratio: float, abs_g: torch.Tensor) -> Compressor:
     from gradstat import compressors
+    from gradstat.compressors.base import hyper_fields
 
     cls = compressors.get(name)
-    fields = {f.name for f in dataclasses.fields(cls)}
+    fields = {f.name for f in hyper_fields(cls)}
     if "ratio" in fields:
         return compressors.create(name, ratio=ratio)
     if name == "threshold":

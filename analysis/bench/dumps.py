@@ -13,8 +13,10 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
+import torch
 
 from gradstat.analysis.bench.timing import progress
 from gradstat.analysis.dumps import open_dump
@@ -40,7 +42,10 @@ def run(
     wl = get_workload(workload)
     with tempfile.TemporaryDirectory(prefix="gradstat-bench-") as tmp:
         modes = {"no recorder": None, "recording every step": 1, "recorder attached, step not recorded": 10**9}
-        runs = {}
+        # per mode: the trainer, its recorder (None: none attached), its batches and its step times
+        runs: dict[
+            str, tuple[DataParallel, Recorder | None, Iterator[tuple[torch.Tensor, torch.Tensor]], list[float]]
+        ] = {}
         for name, every in modes.items():
             model = wl.model(seed=0)
             dp = DataParallel(model, wl.optimizer(model), wl.loss, workers)

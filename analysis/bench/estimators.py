@@ -9,6 +9,9 @@ data (so a closed form's error is its distance from the MLE, not from the truth)
 
 from __future__ import annotations
 
+import functools
+from typing import Sequence
+
 import numpy as np
 import pandas as pd
 import torch
@@ -46,7 +49,7 @@ def _loglik(dist: str, params: dict[str, float], x: np.ndarray) -> float:
 
 
 def run(
-    sizes: list[int] = (100_000, 1_000_000, 10_000_000),
+    sizes: Sequence[int] = (100_000, 1_000_000, 10_000_000),
     shape: float = 0.6,
     scale: float = 1e-3,
     repeats: int = 3,
@@ -100,18 +103,20 @@ def _rows(
         x = torch.from_numpy(rng.gamma(shape, scale, size)).to(getattr(torch, dtype))
         x64 = x.double().numpy()  # scipy sees exactly the values the estimators see
         x_dev = x.to(dev)
-        reference = {}
+        ref_params: dict[str, dict[str, float]] = {}  # scipy's fit, its log-likelihood and time, per model
+        ref_loglik: dict[str, float] = {}
+        ref_ms: dict[str, float] = {}
         for dist in SCIPY_MODELS:
-            reference[dist] = _scipy_fit(dist, x64)
-            reference[dist + "_loglik"] = _loglik(dist, reference[dist], x64)
-            reference[dist + "_ms"] = median_ms(lambda d=dist, x=x64: _scipy_fit(d, x), scipy_repeats, warmup=0)
+            ref_params[dist] = _scipy_fit(dist, x64)
+            ref_loglik[dist] = _loglik(dist, ref_params[dist], x64)
+            ref_ms[dist] = median_ms(functools.partial(_scipy_fit, dist, x64), scipy_repeats, warmup=0)
         for dist, method in sorted(ESTIMATORS):
             progress(f"bench estimators: size {size}, {dist} {method}")
             result = fit(x_dev, dist, method)
             # two untimed calls first: the first calls at a new size pay allocation and page faults, not the fit
-            timing = time_ms(lambda x=x_dev, d=dist, m=method: fit(x, d, m), repeats, dev, warmup=2)
+            timing = time_ms(functools.partial(fit, x_dev, dist, method), repeats, dev, warmup=2)
             ms = timing.median
-            ref = reference[dist]
+            ref = ref_params[dist]
             row = {
                 "size": size,
                 "dist": dist,
@@ -119,8 +124,8 @@ def _rows(
                 "ms": ms,
                 "ms_min": timing.low,
                 "ms_max": timing.high,
-                "scipy_ms": reference[dist + "_ms"],
-                "speedup": reference[dist + "_ms"] / ms,
+                "scipy_ms": ref_ms[dist],
+                "speedup": ref_ms[dist] / ms,
                 "converged": result.converged,
             }
             for key in ("shape", "scale"):
@@ -128,6 +133,6 @@ def _rows(
                 row[key] = ours
                 row[f"{key}_rel_err"] = abs(ours / ref[key] - 1) if key in ref else float("nan")
             ours_params = {k: float(v) for k, v in result.params.items()}
-            row["loglik_minus_scipy"] = _loglik(dist, ours_params, x64) - reference[dist + "_loglik"]
+            row["loglik_minus_scipy"] = _loglik(dist, ours_params, x64) - ref_loglik[dist]
             rows.append(row)
     return rows

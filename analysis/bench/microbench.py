@@ -12,15 +12,19 @@ and SIDCo's time split into its phases (abs, fit + threshold, select, pack). Eve
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 import torch
 
 from gradstat.analysis.bench.timing import Timing, progress, time_ms
+
+if TYPE_CHECKING:
+    from gradstat.compressors.base import Compressor
 
 OPTIONS = """
 sizes : list[int] -- vector lengths (default 260000,2600000,26000000; the paper also has 260000000).
@@ -72,11 +76,12 @@ def _quantizer_specs() -> list[str]:
     return names + list(EXTRA_QUANTIZERS)
 
 
-def _build(spec: str, ratio: float | None, abs_g: torch.Tensor):
+def _build(spec: str, ratio: float | None, abs_g: torch.Tensor) -> Compressor:
     from gradstat import compressors
+    from gradstat.compressors.base import hyper_fields
 
     name = spec.partition(":")[0]
-    fields = {f.name for f in dataclasses.fields(compressors.get(name))}
+    fields = {f.name for f in hyper_fields(compressors.get(name))}
     if ratio is not None and "ratio" in fields:
         return compressors.create(spec, ratio=ratio)
     if ratio is not None and name == "threshold":  # the offline-tuned threshold: the exact (1 - delta) quantile
@@ -85,7 +90,14 @@ def _build(spec: str, ratio: float | None, abs_g: torch.Tensor):
     return compressors.create(spec)
 
 
-def _row(size: int, threads: str, ratio: float | None, group: str, name: str, op: str, t: Timing, **extra) -> dict:
+def _topk_abs(g: torch.Tensor, k: int) -> torch.Tensor:
+    """The baseline: the k largest magnitudes of g (unsorted)."""
+    return torch.topk(g.abs(), k, sorted=False).values
+
+
+def _row(
+    size: int, threads: str, ratio: float | None, group: str, name: str, op: str, t: Timing, **extra: object
+) -> dict[str, object]:
     return {
         "size": size,
         "threads": threads,
@@ -137,7 +149,7 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
         if k < 1:
             continue
         progress(f"bench microbench: size {size:,}, threads {threads}, ratio {ratio}: torch.topk")
-        topk = time_ms(lambda k=k: torch.topk(g.abs(), k, sorted=False), repeats, dev)
+        topk = time_ms(functools.partial(_topk_abs, g, k), repeats, dev)
         rows.append(
             _row(
                 size,
@@ -156,7 +168,7 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
             try:
                 c = _build(spec, ratio, abs_g)
                 ctx = Context(seed=seed).but(state=c.new_state(g))
-                t = time_ms(lambda c=c, ctx=ctx: c.encode(g, ctx), repeats, dev)
+                t = time_ms(functools.partial(c.encode, g, ctx), repeats, dev)
             except ValueError as exc:  # e.g. a ratio a compressor rejects at this size
                 progress(f"  skipped: {exc}")
                 continue
@@ -193,17 +205,17 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
         side = g if c.properties.needs_side else None
         ctx = Context(seed=seed, worker=1 if side is not None else 0)
         payload = c.encode(g, ctx)
-        enc = time_ms(lambda c=c, ctx=ctx: c.encode(g, ctx), repeats, dev)
-        dec = time_ms(lambda c=c, p=payload, ctx=ctx, s=side: c.decode(p, ctx, side=s), repeats, dev)
+        enc = time_ms(functools.partial(c.encode, g, ctx), repeats, dev)
+        dec = time_ms(functools.partial(c.decode, payload, ctx, side=side), repeats, dev)
         for op, t in (("encode", enc), ("decode", dec)):
             rows.append(_row(size, threads, None, "quantizer", spec, op, t, read_passes=t.median / read.median))
     return rows
 
 
 def run(
-    sizes: list[int] = (260_000, 2_600_000, 26_000_000),
-    ratios: list[float] = (0.1, 0.01, 0.001),
-    threads: list[int] = (1, 0),
+    sizes: Sequence[int] = (260_000, 2_600_000, 26_000_000),
+    ratios: Sequence[float] = (0.1, 0.01, 0.001),
+    threads: Sequence[int] = (1, 0),
     repeats: int = 5,
     device: str = "cpu",
     out: str = "",

@@ -59,9 +59,10 @@ def register(group: click.Group) -> None:
         if topic is None:
             for t in topics:
                 mod = importlib.import_module(f"gradstat.analysis.bench.{t}")
-                params = inspect.signature(mod.run).parameters.values()
                 opts = ", ".join(
-                    f"{p.name}={_setting(p.default)}" for p in params if p.default is not inspect.Parameter.empty
+                    f"{p.name}={_setting(p.default)}"
+                    for p in inspect.signature(mod.run).parameters.values()
+                    if p.default is not inspect.Parameter.empty
                 )
                 click.echo(
                     f"{t}: {(mod.__doc__ or '').strip().splitlines()[0] if mod.__doc__ else ''}\n    options: {opts}"

@@ -136,7 +136,7 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
     state.metrics.buckets += 1
     if state.compressor is None:
         return _plain_allreduce(state, buffer, world, start)
-    block_shapes = shapes if state.granularity == "layer" else [(buffer.numel(),)]
+    block_shapes: list[tuple[int, ...]] = shapes if state.granularity == "layer" else [(buffer.numel(),)]
     ctxs = [
         Context(seed=state.seed, step=step, worker=rank, block=b.block, state=w.compressor)
         for b, w in zip(blocks, bstate.blocks, strict=True)

@@ -86,7 +86,7 @@ class BucketState:
 
     signature: tuple
     shapes: list[tuple[int, ...]]
-    blocks: list[WorkerState]
+    blocks: list[LocalMomentumState]
     last_step: int = -1
 
     def residual_of(self, j: int) -> torch.Tensor | None:
