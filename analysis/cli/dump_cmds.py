@@ -19,22 +19,7 @@ from gradstat.analysis.cli.options import (
 from gradstat.analysis.dumps import STORAGE_DTYPES, Dump, open_dump
 from gradstat.analysis.dumps.convert import export_npz, import_dump
 from gradstat.analysis.measure.selection import parse_indices
-
-
-def plain(value: object) -> str:
-    """A manifest value as a person reads it: ``k=v, ...`` for mappings (``;`` between items when a value, such as
-    a compressor spec, holds commas itself), brackets for lists, 6 significant digits
-    for floats, ``none`` for None (never a Python repr)."""
-    if isinstance(value, dict):
-        items = [f"{k}={plain(v)}" for k, v in value.items() if v is not None]
-        return ("; " if any("," in i for i in items) else ", ").join(items)  # specs hold commas themselves
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(plain(v) for v in value) + "]"
-    if isinstance(value, bool) or value is None:
-        return {True: "yes", False: "no", None: "none"}[value]
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
+from gradstat.analysis.measure.tables import plain
 
 
 def human_bytes(n: int) -> str:

@@ -26,6 +26,22 @@ def format_value(v: object, digits: int = 4) -> str:
     return str(v)
 
 
+def plain(value: object) -> str:
+    """A manifest value as a person reads it: ``k=v, ...`` for mappings (``;`` between items when a value, such as
+    a compressor spec, holds commas itself), brackets for lists, 6 significant digits
+    for floats, ``none`` for None (never a Python repr)."""
+    if isinstance(value, dict):
+        items = [f"{k}={plain(v)}" for k, v in value.items() if v is not None]
+        return ("; " if any("," in i for i in items) else ", ").join(items)  # specs hold commas themselves
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(plain(v) for v in value) + "]"
+    if isinstance(value, bool) or value is None:
+        return {True: "yes", False: "no", None: "none"}[value]
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
 def to_markdown(df: pd.DataFrame, digits: int = 4) -> str:
     """A GitHub-flavoured Markdown table of ``df`` (index dropped; ``|`` in cells escaped)."""
     cols = [str(c) for c in df.columns]

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from gradstat.analysis.measure.tables import to_markdown
+from gradstat.analysis.measure.tables import plain, to_markdown
 from gradstat.analysis.report.data import ReportData
 
 
@@ -77,15 +77,8 @@ def setup(data: ReportData) -> str:
     return (
         f"## Setup\n\nDump of workload **{s['workload']}**, {int(s['numel']):,} parameters in {s['tensors']} tensors, "
         f"{s['workers']} worker(s), steps {', '.join(map(str, s['steps']))} analysed (recorded: {s['recorded']}, "
-        f"every {s.get('every')}). Optimizer: {_settings(s.get('optimizer'))}.\n"
+        f"every {s.get('every')}). Optimizer: {plain(s.get('optimizer'))}.\n"
     )
-
-
-def _settings(value: object) -> str:
-    """A manifest's settings as ``name=value`` text (no Python repr); a plain value as it is."""
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_settings(v)}" for k, v in value.items()) or "none recorded"
-    return "none recorded" if value is None else str(value)
 
 
 def fits(data: ReportData) -> str:
