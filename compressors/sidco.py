@@ -23,7 +23,6 @@ Without a state (``ctx.state is None``) an adaptive SIDCo runs with ``initial_st
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -114,8 +113,6 @@ class SIDCo(ThresholdSparsifier):
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         d = g.numel()
         check_ratio(self.ratio, d, who="sidco ratio")
-        if not bool(abs_g.any()):  # an all-zero gradient: nothing to send (no distribution can be fitted)
-            return torch.full((), math.inf, dtype=abs_g.dtype, device=abs_g.device)
         state = ctx.state if isinstance(ctx.state, SIDCoState) else None
         m = self.stage_count(state)
         try:

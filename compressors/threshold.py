@@ -155,7 +155,13 @@ class ThresholdSparsifier(Compressor):
         # Thresholds are found on |g| 2^-e with 2^e the power of two at max |g| (exact): every threshold rule sees
         # the same numbers for g and for g scaled by any power of two, so the selection is exactly equivariant,
         # and fits never meet values near float32's overflow or denormal range.
-        e = pow2_exponent(max_abs(g))
+        top = max_abs(g)
+        if not bool(top > 0):  # an all-zero gradient: no rule selects a zero, so nothing is sent
+            payload.info["threshold"] = torch.full((), math.inf, dtype=g.dtype, device=g.device)
+            payload.info["k_hat"] = 0
+            add_sparse(payload, g, torch.zeros(0, dtype=torch.int64, device=g.device), self.packed)
+            return
+        e = pow2_exponent(top)
         abs_n = normalise_by_pow2(abs_scratch(g), e)
         g_n = scale_by_pow2(g, -e) if self.needs_signed else g
         eta = self._threshold(g_n, abs_n, ctx, payload)

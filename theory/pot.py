@@ -25,6 +25,7 @@ from gradstat.theory.estimators.estimate import Estimate
 from gradstat.theory.estimators.exceedances import Exceedances, unit_for
 from gradstat.theory.estimators.fit import resolve
 from gradstat.theory.estimators.magnitudes import check_magnitudes
+from gradstat.theory.estimators.moments import tail_moments
 from gradstat.theory.estimators.registry import SHAPED, estimator
 from gradstat.theory.estimators.result import Fit
 from gradstat.theory.thresholds import QUANTILES, check_length, check_ratio, conditional_ratio, tail_quantile
@@ -195,7 +196,8 @@ def multistage_threshold(
     eta = torch.where(ok, eta, torch.zeros_like(eta))
     done = [_Stage(deltas[0], eta, est, count, ok, mags.n_zeros, method, first, note)]
 
-    workspace = torch.empty_like(x) if len(deltas) > 1 else None  # shifted exceedances, reused by every stage
+    # shifted exceedances, reused by every stage (the fused kernel needs none)
+    workspace = torch.empty_like(x) if len(deltas) > 1 and not tail_moments.compiled_for(x) else None
     for delta in deltas[1:]:
         prev = done[-1].threshold
         if anchor == "threshold":
@@ -228,7 +230,12 @@ def multistage_threshold(
 
 def _finish(x: torch.Tensor, done: list[_Stage]) -> PotResult:
     """Read counts, validity and diagnostics back in one synchronisation and assemble the result."""
-    final_survivors = torch.count_nonzero(x > done[-1].threshold.to(x.dtype))
+    last = done[-1].threshold
+    if tail_moments.compiled_for(x):  # the count of one fused pass (its sums are not used)
+        zero = torch.zeros((), dtype=torch.float64, device=x.device)
+        final_survivors = tail_moments(x, last.to(x.dtype).double(), zero, zero + 1, False)[0]
+    else:
+        final_survivors = torch.count_nonzero(x > last.to(x.dtype))
     survivors = [s.count for s in done[1:]] + [final_survivors.double()]
     scalars: list[torch.Tensor] = []
     for s in done:

@@ -7,6 +7,7 @@ from _sparse_checks import kept_fraction, laplace
 
 from gradstat.compressors import create
 from gradstat.compressors.context import Context
+from gradstat.compressors.threshold import search_threshold
 
 
 def test_gaussian_start_is_the_two_sided_normal_quantile():
@@ -35,4 +36,7 @@ def test_selection_is_on_magnitudes_so_negative_gradients_are_kept():
 
 def test_all_zero_gradient_terminates_with_nothing_sent():
     payload = create("gaussianksgd").encode(torch.zeros(5000))
-    assert payload.bits == 0 and payload.info["search_steps"] <= 5
+    assert payload.bits == 0 and payload.info["k_hat"] == 0
+    # the search itself stops at once on all-zero magnitudes (threshold 0 can only select zeros, never sent)
+    eta, steps = search_threshold(torch.zeros(5000), 50, torch.zeros(()), (0.8, 1.2), max_iter=40)
+    assert steps == 1 and float(eta) == 0.0

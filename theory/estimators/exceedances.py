@@ -13,6 +13,12 @@ Scale: every statistic is of the normalised values z = y / unit, ``unit`` a powe
 ``unit``) under scaling by powers of two. Where squares and sums of y itself stay far from the dtype's limits the
 reductions run on y directly (no copy) and are divided by unit afterwards, which is the same arithmetic scaled by a
 power of two; otherwise z is materialised once.
+
+On a large vector where the fused kernel :func:`gradstat.theory.estimators.moments.tail_moments` runs compiled
+(:mod:`gradstat.theory.fused`), every statistic of an object comes from one read of x instead: count, sum z and
+sum z^2 (and sum log z for :meth:`Exceedances.mean_log`) accumulated in float64, with the bound and the shift
+rounded to x's dtype exactly as the eager comparisons and subtractions round them. The two paths differ only by
+the rounding of their sums (float32 pairwise against float64).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+
+from gradstat.theory.estimators.moments import tail_moments
 
 _RELATIVE_NOISE = 32.0
 
@@ -95,6 +103,22 @@ class Exceedances:
             self._cache["y"] = y
         return self._cache["y"]
 
+    def _fused(self, logs: bool = False) -> torch.Tensor | None:
+        """``[n, sum z, sum z^2 (, sum log z)]`` from one fused pass where that kernel runs compiled, else None."""
+        if not tail_moments.compiled_for(self.x):
+            return None
+        if "fused_log" in self._cache:
+            return self._cache["fused_log"]
+        key = "fused_log" if logs else "fused"
+        if key not in self._cache:
+            zero = torch.zeros((), dtype=torch.float64, device=self.x.device)
+            above = zero if self.above is None else self.above.to(self.x.dtype).double()
+            shift = zero if self.above is None else (self.above if self.shift is None else self.shift)
+            shift = shift.to(self.x.dtype).double()
+            inv_unit = torch.tensor(1.0 / self.unit, dtype=torch.float64, device=self.x.device)
+            self._cache[key] = tail_moments(self.x, above, shift, inv_unit, logs)
+        return self._cache[key]
+
     def _direct(self) -> bool:
         return _direct_ok(self.unit, self.x.dtype)
 
@@ -114,6 +138,9 @@ class Exceedances:
 
     def _sum(self, square: bool) -> torch.Tensor:
         """sum z (or sum z^2) as a 0-d float64 tensor, from y when that is exact arithmetic (see module doc)."""
+        moments = self._fused()
+        if moments is not None:
+            return moments[2 if square else 1]
         if self._direct() and "y_is_z" not in self._cache:
             y = self._shifted()
             total = torch.dot(y, y) if square else y.sum()
@@ -126,6 +153,8 @@ class Exceedances:
         if "n" not in self._cache:
             if self.n_hint is not None:
                 n = torch.tensor(float(self.n_hint), dtype=torch.float64, device=self.x.device)
+            elif (moments := self._fused()) is not None:
+                n = moments[0]
             elif self.above is None:
                 n = torch.count_nonzero(self.x).double()
             else:
@@ -156,6 +185,8 @@ class Exceedances:
 
     def mean_log(self) -> torch.Tensor:
         """Mean of log z = log(y / unit) over the used elements (0-d float64); requires y > 0 on them (no shift)."""
+        if "mean_log" not in self._cache and (moments := self._fused(logs=True)) is not None:
+            self._cache["mean_log"] = moments[3] / self.count()
         if "mean_log" not in self._cache:
             y = self._shifted()
             z = self._cache.get("z")

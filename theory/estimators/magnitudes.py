@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gradstat.theory.estimators.moments import summary
+
 
 @dataclass(frozen=True)
 class Magnitudes:
@@ -90,9 +92,12 @@ def check_magnitudes(x: object, name: str = "x", *, spread: bool = False) -> Mag
     t = as_magnitudes_tensor(x, name)
     if t.numel() == 0:
         raise ValueError(f"{name} is empty; need at least one |g| value")
-    lo, hi = torch.aminmax(t)
-    nonzero = torch.count_nonzero(t)
-    lo_f, hi_f, n_nonzero = torch.stack([lo.double(), hi.double(), nonzero.double()]).tolist()
+    if summary.compiled_for(t):
+        lo_f, hi_f, n_nonzero = summary(t).tolist()  # one fused pass
+    else:
+        lo, hi = torch.aminmax(t)
+        nonzero = torch.count_nonzero(t)
+        lo_f, hi_f, n_nonzero = torch.stack([lo.double(), hi.double(), nonzero.double()]).tolist()
     if math.isnan(lo_f) or math.isnan(hi_f) or math.isinf(lo_f) or math.isinf(hi_f):
         raise ValueError(f"{name} contains NaN or infinite values (min {lo_f}, max {hi_f}); pass finite |g|")
     if lo_f < 0:
@@ -104,7 +109,7 @@ def check_magnitudes(x: object, name: str = "x", *, spread: bool = False) -> Mag
     if spread:
         if n_nonzero == 1:
             raise ValueError(f"{name} has a single non-zero value; the shape of a distribution needs at least two")
-        min_nonzero = lo_f if n_nonzero == mags.d else float(torch.where(t > 0, t, hi).min())
+        min_nonzero = lo_f if n_nonzero == mags.d else float(torch.where(t > 0, t, hi_f).min())
         if min_nonzero == hi_f:
             raise ValueError(
                 f"{name} is constant ({hi_f} on all {n_nonzero} non-zero elements): the shape of a "

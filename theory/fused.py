@@ -1,0 +1,113 @@
+"""Fused one-pass reductions over large vectors: a compiled kernel where torch can build one, eager torch otherwise.
+
+Eager torch reads a vector once per operation and writes a full-size temporary for most of them, so a statistic
+such as "count and sum of |g| - t over |g| > t" costs a comparison, a subtraction, a clamp, a count and a sum:
+five or more passes over memory for a result that needs one. ``torch.compile`` fuses such an expression into one
+loop that reads each element once and keeps the intermediates in registers. Its cost is a one-time build of the
+kernel (seconds on a CPU, with a C++ compiler; cached on disk for later processes), so it pays only on large
+vectors and long runs.
+
+:class:`Fused` wraps a pure torch function that is its own eager reference: called eagerly it computes the same
+result in several passes. It is compiled when the policy allows (:func:`policy`, environment variable
+``GRADSTAT_COMPILE``):
+
+- ``auto`` (default): compiled for CPU tensors of at least :data:`MIN_ELEMENTS` elements when torch can compile
+  here (``torch.compile`` present and a C++ compiler on the path); eager otherwise (GPU tensors stay on eager
+  torch's kernels, which already read at close to the device's bandwidth);
+- ``always``: compiled for every size and device (what the tests use to compare the two paths);
+- ``never``: always eager.
+
+A build that fails (no compiler, an unsupported torch) is reported once as a warning and the kernel stays eager
+for the rest of the process; results never depend on whether it compiled beyond the rounding of a reordered sum.
+Callers keep their own eager code path where it is cheaper than running the fused function eagerly
+(:meth:`Fused.compiled_for` says which applies).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import threading
+import warnings
+from collections.abc import Callable
+
+import torch
+
+ENV = "GRADSTAT_COMPILE"
+POLICIES = ("auto", "always", "never")
+MIN_ELEMENTS = 1 << 21
+"""Smallest vector (2,097,152 elements) compiled under ``auto``: below it one eager pass costs well under a
+millisecond and the build would not pay for itself in a short run."""
+
+
+def policy() -> str:
+    """The compile policy from ``GRADSTAT_COMPILE`` (``auto`` when unset); a clear error for another value."""
+    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if value not in POLICIES:
+        raise ValueError(f"{ENV} must be one of {', '.join(POLICIES)}, got {value!r}")
+    return value
+
+
+@functools.lru_cache(maxsize=1)
+def can_compile() -> bool:
+    """Whether this process can build CPU kernels: ``torch.compile`` exists and a C++ compiler is on the path."""
+    if not hasattr(torch, "compile"):
+        return False
+    compiler = os.environ.get("CXX") or "c++"
+    return any(shutil.which(c) for c in (compiler, "g++", "clang++"))
+
+
+class Fused:
+    """A pure torch function ``fn(x, *scalars)`` run compiled (one fused pass) or eagerly (its own reference).
+
+    ``x`` is the large vector; the other arguments are 0-d tensors or Python constants that select a variant
+    (each constant value compiles its own kernel). Shapes are dynamic: one kernel serves every length."""
+
+    def __init__(self, fn: Callable[..., torch.Tensor]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self._compiled: Callable[..., torch.Tensor] | None = None
+        self._broken = False
+        self._lock = threading.Lock()
+
+    def compiled_for(self, x: torch.Tensor) -> bool:
+        """Whether a call on ``x`` runs compiled under the current policy."""
+        if self._broken:
+            return False
+        mode = policy()
+        if mode == "never":
+            return False
+        if mode == "always":
+            return True
+        return x.device.type == "cpu" and x.numel() >= MIN_ELEMENTS and can_compile()
+
+    def __call__(self, x: torch.Tensor, *args: object) -> torch.Tensor:
+        if self.compiled_for(x):
+            try:
+                return self._kernel()(x, *args)
+            except Exception as exc:  # noqa: BLE001 - any build failure falls back to the reference
+                self._broken = True
+                warnings.warn(
+                    f"gradstat: could not compile the fused kernel {self.name!r} ({type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0] if str(exc) else ''}); using eager torch for the rest of this run "
+                    f"(set {ENV}=never to skip the attempt)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        return self.fn(x, *args)
+
+    def reference(self, x: torch.Tensor, *args: object) -> torch.Tensor:
+        """The eager result (same function, not compiled)."""
+        return self.fn(x, *args)
+
+    def _kernel(self) -> Callable[..., torch.Tensor]:
+        with self._lock:
+            if self._compiled is None:
+                self._compiled = torch.compile(self.fn, dynamic=True, fullgraph=True)
+            return self._compiled
+
+
+def fused(fn: Callable[..., torch.Tensor]) -> Fused:
+    """Decorator: ``@fused def kernel(x, ...)`` (see :class:`Fused`)."""
+    return Fused(fn)
