@@ -22,8 +22,11 @@ import threading
 
 import torch
 
+from gradstat.theory.fused import fused
+
 __all__ = [
     "abs_scratch",
+    "block_max",
     "all_finite",
     "release_scratch",
     "count_true",
@@ -106,8 +109,15 @@ DENSE_CANDIDATES = 0.125
 """Above this fraction of blocks holding a selected element the blocked search gains nothing; select directly."""
 
 
-def select_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> torch.Tensor:
-    """Indices (int64, 1-D, increasing) of the nonzero entries of ``abs_g`` with ``abs_g >= threshold``.
+@fused
+def block_max(blocks: torch.Tensor, absolute: bool) -> torch.Tensor:
+    """Row maxima of a 2-D tensor of blocks (of ``|blocks|`` when ``absolute``): one read where compiled."""
+    return (blocks.abs() if absolute else blocks).amax(dim=1)
+
+
+def select_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float, signed: bool = False) -> torch.Tensor:
+    """Indices (int64, 1-D, increasing) of the nonzero entries of ``abs_g`` with ``abs_g >= threshold``
+    (of ``|abs_g| >= threshold`` when ``signed``: the magnitudes of a signed vector, never formed in full).
 
     A sparse selection (the usual case: delta << 1) reads ``abs_g`` once: one pass of block maxima over blocks of
     :data:`SELECT_BLOCK` elements, then comparisons only inside the blocks whose maximum reaches the threshold.
@@ -119,24 +129,29 @@ def select_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> tor
     flat = abs_g.reshape(-1)
     rows = flat.numel() // SELECT_BLOCK
     if rows < 8:
-        return select_at_least_reference(flat, t)
+        return select_at_least_reference(flat, t, signed)
     head = flat[: rows * SELECT_BLOCK].view(rows, SELECT_BLOCK)
-    candidates = torch.nonzero(head.amax(dim=1) >= t).squeeze(1)
+    maxima = block_max(head, signed) if signed or block_max.compiled_for(flat) else head.amax(dim=1)
+    candidates = torch.nonzero(maxima >= t).squeeze(1)
     if candidates.numel() > DENSE_CANDIDATES * rows:
-        return select_at_least_reference(flat, t)
+        return select_at_least_reference(flat, t, signed)
     inside = head.index_select(0, candidates).reshape(-1)
-    local = torch.nonzero(inside >= t).squeeze(1)
+    local = torch.nonzero((inside.abs_() if signed else inside) >= t).squeeze(1)
     found = candidates.index_select(0, local.div(SELECT_BLOCK, rounding_mode="floor"))
     found = found.mul_(SELECT_BLOCK).add_(local.remainder(SELECT_BLOCK))
     if rows * SELECT_BLOCK == flat.numel():
         return found
-    tail = torch.nonzero(flat[rows * SELECT_BLOCK :] >= t).squeeze(1).add_(rows * SELECT_BLOCK)
+    rest = flat[rows * SELECT_BLOCK :]
+    tail = torch.nonzero((rest.abs() if signed else rest) >= t).squeeze(1).add_(rows * SELECT_BLOCK)
     return torch.cat((found, tail))
 
 
-def select_at_least_reference(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> torch.Tensor:
+def select_at_least_reference(
+    abs_g: torch.Tensor, threshold: torch.Tensor | float, signed: bool = False
+) -> torch.Tensor:
     """Plain form of :func:`select_at_least`: ``nonzero`` of the whole comparison mask."""
-    return torch.nonzero(abs_g.reshape(-1) >= positive_threshold(threshold, abs_g)).squeeze(1)
+    flat = abs_g.reshape(-1)
+    return torch.nonzero((flat.abs() if signed else flat) >= positive_threshold(threshold, abs_g)).squeeze(1)
 
 
 def max_abs(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:

@@ -34,8 +34,9 @@ from gradstat.compressors.payload import Payload
 from gradstat.compressors.registry import register
 from gradstat.compressors.stage_adaptation import StageState as SIDCoState
 from gradstat.compressors.stage_adaptation import record
-from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier, count_at_least
+from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier
 from gradstat.theory.distributions.names import distribution_name
+from gradstat.theory.estimators.moments import tail_moments
 from gradstat.theory.pot import multistage_threshold
 
 
@@ -111,13 +112,19 @@ class SIDCo(ThresholdSparsifier):
         return 1 if self.stages == "adaptive" and self.ratio >= self.first_ratio else int(m)
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
-        d = g.numel()
-        check_ratio(self.ratio, d, who="sidco ratio")
+        return self._fit(abs_g, ctx, payload, signed=False)
+
+    def _signed_threshold(self, g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor | None:
+        return self._fit(g, ctx, payload, signed=True) if tail_moments.compiled_for(g) else None
+
+    def _fit(self, x: torch.Tensor, ctx: Context, payload: Payload, signed: bool) -> torch.Tensor:
+        """eta_M of the multi-stage fit of ``|x|`` (``x`` signed or magnitudes)."""
+        check_ratio(self.ratio, x.numel(), who="sidco ratio")
         state = ctx.state if isinstance(ctx.state, SIDCoState) else None
         m = self.stage_count(state)
         try:
             pot = multistage_threshold(
-                abs_g,
+                x,
                 self.ratio,
                 m,
                 first=self.dist,
@@ -125,14 +132,18 @@ class SIDCo(ThresholdSparsifier):
                 anchor=self.anchor,
                 method=self.method,
                 quantile=self.quantile,
+                signed=signed,
             )
         except ValueError as exc:
             raise ValueError(f"sidco ({self.dist}, {m} stages): {exc}") from None
-        eta = pot.threshold
         payload.info.update(stages=m, stopped_reason=pot.stopped_reason)
-        if state is not None:
-            self._adapt(state, count_at_least(abs_g, eta) / (self.ratio * d), m)
-        return eta
+        return pot.threshold
+
+    def _refine(self, abs_g: torch.Tensor, indices: torch.Tensor, payload: Payload, ctx: Context) -> torch.Tensor:
+        """Learn from the count selected by eta_M (k_hat before ties are resolved): the adaptive stages' q."""
+        if isinstance(ctx.state, SIDCoState):
+            self._adapt(ctx.state, indices.numel() / (self.ratio * abs_g.numel()), int(payload.info["stages"]))
+        return indices
 
     def _adapt(self, state: SIDCoState, quality: float, used: int) -> None:
         """Record q = k_hat/(delta d) for this call and, every Q calls, choose M (SIDCo Algorithm 1, Adapt_Stages)."""

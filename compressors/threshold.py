@@ -113,10 +113,11 @@ def break_ties(abs_g: torch.Tensor, indices: torch.Tensor, k: int) -> torch.Tens
     order: when the selection holds more than ``k`` coordinates, several of them tied at its smallest magnitude and
     at most ``k`` above it, the ties fill up to ``k``; when it is empty and more than ``k`` coordinates are tied at
     the largest magnitude, those fill up to ``k``. Only exact ties are trimmed or added, so a selection on
-    continuous data (no ties) is never changed. ``indices`` are sorted (``select_at_least``); so is the result."""
+    continuous data (no ties) is never changed. ``indices`` are sorted (``select_at_least``); so is the result.
+    ``abs_g`` may also be the signed vector: only magnitudes are compared."""
     n = indices.numel()
     if n > k:
-        selected = abs_g.index_select(0, indices)
+        selected = abs_g.index_select(0, indices).abs_()
         low = selected.min()
         at_low = selected == low
         n_low = int(torch.count_nonzero(at_low))
@@ -127,7 +128,7 @@ def break_ties(abs_g: torch.Tensor, indices: torch.Tensor, k: int) -> torch.Tens
     if n == 0:
         top = max_abs(abs_g)
         if bool(top > 0):
-            at_top = torch.nonzero(abs_g == top).reshape(-1)
+            at_top = torch.nonzero((abs_g == top) | (abs_g == -top)).reshape(-1)
             if at_top.numel() > k:
                 return at_top[:k]
     return indices
@@ -161,17 +162,22 @@ class ThresholdSparsifier(Compressor):
             payload.info["k_hat"] = 0
             add_sparse(payload, g, torch.zeros(0, dtype=torch.int64, device=g.device), self.packed)
             return
-        e = pow2_exponent(top)
-        abs_n = normalise_by_pow2(abs_scratch(g), e)
-        g_n = scale_by_pow2(g, -e) if self.needs_signed else g
-        eta = self._threshold(g_n, abs_n, ctx, payload)
-        if self.absolute_threshold:
-            eta = scale_by_pow2(eta, -e)
-        indices = self._refine(abs_n, select_at_least(abs_n, eta), payload, ctx)
+        eta = self._signed_threshold(g, ctx, payload)
+        signed = eta is not None
+        if eta is not None:  # in g's units, |g| read inside fused kernels: no magnitude vector is formed
+            mags = g
+        else:
+            e = pow2_exponent(top)
+            mags = normalise_by_pow2(abs_scratch(g), e)
+            g_n = scale_by_pow2(g, -e) if self.needs_signed else g
+            eta = self._threshold(g_n, mags, ctx, payload)
+            if self.absolute_threshold:
+                eta = scale_by_pow2(eta, -e)
+        indices = self._refine(mags, select_at_least(mags, eta, signed=signed), payload, ctx)
         ratio = getattr(self, "ratio", None)
         if ratio is not None:
-            indices = break_ties(abs_n, indices, math.ceil(ratio * abs_n.numel()))
-        payload.info["threshold"] = scale_by_pow2(eta, e)
+            indices = break_ties(mags, indices, math.ceil(ratio * mags.numel()))
+        payload.info["threshold"] = eta if signed else scale_by_pow2(eta, e)
         payload.info["k_hat"] = indices.numel()
         add_sparse(payload, g, indices, self.packed)
 
@@ -181,6 +187,15 @@ class ThresholdSparsifier(Compressor):
     @abstractmethod
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         """The threshold eta (0-d tensor on ``g``'s device) for the flat gradient ``g`` with ``abs_g = |g|``."""
+
+    def _signed_threshold(self, g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor | None:
+        """The threshold in ``g``'s own units computed from ``g`` itself, reading ``|g|`` inside fused kernels
+        (:mod:`gradstat.theory.fused`) so that neither ``|g|`` nor its normalised copy is ever formed; None (the
+        default) where the rule has no such path or the kernels would not run compiled. Such a threshold must be
+        exactly ``2^e`` times the one ``_threshold`` finds on the normalised magnitudes (power-of-two scaling is
+        exact in the float64 statistics), so both paths select the same coordinates. ``_refine`` then receives
+        the signed ``g`` in place of ``abs_g``."""
+        return None
 
     def _refine(self, abs_g: torch.Tensor, indices: torch.Tensor, payload: Payload, ctx: Context) -> torch.Tensor:
         """Post-process the selected indices (identity here)."""

@@ -121,6 +121,7 @@ def multistage_threshold(
     anchor: str = "threshold",
     method: str = "closed_form",
     quantile: str = "exact",
+    signed: bool = False,
 ) -> PotResult:
     """Threshold for a target ratio by M-stage peak over threshold (SIDCo Sec. 2.4, Lemma 2, Cor. 2.1).
 
@@ -150,6 +151,10 @@ def multistage_threshold(
         'mle' and the closed forms otherwise.
     quantile : {'exact', 'approx'}
         Gamma quantile of stage 1 (see :func:`gradstat.theory.thresholds.tail_quantile`).
+    signed : bool
+        ``abs_g`` holds signed values g and the magnitudes are |g|: the statistics are read by fused kernels
+        (:mod:`gradstat.theory.estimators.moments`) without forming |g| (one read of g per stage where they run
+        compiled); same thresholds as for ``abs(g)`` up to the rounding of reordered sums.
 
     Returns
     -------
@@ -166,13 +171,13 @@ def multistage_threshold(
     later_method = _later_method(method)
     run_later = estimator(later, later_method)
     deltas = stage_ratios(ratio, stages, first_ratio) if ratios is None else _check_ratios(ratios, ratio, stages)
-    mags = check_magnitudes(abs_g, "abs_g", spread=first in SHAPED)
+    mags = check_magnitudes(abs_g, "abs_g", spread=first in SHAPED, signed=signed)
     check_length(mags.d, ratio)
     x = mags.values
     unit = unit_for(mags.max)  # statistics normalised by a power of two near max |g| (scale-free arithmetic)
 
     # stage 1: fit the non-zeros, threshold at the conditional ratio
-    est = run_first(Exceedances(x, n_hint=mags.n_nonzero, unit=unit, bottom=mags.min_nonzero))
+    est = run_first(Exceedances(x, n_hint=mags.n_nonzero, unit=unit, bottom=mags.min_nonzero, signed=signed))
     tail = conditional_ratio(deltas[0], mags.d, mags.n_nonzero)
     note = None
     if tail >= 1.0:
@@ -197,14 +202,16 @@ def multistage_threshold(
     done = [_Stage(deltas[0], eta, est, count, ok, mags.n_zeros, method, first, note)]
 
     # shifted exceedances, reused by every stage (the fused kernel needs none)
-    workspace = torch.empty_like(x) if len(deltas) > 1 and not tail_moments.compiled_for(x) else None
+    fused_stages = signed or tail_moments.compiled_for(x)
+    workspace = torch.empty_like(x) if len(deltas) > 1 and not fused_stages else None
     for delta in deltas[1:]:
         prev = done[-1].threshold
         if anchor == "threshold":
             shift = prev
         else:
-            shift = torch.where(x > prev.to(x.dtype), x, math.inf).amin().to(torch.float64)
-        data = Exceedances(x, above=prev, shift=shift, workspace=workspace, unit=unit)
+            a = x.abs() if signed else x
+            shift = torch.where(a > prev.to(x.dtype), a, math.inf).amin().to(torch.float64)
+        data = Exceedances(x, above=prev, shift=shift, workspace=workspace, unit=unit, signed=signed)
         count = data.count()
         if later_method == "mle" and int(count) < 2:  # the MLE compacts: stop before it sees < 2 values
             done.append(
@@ -225,13 +232,13 @@ def multistage_threshold(
         ok = done[-1].ok & (count >= 2) & est.valid() & torch.isfinite(candidate)
         eta = torch.where(ok, candidate, prev)
         done.append(_Stage(delta, eta, est, count, ok, 0, later_method, later))
-    return _finish(x, done)
+    return _finish(x, done, fused_stages)
 
 
-def _finish(x: torch.Tensor, done: list[_Stage]) -> PotResult:
+def _finish(x: torch.Tensor, done: list[_Stage], fused_stages: bool) -> PotResult:
     """Read counts, validity and diagnostics back in one synchronisation and assemble the result."""
     last = done[-1].threshold
-    if tail_moments.compiled_for(x):  # the count of one fused pass (its sums are not used)
+    if fused_stages:  # the count of one fused pass over |x| (its sums are not used)
         zero = torch.zeros((), dtype=torch.float64, device=x.device)
         final_survivors = tail_moments(x, last.to(x.dtype).double(), zero, zero + 1, False)[0]
     else:

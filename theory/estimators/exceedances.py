@@ -80,6 +80,9 @@ class Exceedances:
     workspace : Tensor or None
         A buffer like x to hold the shifted values (saves an allocation per peak-over-threshold stage); its
         content is only needed until this object's statistics have been computed.
+    signed : bool
+        x holds signed values and the magnitudes are |x|: every statistic then comes from the fused kernel
+        (compiled, or its eager reference), which reads |x| without forming it.
     """
 
     x: torch.Tensor
@@ -89,6 +92,7 @@ class Exceedances:
     unit: float = 1.0
     bottom: float | None = None
     workspace: torch.Tensor | None = None
+    signed: bool = False
     _cache: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
     def _shifted(self) -> torch.Tensor:
@@ -105,7 +109,7 @@ class Exceedances:
 
     def _fused(self, logs: bool = False) -> torch.Tensor | None:
         """``[n, sum z, sum z^2 (, sum log z)]`` from one fused pass where that kernel runs compiled, else None."""
-        if not tail_moments.compiled_for(self.x):
+        if not (self.signed or tail_moments.compiled_for(self.x)):
             return None
         if "fused_log" in self._cache:
             return self._cache["fused_log"]
@@ -202,6 +206,7 @@ class Exceedances:
     def used(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The used values of x in x's dtype (x itself when every element is used, else compacted: one host
         synchronisation for the size) and the shift to subtract from them (None for none); y = values - shift."""
+        x = self.x.abs() if self.signed else self.x
         if self.above is None:
-            return (self.x if self.n_hint == self.x.numel() else self.x[self.x > 0]), None
-        return self.x[self.x > self.above.to(self.x.dtype)], self.above if self.shift is None else self.shift
+            return (x if self.n_hint == x.numel() else x[x > 0]), None
+        return x[x > self.above.to(x.dtype)], self.above if self.shift is None else self.shift

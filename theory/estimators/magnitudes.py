@@ -43,6 +43,8 @@ class Magnitudes:
     n_nonzero: int
     max: float
     min_nonzero: float | None = None
+    signed: bool = False
+    """``values`` holds signed g and the magnitudes are ``|values|`` (read inside fused kernels, never formed)."""
 
     @property
     def n_zeros(self) -> int:
@@ -70,7 +72,7 @@ def as_magnitudes_tensor(x: object, name: str = "x") -> torch.Tensor:
     return t.reshape(-1)
 
 
-def check_magnitudes(x: object, name: str = "x", *, spread: bool = False) -> Magnitudes:
+def check_magnitudes(x: object, name: str = "x", *, spread: bool = False, signed: bool = False) -> Magnitudes:
     """Validate |g| values and summarise them (one pass over the data, one host synchronisation).
 
     Parameters
@@ -82,6 +84,9 @@ def check_magnitudes(x: object, name: str = "x", *, spread: bool = False) -> Mag
     spread : bool
         Also require at least two distinct non-zero values (shape parameters of gamma and generalized Pareto are
         undefined on constant data).
+    signed : bool
+        ``x`` holds signed values g and the magnitudes are |g|: checked and summarised by the fused kernel
+        :func:`gradstat.theory.estimators.moments.summary` without forming |g| (compiled where possible).
 
     Raises
     ------
@@ -92,8 +97,8 @@ def check_magnitudes(x: object, name: str = "x", *, spread: bool = False) -> Mag
     t = as_magnitudes_tensor(x, name)
     if t.numel() == 0:
         raise ValueError(f"{name} is empty; need at least one |g| value")
-    if summary.compiled_for(t):
-        lo_f, hi_f, n_nonzero = summary(t).tolist()  # one fused pass
+    if signed or summary.compiled_for(t):
+        lo_f, hi_f, n_nonzero = summary(t, signed).tolist()  # one fused pass where compiled
     else:
         lo, hi = torch.aminmax(t)
         nonzero = torch.count_nonzero(t)
@@ -105,11 +110,12 @@ def check_magnitudes(x: object, name: str = "x", *, spread: bool = False) -> Mag
     n_nonzero = int(n_nonzero)
     if n_nonzero == 0:
         raise ValueError(f"{name} is all zeros ({t.numel()} elements); no distribution can be fitted")
-    mags = Magnitudes(values=t, d=t.numel(), n_nonzero=n_nonzero, max=hi_f)
+    mags = Magnitudes(values=t, d=t.numel(), n_nonzero=n_nonzero, max=hi_f, signed=signed)
     if spread:
         if n_nonzero == 1:
             raise ValueError(f"{name} has a single non-zero value; the shape of a distribution needs at least two")
-        min_nonzero = lo_f if n_nonzero == mags.d else float(torch.where(t > 0, t, hi_f).min())
+        v = t.abs() if signed else t
+        min_nonzero = lo_f if n_nonzero == mags.d else float(torch.where(v > 0, v, hi_f).min())
         if min_nonzero == hi_f:
             raise ValueError(
                 f"{name} is constant ({hi_f} on all {n_nonzero} non-zero elements): the shape of a "

@@ -20,9 +20,11 @@ from gradstat.theory.fused import fused
 
 
 @fused
-def summary(x: torch.Tensor) -> torch.Tensor:
-    """``[min x, max x, #(x != 0)]`` as a float64 tensor of 3 (NaN propagates into min and max)."""
-    return torch.stack((x.amin().double(), x.amax().double(), (x != 0).sum().double()))
+def summary(x: torch.Tensor, absolute: bool) -> torch.Tensor:
+    """``[min v, max v, #(v != 0)]`` of ``v = |x|`` (``absolute``) or ``v = x``, as a float64 tensor of 3 (NaN
+    propagates into min and max)."""
+    v = x.abs() if absolute else x
+    return torch.stack((v.amin().double(), v.amax().double(), (v != 0).sum().double()))
 
 
 @fused
