@@ -19,6 +19,7 @@ Every function has a plain reference in ``tests/compressors/test_primitives.py``
 from __future__ import annotations
 
 import threading
+import weakref
 
 import torch
 
@@ -52,7 +53,14 @@ def all_finite(x: torch.Tensor) -> bool:
     if x.numel() == 0:
         return True
     lo, hi = torch.aminmax(x.reshape(-1))
+    _EXTREMES.last = (weakref.ref(x), x._version, lo, hi)
     return bool(torch.isfinite(torch.stack((lo, hi))).all())
+
+
+_EXTREMES = threading.local()
+"""The extremes :func:`all_finite` last read, for :func:`max_abs` on the same tensor object while its version counter
+(bumped by every in-place change) is unchanged: each encode checks its input and then needs its largest magnitude,
+one pass for both. A weak reference, so nothing is kept alive and a new tensor can never match."""
 
 
 _SCRATCH = threading.local()
@@ -157,7 +165,11 @@ def select_at_least_reference(
 def max_abs(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """``max |x|`` (over ``dim``, or all elements) without materialising ``|x|``: ``max(-min x, max x)``."""
     if dim is None:
-        lo, hi = torch.aminmax(x.reshape(-1))
+        last = getattr(_EXTREMES, "last", None)
+        if last is not None and last[0]() is x and last[1] == x._version:
+            lo, hi = last[2], last[3]
+        else:
+            lo, hi = torch.aminmax(x.reshape(-1))
     else:
         lo, hi = torch.aminmax(x, dim=dim)
     return torch.maximum(-lo, hi)

@@ -133,6 +133,7 @@ class SIDCo(ThresholdSparsifier):
                 method=self.method,
                 quantile=self.quantile,
                 signed=signed,
+                final_count=False,  # the selection counts it
             )
         except ValueError as exc:
             raise ValueError(f"sidco ({self.dist}, {m} stages): {exc}") from None

@@ -25,12 +25,13 @@ Callers keep their own eager code path where it is cheaper than running the fuse
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -106,6 +107,23 @@ class Fused:
             if self._compiled is None:
                 self._compiled = torch.compile(self.fn, dynamic=True, fullgraph=True)
             return self._compiled
+
+
+@contextlib.contextmanager
+def forced(mode: str) -> Iterator[None]:
+    """Run the enclosed code under compile policy ``mode`` (``auto``, ``always`` or ``never``), e.g. to time or
+    test the eager and the compiled path side by side; the previous setting is restored on exit."""
+    if mode not in POLICIES:
+        raise ValueError(f"compile policy must be one of {', '.join(POLICIES)}, got {mode!r}")
+    before = os.environ.get(ENV)
+    os.environ[ENV] = mode
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = before
 
 
 def fused(fn: Callable[..., torch.Tensor]) -> Fused:

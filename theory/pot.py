@@ -38,12 +38,13 @@ ANCHORS = ("threshold", "min_survivor")
 
 @dataclass
 class StageResult:
-    """One PoT stage: its ratio delta_m, threshold eta_m, fit and the count of |g| > eta_m (0-d int tensor)."""
+    """One PoT stage: its ratio delta_m, threshold eta_m, fit and the count of |g| > eta_m (0-d int tensor; None for
+    the last stage when not counted)."""
 
     ratio: float
     threshold: torch.Tensor
     fit: Fit
-    survivors: torch.Tensor
+    survivors: torch.Tensor | None
 
 
 @dataclass
@@ -122,6 +123,7 @@ def multistage_threshold(
     method: str = "closed_form",
     quantile: str = "exact",
     signed: bool = False,
+    final_count: bool = True,
 ) -> PotResult:
     """Threshold for a target ratio by M-stage peak over threshold (SIDCo Sec. 2.4, Lemma 2, Cor. 2.1).
 
@@ -155,6 +157,9 @@ def multistage_threshold(
         ``abs_g`` holds signed values g and the magnitudes are |g|: the statistics are read by fused kernels
         (:mod:`gradstat.theory.estimators.moments`) without forming |g| (one read of g per stage where they run
         compiled); same thresholds as for ``abs(g)`` up to the rounding of reordered sums.
+    final_count : bool
+        Count the survivors of the final threshold (one more pass); False leaves the last stage's ``survivors``
+        None, for a caller that selects with the threshold and counts there.
 
     Returns
     -------
@@ -177,7 +182,10 @@ def multistage_threshold(
     unit = unit_for(mags.max)  # statistics normalised by a power of two near max |g| (scale-free arithmetic)
 
     # stage 1: fit the non-zeros, threshold at the conditional ratio
-    est = run_first(Exceedances(x, n_hint=mags.n_nonzero, unit=unit, bottom=mags.min_nonzero, signed=signed))
+    first_data = Exceedances(
+        x, n_hint=mags.n_nonzero, unit=unit, bottom=mags.min_nonzero, signed=signed, preset=mags.first_moments(unit)
+    )
+    est = run_first(first_data)
     tail = conditional_ratio(deltas[0], mags.d, mags.n_nonzero)
     note = None
     if tail >= 1.0:
@@ -232,13 +240,15 @@ def multistage_threshold(
         ok = done[-1].ok & (count >= 2) & est.valid() & torch.isfinite(candidate)
         eta = torch.where(ok, candidate, prev)
         done.append(_Stage(delta, eta, est, count, ok, 0, later_method, later))
-    return _finish(x, done, fused_stages)
+    return _finish(x, done, fused_stages, final_count)
 
 
-def _finish(x: torch.Tensor, done: list[_Stage], fused_stages: bool) -> PotResult:
+def _finish(x: torch.Tensor, done: list[_Stage], fused_stages: bool, final_count: bool) -> PotResult:
     """Read counts, validity and diagnostics back in one synchronisation and assemble the result."""
     last = done[-1].threshold
-    if fused_stages:  # the count of one fused pass over |x| (its sums are not used)
+    if not final_count:
+        final_survivors = torch.full((), -1.0, dtype=torch.float64, device=x.device)  # not counted
+    elif fused_stages:  # the count of one fused pass over |x| (its sums are not used)
         zero = torch.zeros((), dtype=torch.float64, device=x.device)
         final_survivors = tail_moments(x, last.to(x.dtype).double(), zero, zero + 1, False)[0]
     else:
@@ -272,7 +282,10 @@ def _finish(x: torch.Tensor, done: list[_Stage], fused_stages: bool) -> PotResul
             fit.warnings.append(s.note)
         stages.append(
             StageResult(
-                ratio=s.ratio, threshold=s.threshold, fit=fit, survivors=survivors[m - 1].round().to(torch.int64)
+                ratio=s.ratio,
+                threshold=s.threshold,
+                fit=fit,
+                survivors=None if m == len(done) and not final_count else survivors[m - 1].round().to(torch.int64),
             )
         )
     final = stages[-1].threshold if stages else torch.zeros((), dtype=torch.float64, device=x.device)

@@ -83,6 +83,9 @@ class Exceedances:
     signed : bool
         x holds signed values and the magnitudes are |x|: every statistic then comes from the fused kernel
         (compiled, or its eager reference), which reads |x| without forming it.
+    preset : Tensor or None
+        ``[n, sum z, sum z^2]`` already computed for exactly these used values (the validation pass of
+        :func:`gradstat.theory.estimators.magnitudes.check_magnitudes`), used in place of a fused pass.
     """
 
     x: torch.Tensor
@@ -93,6 +96,7 @@ class Exceedances:
     bottom: float | None = None
     workspace: torch.Tensor | None = None
     signed: bool = False
+    preset: torch.Tensor | None = None
     _cache: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
     def _shifted(self) -> torch.Tensor:
@@ -114,6 +118,8 @@ class Exceedances:
         if "fused_log" in self._cache:
             return self._cache["fused_log"]
         key = "fused_log" if logs else "fused"
+        if key == "fused" and self.preset is not None:
+            return self.preset
         if key not in self._cache:
             zero = torch.zeros((), dtype=torch.float64, device=self.x.device)
             above = zero if self.above is None else self.above.to(self.x.dtype).double()

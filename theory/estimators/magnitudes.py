@@ -45,6 +45,17 @@ class Magnitudes:
     min_nonzero: float | None = None
     signed: bool = False
     """``values`` holds signed g and the magnitudes are ``|values|`` (read inside fused kernels, never formed)."""
+    sums: torch.Tensor | None = None
+    """``[sum |g|, sum |g|^2]`` (float64, on the device) from the validation pass, where it ran fused on float32
+    values (exact at every scale there); None otherwise."""
+
+    def first_moments(self, unit: float) -> torch.Tensor | None:
+        """``[n, sum z, sum z^2]`` of the non-zeros with ``z = |g| / unit`` (``unit`` a power of two: exact), the
+        statistics of a fit of all non-zeros, when the validation pass computed them; else None."""
+        if self.sums is None:
+            return None
+        n = torch.full((), float(self.n_nonzero), dtype=torch.float64, device=self.sums.device)
+        return torch.stack((n, self.sums[0] / unit, self.sums[1] / (unit * unit)))
 
     @property
     def n_zeros(self) -> int:
@@ -97,8 +108,11 @@ def check_magnitudes(x: object, name: str = "x", *, spread: bool = False, signed
     t = as_magnitudes_tensor(x, name)
     if t.numel() == 0:
         raise ValueError(f"{name} is empty; need at least one |g| value")
+    sums = None
     if signed or summary.compiled_for(t):
-        lo_f, hi_f, n_nonzero = summary(t, signed).tolist()  # one fused pass where compiled
+        stats = summary(t, signed)  # one fused pass where compiled
+        lo_f, hi_f, n_nonzero = stats[:3].tolist()
+        sums = stats[3:] if t.dtype == torch.float32 else None
     else:
         lo, hi = torch.aminmax(t)
         nonzero = torch.count_nonzero(t)
@@ -110,7 +124,7 @@ def check_magnitudes(x: object, name: str = "x", *, spread: bool = False, signed
     n_nonzero = int(n_nonzero)
     if n_nonzero == 0:
         raise ValueError(f"{name} is all zeros ({t.numel()} elements); no distribution can be fitted")
-    mags = Magnitudes(values=t, d=t.numel(), n_nonzero=n_nonzero, max=hi_f, signed=signed)
+    mags = Magnitudes(values=t, d=t.numel(), n_nonzero=n_nonzero, max=hi_f, signed=signed, sums=sums)
     if spread:
         if n_nonzero == 1:
             raise ValueError(f"{name} has a single non-zero value; the shape of a distribution needs at least two")

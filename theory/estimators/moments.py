@@ -1,7 +1,7 @@
 """Fused one-pass statistics of magnitudes: what every fit and peak-over-threshold stage reads from |g|.
 
-:func:`summary` gives min, max and the number of non-zeros (the validation of
-:func:`gradstat.theory.estimators.magnitudes.check_magnitudes`); :func:`tail_moments` gives, over the used elements
+:func:`summary` gives min, max, the number of non-zeros and the sums of v and v^2 (the validation of
+:func:`gradstat.theory.estimators.magnitudes.check_magnitudes`, and the first stage's statistics in the same read); :func:`tail_moments` gives, over the used elements
 ``|x| > above``, their count and the sums of z, z^2 and (optionally) log z with ``z = (|x| - shift) / unit``: the
 sufficient statistics of the closed-form and moment estimators (exponential: mean; generalized Pareto: mean and
 variance, SIDCo (Abdelmoniem et al.), Lemma 2 (7)-(9) and Cor. 2.1 (10)-(11); gamma: mean and mean log, Cor. 1.2
@@ -21,10 +21,12 @@ from gradstat.theory.fused import fused
 
 @fused
 def summary(x: torch.Tensor, absolute: bool) -> torch.Tensor:
-    """``[min v, max v, #(v != 0)]`` of ``v = |x|`` (``absolute``) or ``v = x``, as a float64 tensor of 3 (NaN
-    propagates into min and max)."""
+    """``[min v, max v, #(v != 0), sum v, sum v^2]`` of ``v = |x|`` (``absolute``) or ``v = x``, as a float64
+    tensor of 5 (NaN propagates into min and max). The sums are exact at every scale of float32 values (their
+    squares stay within float64's range); for float64 values they may overflow and are not used."""
     v = x.abs() if absolute else x
-    return torch.stack((v.amin().double(), v.amax().double(), (v != 0).sum().double()))
+    w = v.double()
+    return torch.stack((v.amin().double(), v.amax().double(), (v != 0).sum().double(), w.sum(), (w * w).sum()))
 
 
 @fused

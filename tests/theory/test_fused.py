@@ -1,0 +1,190 @@
+"""The fused kernels: compiled equals the eager reference, the policy is honoured, a failed build falls back, and
+SIDCo's fused path (|g| read inside the kernels, never formed) selects what the eager path selects.
+
+Compiled cases need torch.compile and a C++ compiler (skipped, saying so, where there is none); each asserts that
+the kernel really ran compiled, so a silent fallback cannot pass for a compiled result.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gradstat import compressors
+from gradstat.compressors.primitives import block_max
+from gradstat.theory import fused as fused_mod
+from gradstat.theory.estimators import exceedances as exc_mod
+from gradstat.theory.estimators.exceedances import Exceedances
+from gradstat.theory.estimators.moments import summary, tail_moments
+from gradstat.theory.fused import Fused, forced, policy
+from gradstat.theory.pot import multistage_threshold
+
+needs_compiler = pytest.mark.skipif(not fused_mod.can_compile(), reason="no C++ compiler for torch.compile here")
+
+
+def _laplace(n: int, seed: int, dtype=torch.float32) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    u = torch.rand(n, generator=gen, dtype=torch.float64) - 0.5
+    return (-torch.sign(u) * torch.log1p(-2 * u.abs())).to(dtype)
+
+
+def _compiled(kernel: Fused, *args):
+    with forced("always"):
+        out = kernel(*args)
+    assert not kernel._broken, f"{kernel.name} did not compile"
+    return out
+
+
+# -- policy ---------------------------------------------------------------------------------------------------------
+def test_policy_reads_the_environment_and_rejects_other_values(monkeypatch):
+    monkeypatch.delenv(fused_mod.ENV, raising=False)
+    assert policy() == "auto"
+    monkeypatch.setenv(fused_mod.ENV, "Never")
+    assert policy() == "never"
+    assert not tail_moments.compiled_for(torch.zeros(fused_mod.MIN_ELEMENTS))
+    monkeypatch.setenv(fused_mod.ENV, "sometimes")
+    with pytest.raises(ValueError, match="GRADSTAT_COMPILE must be one of auto, always, never"):
+        policy()
+    with pytest.raises(ValueError, match="compile policy must be one of"):
+        with forced("fast"):
+            pass
+
+
+def test_auto_compiles_only_large_cpu_vectors(monkeypatch):
+    monkeypatch.setenv(fused_mod.ENV, "auto")
+    assert not tail_moments.compiled_for(torch.zeros(fused_mod.MIN_ELEMENTS - 1))
+    assert tail_moments.compiled_for(torch.zeros(fused_mod.MIN_ELEMENTS)) == fused_mod.can_compile()
+
+
+def test_a_build_that_fails_warns_once_and_falls_back_to_the_reference(monkeypatch):
+    def broken_compile(fn, **kwargs):
+        raise RuntimeError("no compiler today")
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    kernel = Fused(lambda x: x.sum())
+    x = torch.arange(10.0)
+    with forced("always"):
+        with pytest.warns(RuntimeWarning, match="could not compile the fused kernel"):
+            assert float(kernel(x)) == 45.0
+        assert not kernel.compiled_for(x)  # stays eager for the rest of the run
+        assert float(kernel(x)) == 45.0
+
+
+# -- compiled == eager reference ------------------------------------------------------------------------------------
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("scale", [1e-30, 1.0, 1e30])
+def test_compiled_kernels_equal_their_eager_reference(dtype, scale):
+    x = _laplace(100_003, 1, dtype) * scale
+    x[::7] = 0  # exact zeros are excluded from every used set
+    x[5:9] = x[3]  # ties
+    for absolute in (False, True):
+        v = x if absolute else x.abs()
+        got, want = _compiled(summary, v, absolute), summary.reference(v, absolute)
+        assert torch.equal(got[:3], want[:3])  # min, max and count are exact
+        torch.testing.assert_close(got[3:], want[3:], rtol=1e-12, atol=0)
+    above = torch.tensor(float(x.abs().median()), dtype=torch.float64)
+    shift = above * 1.01
+    inv_unit = torch.tensor(2.0 ** -torch.frexp(x.abs().max()).exponent.item(), dtype=torch.float64)
+    for logs in (False, True):
+        got = _compiled(tail_moments, x, above, shift if not logs else above * 0, inv_unit, logs)
+        want = tail_moments.reference(x, above, shift if not logs else above * 0, inv_unit, logs)
+        assert got[0] == want[0]
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+    rows = x[: 64 * (x.numel() // 64)].view(-1, 64)
+    assert torch.equal(_compiled(block_max, rows, True), block_max.reference(rows, True))
+
+
+@needs_compiler
+def test_fused_statistics_equal_the_eager_passes_within_float32_rounding(monkeypatch):
+    """Exceedances' count, mean, variance and mean log from one fused pass against the eager masked reductions."""
+    x = _laplace(200_000, 2).abs()
+    x[::11] = 0
+    above = torch.tensor(float(x.quantile(0.8)), dtype=torch.float64)
+    cases = [dict(), dict(above=above), dict(above=above, shift=above * 1.0001)]
+    for kw in cases:
+        stats = {}
+        for mode in ("never", "always"):
+            with forced(mode):
+                e = Exceedances(x, unit=0.5, **kw)
+                stats[mode] = [e.count(), e.mean(), e.var()] + ([e.mean_log()] if not kw else [])
+        assert stats["always"][0] == stats["never"][0]
+        # the eager sums are float32 pairwise sums of 2e5 values (relative error up to ~log2(n) eps32 = 1e-6),
+        # and the variance's sum z^2 - n mean^2 amplifies that by (var + mean^2) / var (~2 to 3 here): 1e-5
+        # is ~2x that bound, and 100x below the differences a wrong statistic gives (the shift test below)
+        for a, b in zip(stats["always"][1:], stats["never"][1:]):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=0)
+
+
+# -- SIDCo on the fused path ----------------------------------------------------------------------------------------
+SIDCO = ["sidco:dist=exp,stages=3,ratio=0.001", "sidco:dist=gp,stages=2,ratio=0.01", "sidco:dist=gamma,ratio=0.01"]
+
+
+@needs_compiler
+@pytest.mark.parametrize("spec", SIDCO)
+def test_signed_fused_path_is_exactly_the_normalised_path_at_every_scale(spec, monkeypatch):
+    """The signed path's threshold is 2^e times the normalised one bit for bit, so both select the same
+    coordinates; checked at power-of-two scales from 2^-120 to 2^120."""
+    comp = compressors.create(spec)
+    g0 = _laplace(300_000, 3)
+    for power in (-120, 0, 120):
+        g = g0 * 2.0**power
+        with forced("always"):
+            signed = comp.encode(g)
+            with monkeypatch.context() as m:
+                m.setattr(type(comp), "_signed_threshold", lambda self, g, ctx, payload: None)
+                normalised = comp.encode(g)
+        assert float(signed.info["threshold"]) == float(normalised.info["threshold"])
+        assert torch.equal(signed["indices"], normalised["indices"])
+        assert torch.equal(signed["values"], normalised["values"])
+
+
+@needs_compiler
+@pytest.mark.parametrize("spec", SIDCO)
+def test_fused_sidco_selects_what_the_eager_sidco_selects(spec):
+    comp = compressors.create(spec)
+    g = _laplace(400_000, 4)
+    with forced("never"):
+        eager = comp.encode(g)
+    with forced("always"):
+        fast = comp.encode(g)
+    torch.testing.assert_close(
+        torch.as_tensor(fast.info["threshold"], dtype=torch.float64),
+        torch.as_tensor(eager.info["threshold"], dtype=torch.float64),
+        rtol=1e-5,
+        atol=0,
+    )
+    a, b = set(fast["indices"].tolist()), set(eager["indices"].tolist())
+    assert len(a ^ b) <= 2, f"{len(a ^ b)} coordinates differ"  # at most a tie of rounding at the threshold
+    assert abs(len(a) / (0.001 if "0.001" in spec else 0.01) / g.numel() - 1) < 0.5
+
+
+@needs_compiler
+def test_adaptive_sidco_learns_the_same_stages_on_both_paths():
+    grads = [_laplace(50_000, s) ** 3 for s in range(12)]  # heavier than exponential: M must move
+    comp = compressors.create("sidco:ratio=0.001,period=2")
+    seen = {}
+    for mode in ("never", "always"):
+        state = comp.new_state()
+        with forced(mode):
+            for g in grads:
+                comp.encode(g, compressors.Context(state=state))
+        seen[mode] = (state.stages, len(state.history) if hasattr(state, "history") else None)
+    assert seen["always"] == seen["never"]
+
+
+@needs_compiler
+def test_a_fused_kernel_that_forgets_the_shift_misses_the_target(monkeypatch):
+    """Planted bug on the compiled path: statistics of |g| instead of |g| - eta_{m-1} at stages >= 2."""
+
+    def forgetful(x, above, shift, inv_unit, logs):
+        return tail_moments.fn(x, above, shift * 0, inv_unit, logs)
+
+    g = _laplace(1_000_000, 5)
+    with forced("always"):
+        good = multistage_threshold(g, 1e-3, 3, signed=True)
+        monkeypatch.setattr(exc_mod, "tail_moments", Fused(forgetful))
+        bad = multistage_threshold(g, 1e-3, 3, signed=True)
+    k = 1e-3 * g.numel()
+    assert abs(int((g.abs() > good.threshold).sum()) / k - 1) < 0.2
+    assert abs(int((g.abs() > bad.threshold).sum()) / k - 1) > 0.5
