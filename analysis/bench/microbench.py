@@ -5,7 +5,8 @@ App. E.2: synthetic vectors of 0.26M-260M elements, speed-up of the compressor o
 float32 vector per size; for each number of CPU threads (1 and all), each ratio delta and each sparsifier the
 encode time next to ``torch.topk(|g|, ceil(delta d))`` measured in the same run; each quantizer's encode and decode
 throughput in GB/s (4 d bytes per call) next to one measured read pass (``g.sum()``, the machine's own limit);
-and SIDCo's time split into its phases (abs, fit + threshold, select, pack). Every timing is the median of
+and SIDCo's time split into its phases (check, fit + threshold, select, pack). SIDCo exp also runs with the fused
+kernels off (``(eager)`` rows), so the compiled kernels' gain is measured in the same run. Every timing is the median of
 ``repeats`` calls after one warm-up call, with the min-max spread. A size whose working set does not fit in
 ``memory_fraction`` of the available memory is skipped, and a row says so.
 """
@@ -22,6 +23,7 @@ import pandas as pd
 import torch
 
 from gradstat.analysis.bench.timing import Timing, progress, time_ms
+from gradstat.theory.fused import can_compile, forced, policy
 
 if TYPE_CHECKING:
     from gradstat.compressors.base import Compressor
@@ -41,6 +43,8 @@ max_elements : int -- skip sizes above this many elements, saying so (default 0:
 """
 
 EXTRA_SPARSIFIERS = ("sidco:dist=exp,stages=3", "sidco:dist=gamma,stages=3", "sidco:dist=gp,stages=3")
+EAGER_TOO = ("sidco:dist=exp,stages=3",)
+"""Also timed with the fused kernels off (``GRADSTAT_COMPILE=never``), rows named ``... (eager)``."""
 EXTRA_QUANTIZERS = ("qcs:k=64,Q=4,block=256", "qcs:k=256,Q=1")
 WORKING_COPIES = 12
 
@@ -114,23 +118,32 @@ def _row(
 
 
 def _sidco_phases(g: torch.Tensor, ratio: float, repeats: int, dev: torch.device) -> dict[str, Timing]:
-    """SIDCo exp, 3 stages, split into its phases (the same calls its encode makes)."""
+    """SIDCo exp, 3 stages, split into the phases its encode runs: the input check (finite, largest magnitude),
+    the fit and threshold (reading |g| inside the fused kernels where they run compiled, else on a formed |g|,
+    whose forming is then a phase of its own), the selection and the packing."""
     from gradstat.compressors.payload import Payload
-    from gradstat.compressors.primitives import select_at_least
+    from gradstat.compressors.primitives import all_finite, select_at_least
     from gradstat.compressors.threshold import add_sparse
+    from gradstat.theory.estimators.moments import tail_moments
     from gradstat.theory.pot import multistage_threshold
 
-    abs_g = g.abs()
-    eta = multistage_threshold(abs_g, ratio, 3, first="exponential", first_ratio=0.25).threshold
-    idx = select_at_least(abs_g, eta)
-    return {
-        "abs": time_ms(lambda: g.abs(), repeats, dev),
-        "fit + threshold": time_ms(
-            lambda: multistage_threshold(abs_g, ratio, 3, first="exponential", first_ratio=0.25), repeats, dev
-        ),
-        "select": time_ms(lambda: select_at_least(abs_g, eta), repeats, dev),
-        "pack": time_ms(lambda: add_sparse(Payload(shape=g.shape, dtype=g.dtype), g, idx), repeats, dev),
-    }
+    signed = tail_moments.compiled_for(g)
+    x = g if signed else g.abs()
+
+    def fit() -> torch.Tensor:
+        return multistage_threshold(
+            x, ratio, 3, first="exponential", first_ratio=0.25, signed=signed, final_count=False
+        ).threshold
+
+    eta = fit()
+    idx = select_at_least(x, eta, signed=signed)
+    phases = {"check": time_ms(lambda: all_finite(g), repeats, dev)}
+    if not signed:
+        phases["abs"] = time_ms(lambda: g.abs(), repeats, dev)
+    phases["fit + threshold"] = time_ms(fit, repeats, dev)
+    phases["select"] = time_ms(lambda: select_at_least(x, eta, signed=signed), repeats, dev)
+    phases["pack"] = time_ms(lambda: add_sparse(Payload(shape=g.shape, dtype=g.dtype), g, idx), repeats, dev)
+    return phases
 
 
 def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: torch.device, seed: int) -> list[dict]:
@@ -163,12 +176,14 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
                 read_passes=topk.median / read.median,
             )
         )
-        for spec in _sparsifier_specs():
-            progress(f"bench microbench: size {size:,}, threads {threads}, ratio {ratio}: {spec}")
+        for spec, mode in [(s, "auto") for s in _sparsifier_specs()] + [(s, "never") for s in EAGER_TOO]:
+            name = spec if mode == "auto" else f"{spec} (eager)"
+            progress(f"bench microbench: size {size:,}, threads {threads}, ratio {ratio}: {name}")
             try:
                 c = _build(spec, ratio, abs_g)
                 ctx = Context(seed=seed).but(state=c.new_state(g))
-                t = time_ms(functools.partial(c.encode, g, ctx), repeats, dev)
+                with forced(mode):
+                    t = time_ms(functools.partial(c.encode, g, ctx), repeats, dev)
             except ValueError as exc:  # e.g. a ratio a compressor rejects at this size
                 progress(f"  skipped: {exc}")
                 continue
@@ -178,7 +193,7 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
                     threads,
                     ratio,
                     "sparsifier",
-                    spec,
+                    name,
                     "encode",
                     t,
                     speedup_vs_topk=topk.median / t.median,
@@ -246,6 +261,7 @@ def run(
     previous = torch.get_num_threads()
     cores = os.cpu_count() or previous
     rows: list[dict] = []
+    load_before = os.getloadavg()[0]
     try:
         for n_threads in thread_counts if dev.type == "cpu" else [previous]:
             label = "cuda" if dev.type == "cuda" else ("1" if n_threads == 1 else f"all ({n_threads or cores})")
@@ -278,6 +294,13 @@ def run(
     finally:
         torch.set_num_threads(previous)
     table = pd.DataFrame(rows)
+    table.attrs.update(
+        cores=cores,
+        load=(load_before, os.getloadavg()[0]),
+        compile_policy=policy(),
+        can_compile=can_compile(),
+        torch=torch.__version__,
+    )
     if out:
         write_outputs(table, Path(out))
     return table

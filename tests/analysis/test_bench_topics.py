@@ -43,8 +43,11 @@ def test_microbench_measures_baselines_phases_and_writes_csv_md_png(tmp_path):
     for _, row in sparse.iterrows():  # ratios against the same run's baseline
         assert math.isclose(row["speedup_vs_topk"], float(topk["ms"].iloc[0]) / row["ms"])
     assert (table["ms_min"] <= table["ms"]).all() and (table["ms"] <= table["ms_max"]).all()
+    assert "sidco:dist=exp,stages=3 (eager)" in set(sparse["name"])  # the fused kernels' gain, same run
     phases = set(table[table["group"] == "sidco phase"]["op"])
-    assert phases == {"abs", "fit + threshold", "select", "pack"}
+    assert phases == {"check", "abs", "fit + threshold", "select", "pack"}  # 5,000 elements: eager, |g| formed
+    md = (tmp_path / "bench.md").read_text()
+    assert "1-minute load average" in md and "fused kernels: policy auto" in md
     quant = table[table["group"] == "quantizer"]
     assert set(quant["op"]) == {"encode", "decode"} and "qcs:k=64,Q=4,block=256" in set(quant["name"])
     for name in ("bench.csv", "bench.md", "bench.png"):
