@@ -25,6 +25,7 @@ import torch
 from gradstat.compressors.base import Properties, check_ratio
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.payload import Payload
+from gradstat.compressors.primitives import block_max
 from gradstat.compressors.randk import random_subset
 from gradstat.compressors.registry import register
 from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier
@@ -34,14 +35,15 @@ def sampled_threshold(
     abs_g: torch.Tensor, ratio: float, sample_ratio: float, seed: int, replacement: bool
 ) -> torch.Tensor:
     """Top-k threshold estimated on a random sample: the ceil(ratio n)-th largest of n = ceil(sample_ratio d)
-    sampled magnitudes (n at least 1, at most d without replacement). Returns a 0-d tensor on ``abs_g``'s device."""
+    sampled magnitudes (n at least 1, at most d without replacement). Returns a 0-d tensor on ``abs_g``'s device.
+    ``abs_g`` may be the magnitudes or the signed vector (only the sample's magnitudes are formed)."""
     d = abs_g.numel()
     n = max(1, math.ceil(sample_ratio * d))
     if replacement:
         idx = torch.randint(0, d, (n,), generator=generator(seed, abs_g.device), device=abs_g.device)
     else:
         idx = random_subset(d, min(n, d), seed, abs_g.device)
-    sample = abs_g[idx]
+    sample = abs_g[idx].abs_()  # (a no-op on magnitudes; ``abs_g`` may also be the signed vector)
     k_sample = max(1, math.ceil(ratio * sample.numel()))
     return torch.topk(sample, k_sample, sorted=False).values.min()
 
@@ -62,6 +64,12 @@ class _SampledThreshold(ThresholdSparsifier):
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         check_ratio(self.ratio, abs_g.numel(), who=f"{self.name} ratio")
         return sampled_threshold(abs_g, self.ratio, self.sample_ratio, ctx.call_seed, self.replacement)
+
+    def _signed_threshold(self, g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor | None:
+        # the sampled magnitudes of g are 2^e times the normalised ones, so the threshold is too (exact)
+        if not block_max.compiled_for(g):
+            return None
+        return self._threshold(g, g, ctx, payload)
 
 
 @register("dgc")
@@ -92,7 +100,7 @@ class DGC(_SampledThreshold):
         payload.info["passed"] = passed
         if passed <= self.fallback * k:
             return indices
-        return indices[torch.topk(abs_g[indices], k, sorted=False).indices]
+        return indices[torch.topk(abs_g[indices].abs_(), k, sorted=False).indices]
 
 
 @register("gmc_topk")

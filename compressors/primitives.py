@@ -113,6 +113,10 @@ SELECT_BLOCK = 64
 """Elements per block of :func:`select_at_least`'s block-maximum pass (64 float32 = one 256-byte run; smaller
 blocks make torch's CPU row reduction fall off its vectorised path)."""
 
+DENSE_ABS = 1 << 16
+"""From this many elements an eager signed selection forms |g| once (in the warm scratch buffer) rather than
+taking magnitudes block by block."""
+
 DENSE_CANDIDATES = 0.125
 """Above this fraction of blocks holding a selected element the blocked search gains nothing; select directly."""
 
@@ -135,6 +139,8 @@ def select_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float, signed
     that sync is inherent to sending a variable number of elements."""
     t = positive_threshold(threshold, abs_g)
     flat = abs_g.reshape(-1)
+    if signed and flat.numel() >= DENSE_ABS and not block_max.compiled_for(flat):
+        flat, signed = abs_scratch(flat), False  # eagerly, one |g| into warm memory costs less than its parts
     rows = flat.numel() // SELECT_BLOCK
     if rows < 8:
         return select_at_least_reference(flat, t, signed)

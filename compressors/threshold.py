@@ -27,6 +27,7 @@ from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload, float_width, index_width
 from gradstat.compressors.primitives import (
     abs_scratch,
+    block_max,
     count_at_least,
     max_abs,
     normalise_by_pow2,
@@ -228,3 +229,7 @@ class FixedThreshold(ThresholdSparsifier):
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         return torch.tensor(float(self.eta), dtype=abs_g.dtype, device=abs_g.device)
+
+    def _signed_threshold(self, g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor | None:
+        # eta is in g's units: compare |g| with it directly (exact), where the block maxima run fused
+        return self._threshold(g, g, ctx, payload) if block_max.compiled_for(g) else None

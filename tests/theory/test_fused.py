@@ -121,10 +121,11 @@ SIDCO = ["sidco:dist=exp,stages=3,ratio=0.001", "sidco:dist=gp,stages=2,ratio=0.
 
 
 @needs_compiler
-@pytest.mark.parametrize("spec", SIDCO)
+@pytest.mark.parametrize("spec", SIDCO + ["dgc:ratio=0.001", "gmc_topk:ratio=0.01", "threshold:eta=2.5"])
 def test_signed_fused_path_is_exactly_the_normalised_path_at_every_scale(spec, monkeypatch):
-    """The signed path's threshold is 2^e times the normalised one bit for bit, so both select the same
-    coordinates; checked at power-of-two scales from 2^-120 to 2^120."""
+    """The signed path's threshold is 2^e times the normalised one bit for bit (SIDCo's float64 statistics, DGC's
+    and GMC's sampled magnitudes), or the given one (threshold), so both select the same coordinates; checked at
+    power-of-two scales from 2^-120 to 2^120."""
     comp = compressors.create(spec)
     g0 = _laplace(300_000, 3)
     for power in (-120, 0, 120):
