@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import weakref
 
+import numpy as np
 import torch
 
 from gradstat.theory.fused import fused
@@ -28,6 +29,7 @@ from gradstat.theory.fused import fused
 __all__ = [
     "abs_scratch",
     "block_max",
+    "flat_nonzero",
     "all_finite",
     "release_scratch",
     "count_true",
@@ -73,14 +75,28 @@ def abs_scratch(x: torch.Tensor) -> torch.Tensor:
     read passes fresh, ~2 into warm memory). The result is valid until the next ``abs_scratch`` call of the same
     thread on a tensor of the same dtype and device: use it inside one encode and keep nothing that views it."""
     flat = x.reshape(-1)
-    key = (flat.dtype, flat.device)
+    return torch.abs(flat, out=_scratch(flat.numel(), flat.dtype, flat.device))
+
+
+def _scratch(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """This thread's reusable buffer of ``numel`` elements of ``dtype`` on ``device`` (grown when too small)."""
+    key = (dtype, device)
     cache = getattr(_SCRATCH, "buffers", None)
     if cache is None:
         cache = _SCRATCH.buffers = {}
     buf = cache.get(key)
-    if buf is None or buf.numel() < flat.numel():
-        buf = cache[key] = torch.empty(flat.numel(), dtype=flat.dtype, device=flat.device)
-    return torch.abs(flat, out=buf[: flat.numel()])
+    if buf is None or buf.numel() < numel:
+        buf = cache[key] = torch.empty(numel, dtype=dtype, device=device)
+    return buf[:numel]
+
+
+def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
+    """Indices (int64, 1-D, increasing) of the True elements of a 1-D bool tensor. On a CPU through numpy's
+    ``flatnonzero`` on the same memory (one thread: 4-6x faster than ``torch.nonzero``, which counts first and
+    then writes 2-D indices); elsewhere ``torch.nonzero``."""
+    if mask.device.type == "cpu" and mask.is_contiguous():
+        return torch.from_numpy(np.flatnonzero(mask.numpy()))
+    return torch.nonzero(mask).squeeze(1)
 
 
 def release_scratch() -> None:
@@ -146,17 +162,18 @@ def select_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float, signed
         return select_at_least_reference(flat, t, signed)
     head = flat[: rows * SELECT_BLOCK].view(rows, SELECT_BLOCK)
     maxima = block_max(head, signed) if signed or block_max.compiled_for(flat) else head.amax(dim=1)
-    candidates = torch.nonzero(maxima >= t).squeeze(1)
-    if candidates.numel() > DENSE_CANDIDATES * rows:
-        return select_at_least_reference(flat, t, signed)
+    candidates = flat_nonzero(maxima >= t)
+    if candidates.numel() > DENSE_CANDIDATES * rows:  # a dense selection: one mask into warm memory
+        values = abs_scratch(flat) if signed else flat
+        return flat_nonzero(torch.ge(values, t, out=_scratch(values.numel(), torch.bool, values.device)))
     inside = head.index_select(0, candidates).reshape(-1)
-    local = torch.nonzero((inside.abs_() if signed else inside) >= t).squeeze(1)
+    local = flat_nonzero((inside.abs_() if signed else inside) >= t)
     found = candidates.index_select(0, local.div(SELECT_BLOCK, rounding_mode="floor"))
     found = found.mul_(SELECT_BLOCK).add_(local.remainder(SELECT_BLOCK))
     if rows * SELECT_BLOCK == flat.numel():
         return found
     rest = flat[rows * SELECT_BLOCK :]
-    tail = torch.nonzero((rest.abs() if signed else rest) >= t).squeeze(1).add_(rows * SELECT_BLOCK)
+    tail = flat_nonzero((rest.abs() if signed else rest) >= t).add_(rows * SELECT_BLOCK)
     return torch.cat((found, tail))
 
 
