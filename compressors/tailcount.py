@@ -35,17 +35,26 @@ from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
 from gradstat.compressors.registry import register
 from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier
+from gradstat.theory.fused import fused
 
 FIRST_RATIO = 0.25
 """delta_1 of the anchor threshold (SIDCo Sec. 4: the first stage's ratio)."""
 
 
-def count_and_excess(abs_g: torch.Tensor, eta: torch.Tensor) -> tuple[int, torch.Tensor]:
-    """The number n of nonzero ``abs_g >= eta`` (host int: the search decides on it) and the sum of
-    ``abs_g - eta`` over them (0-d tensor), in one masked pass."""
-    mask = (abs_g >= eta) & (abs_g > 0)
-    n = int(mask.sum())
-    return n, torch.where(mask, abs_g - eta, torch.zeros_like(abs_g)).sum()
+@fused
+def _count_excess(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """``[n, sum(|x| - t)]`` over the nonzero ``|x| >= t`` (float64; ``t`` a 0-d float64 tensor)."""
+    a = x.abs().double()
+    used = (a >= t) & (a > 0)
+    return torch.stack((used.sum().double(), torch.where(used, a - t, 0.0).sum()))
+
+
+def count_and_excess(values: torch.Tensor, eta: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """The number n of nonzero ``|values| >= eta`` (host int: the search decides on it) and the sum of
+    ``|values| - eta`` over them (0-d float64 tensor), in one fused pass where compiled. ``values``: the
+    magnitudes or the signed vector; ``eta`` is rounded to their dtype first, as the selection compares."""
+    stats = _count_excess(values, eta.to(values.dtype).double())
+    return int(stats[0]), stats[1]
 
 
 def interpolate(low: tuple[torch.Tensor, int], high: tuple[torch.Tensor, int], k: int) -> torch.Tensor:
@@ -84,12 +93,17 @@ class TailCount(ThresholdSparsifier):
         if isinstance(self.max_counts, bool) or int(self.max_counts) < 1:
             raise ValueError(f"tailcount max_counts must be an integer >= 1, got {self.max_counts}")
 
+    def _signed_threshold(self, g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor | None:
+        # every statistic is a float64 sum of |g| (exactly 2^e times the normalised one): the same threshold
+        return self._threshold(g, g, ctx, payload) if _count_excess.compiled_for(g) else None
+
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         d = g.numel()
         check_ratio(self.ratio, d, who="tailcount ratio")
         k = math.ceil(self.ratio * d)
         lo_n, hi_n = min((1.0 - self.tol) * k, k - 1.0), max((1.0 + self.tol) * k, k + 1.0)
-        eta = abs_g.mean() * math.log(1.0 / max(self.ratio, FIRST_RATIO))
+        eta = count_and_excess(abs_g, torch.zeros((), device=abs_g.device))[1] / d
+        eta = eta * math.log(1.0 / max(self.ratio, FIRST_RATIO))
         if not bool(eta > 0):  # all zeros: nothing to send
             payload.info.update(counts=0, in_band=False)
             return torch.full((), math.inf, dtype=abs_g.dtype, device=abs_g.device)

@@ -112,7 +112,7 @@ def test_fused_statistics_equal_the_eager_passes_within_float32_rounding(monkeyp
         # the eager sums are float32 pairwise sums of 2e5 values (relative error up to ~log2(n) eps32 = 1e-6),
         # and the variance's sum z^2 - n mean^2 amplifies that by (var + mean^2) / var (~2 to 3 here): 1e-5
         # is ~2x that bound, and 100x below the differences a wrong statistic gives (the shift test below)
-        for a, b in zip(stats["always"][1:], stats["never"][1:]):
+        for a, b in zip(stats["always"][1:], stats["never"][1:], strict=True):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=0)
 
 
@@ -121,10 +121,13 @@ SIDCO = ["sidco:dist=exp,stages=3,ratio=0.001", "sidco:dist=gp,stages=2,ratio=0.
 
 
 @needs_compiler
-@pytest.mark.parametrize("spec", SIDCO + ["dgc:ratio=0.001", "gmc_topk:ratio=0.01", "threshold:eta=2.5"])
+@pytest.mark.parametrize(
+    "spec", SIDCO + ["dgc:ratio=0.001", "gmc_topk:ratio=0.01", "threshold:eta=2.5", "tailcount:ratio=0.001"]
+)
 def test_signed_fused_path_is_exactly_the_normalised_path_at_every_scale(spec, monkeypatch):
     """The signed path's threshold is 2^e times the normalised one bit for bit (SIDCo's float64 statistics, DGC's
-    and GMC's sampled magnitudes), or the given one (threshold), so both select the same coordinates; checked at
+    and GMC's sampled magnitudes, tailcount's float64 counts and excesses), or the given one (threshold), so both
+    select the same coordinates; checked at
     power-of-two scales from 2^-120 to 2^120."""
     comp = compressors.create(spec)
     g0 = _laplace(300_000, 3)
