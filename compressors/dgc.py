@@ -100,7 +100,7 @@ class DGC(_SampledThreshold):
         payload.info["passed"] = passed
         if passed <= self.fallback * k:
             return indices
-        return indices[torch.topk(abs_g[indices].abs_(), k, sorted=False).indices]
+        return indices[torch.topk(abs_g.index_select(0, indices).abs_(), k, sorted=False).indices]
 
 
 @register("gmc_topk")

@@ -94,7 +94,10 @@ def add_sparse(payload: Payload, g: torch.Tensor, indices: torch.Tensor, packed:
     ``payload``."""
     payload.add("indices", indices, index_width(g.numel(), packed), "index")
     payload.add(
-        "values", to_float32_wire(g[indices], "sparsifier", "selected value"), float_width(torch.float32), "value"
+        "values",
+        to_float32_wire(g.index_select(0, indices), "sparsifier", "selected value"),
+        float_width(torch.float32),
+        "value",
     )
 
 
