@@ -120,10 +120,19 @@ def positive_threshold(threshold: torch.Tensor | float, like: torch.Tensor) -> t
     return torch.clamp_min(t, tiny.to(like.device))
 
 
+@fused
+def _count_ge(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    return (x >= t).sum()
+
+
 def count_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> int:
     """How many nonzero entries of the magnitudes ``abs_g`` are ``>= threshold`` (one comparison pass and one
-    count). Syncs: the count is a host decision for every iterative threshold search."""
-    return count_true(abs_g >= positive_threshold(threshold, abs_g))
+    count; one fused read where compiled). Syncs: the count is a host decision for every iterative threshold
+    search."""
+    t = positive_threshold(threshold, abs_g)
+    if _count_ge.compiled_for(abs_g):
+        return int(_count_ge(abs_g.reshape(-1), t))
+    return count_true(abs_g >= t)
 
 
 SELECT_BLOCK = 64

@@ -192,3 +192,17 @@ def test_a_fused_kernel_that_forgets_the_shift_misses_the_target(monkeypatch):
     k = 1e-3 * g.numel()
     assert abs(int((g.abs() > good.threshold).sum()) / k - 1) < 0.2
     assert abs(int((g.abs() > bad.threshold).sum()) / k - 1) > 0.5
+
+
+@needs_compiler
+def test_fused_count_at_least_equals_the_eager_count():
+    from gradstat.compressors import primitives as P
+
+    a = _laplace(100_000, 6).abs()
+    a[::5] = 0
+    for t in (0.0, 1e-45, float(a.median()), 3.0, 1e9):
+        with forced("never"):
+            want = P.count_at_least(a, t)
+        with forced("always"):
+            got = P.count_at_least(a, t)
+        assert not P._count_ge._broken and got == want
