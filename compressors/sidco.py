@@ -143,7 +143,9 @@ class SIDCo(ThresholdSparsifier):
     def _refine(self, abs_g: torch.Tensor, indices: torch.Tensor, payload: Payload, ctx: Context) -> torch.Tensor:
         """Learn from the count selected by eta_M (k_hat before ties are resolved): the adaptive stages' q."""
         if isinstance(ctx.state, SIDCoState):
-            self._adapt(ctx.state, indices.numel() / (self.ratio * abs_g.numel()), int(payload.info["stages"]))
+            used = payload.info["stages"]
+            assert isinstance(used, int)  # set by _fit just before
+            self._adapt(ctx.state, indices.numel() / (self.ratio * abs_g.numel()), used)
         return indices
 
     def _adapt(self, state: SIDCoState, quality: float, used: int) -> None:
