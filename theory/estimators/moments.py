@@ -1,12 +1,13 @@
 """Fused one-pass statistics of magnitudes: what every fit and peak-over-threshold stage reads from |g|.
 
 :func:`summary` gives min, max, the number of non-zeros and the sums of v and v^2 (the validation of
-:func:`gradstat.theory.estimators.magnitudes.check_magnitudes`, and the first stage's statistics in the same
-read); :func:`tail_moments` gives, over the used elements ``|x| > above``, their count and the sums of z, z^2 and (optionally) log z with ``z = (|x| - shift) / unit``: the
-sufficient statistics of the closed-form and moment estimators (exponential: mean; generalized Pareto: mean and
-variance, SIDCo (Abdelmoniem et al.), Lemma 2 (7)-(9) and Cor. 2.1 (10)-(11); gamma: mean and mean log, Cor. 1.2
-(16)). Every sum is accumulated in float64 from the elements as read (float32 or float64), so no square, sum or
-logarithm over- or underflows at any scale of a finite float32 vector, and the elements are never rewritten.
+:func:`gradstat.theory.estimators.magnitudes.check_magnitudes`, and the first stage's statistics in the same read);
+:func:`tail_moments` gives, over the used elements ``|x| > above``, their count and the sums of z, z^2 and
+(optionally) log z with ``z = (|x| - shift) / unit``: the sufficient statistics of the closed-form and moment
+estimators (exponential: mean; generalized Pareto: mean and variance, SIDCo (Abdelmoniem et al.), Lemma 2 (7)-(9)
+and Cor. 2.1 (10)-(11); gamma: mean and mean log, Cor. 1.2 (16)). Every sum is accumulated in float64 from the
+elements as read (float32 or float64), so no square, sum or logarithm over- or underflows at any scale of a finite
+float32 vector, and the elements are never rewritten.
 
 Compiled, each is one read of ``x`` (see :mod:`gradstat.theory.fused`); eagerly, the same functions are the plain
 reference (several passes and float64 temporaries).
