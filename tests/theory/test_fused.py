@@ -90,7 +90,11 @@ def test_compiled_kernels_equal_their_eager_reference(dtype, scale):
         got = _compiled(tail_moments, x, above, shift if not logs else above * 0, inv_unit, logs)
         want = tail_moments.reference(x, above, shift if not logs else above * 0, inv_unit, logs)
         assert got[0] == want[0]
-        torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+        torch.testing.assert_close(got[:3], want[:3], rtol=1e-12, atol=0)
+        if logs:  # logarithms in x's dtype: compiled and eager log kernels may differ by an ulp per element
+            ulp = torch.finfo(dtype).eps
+            bound = 2 * ulp * float(got[0]) * 120  # 2 ulps of |log z| per element; here z > 1e-45, so |log z| < 104
+            assert abs(float(got[3] - want[3])) <= bound
     rows = x[: 64 * (x.numel() // 64)].view(-1, 64)
     assert torch.equal(_compiled(block_max, rows, True), block_max.reference(rows, True))
 

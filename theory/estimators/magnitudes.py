@@ -128,8 +128,11 @@ def check_magnitudes(x: object, name: str = "x", *, spread: bool = False, signed
     if spread:
         if n_nonzero == 1:
             raise ValueError(f"{name} has a single non-zero value; the shape of a distribution needs at least two")
-        v = t.abs() if signed else t
-        min_nonzero = lo_f if n_nonzero == mags.d else float(torch.where(v > 0, v, hi_f).min())
+        if n_nonzero == mags.d:
+            min_nonzero = lo_f
+        else:
+            v = t.abs() if signed else t
+            min_nonzero = float(torch.where(v > 0, v, hi_f).min())
         if min_nonzero == hi_f:
             raise ValueError(
                 f"{name} is constant ({hi_f} on all {n_nonzero} non-zero elements): the shape of a "
