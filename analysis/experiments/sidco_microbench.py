@@ -218,9 +218,18 @@ def notes(table: pd.DataFrame, bench: pd.DataFrame, device: str) -> list[str]:
     for _, row in bench[bench["group"] == "skipped"].drop_duplicates("size").iterrows():
         out.append(f"Size {int(row['size']):,} not measured: {row['name']}.")
     e = table[table["name"] == SIDCO_E]
-    for (threads, ratio), grp in e.groupby(["threads", "ratio"], sort=False):
-        cells = ", ".join(f"{int(r['size']):,}: {r['speedup']:.2f}x" for _, r in grp.sort_values("size").iterrows())
-        out.append(f"SIDCo-E speed-up over Top-k, {_setting(str(threads))}, delta = {ratio:g}: {cells}.")
+    for threads, et in e.groupby("threads", sort=False):
+        faster = int((et["speedup"] > 1).sum())
+        grows = sum(bool(grp.sort_values("size")["speedup"].is_monotonic_increasing) for _, grp in et.groupby("ratio"))
+        out.append(
+            f"Trend, {_setting(str(threads))}: SIDCo-E is faster than Top-k in {faster} of {len(et)} (size, ratio) "
+            f"cells, and its speed-up grows with every size step at {grows} of {et['ratio'].nunique()} ratios."
+        )
+        for ratio, grp in et.groupby("ratio", sort=False):
+            cells = ", ".join(
+                f"{_short(int(r['size']))}: {r['speedup']:.2f}x" for _, r in grp.sort_values("size").iterrows()
+            )
+            out.append(f"SIDCo-E speed-up over Top-k, {_setting(str(threads))}, delta = {ratio:g}: {cells}.")
     return out
 
 

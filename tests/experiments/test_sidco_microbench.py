@@ -81,6 +81,22 @@ def test_each_comparison_row_is_recomputed_from_the_table(quick):
     assert "16-core Xeon Silver 4112" in text and "compare the trends" in text
 
 
+def test_trend_notes_count_the_cells_from_the_table(quick):
+    result = quick[0]
+    e = result.tables["speedup"][lambda t: t["name"] == mb.SIDCO_E]
+    for threads, et in e.groupby("threads"):
+        faster = sum(v > 1 for v in et["speedup"])
+        grows = 0
+        for _, grp in et.groupby("ratio"):
+            v = list(grp.sort_values("size")["speedup"])
+            grows += all(a <= b for a, b in zip(v[:-1], v[1:], strict=True))
+        line = (
+            f"Trend, CPU, threads {threads}: SIDCo-E is faster than Top-k in {faster} of {len(et)} (size, ratio) "
+            f"cells, and its speed-up grows with every size step at {grows} of 3 ratios."
+        )
+        assert line in result.notes
+
+
 def hand_table() -> pd.DataFrame:
     """Two sizes, one ratio, one thread count, hand-chosen times: Top-k 1 ms then 10 ms; SIDCo-E 2 ms then 5 ms
     (speed-up 0.5 then 2); DGC 4 ms then 20 ms; the other methods 0.8 ms then 4 ms (speed-up 1.25 then 2.5)."""
