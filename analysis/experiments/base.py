@@ -126,17 +126,18 @@ class ExperimentResult:
     settings: dict[str, object] = field(default_factory=dict)
 
 
-Runner = Callable[[Path, bool, Sequence[str] | None, int], ExperimentResult]
+Runner = Callable[[Path, bool, Sequence[str] | None, int, str], ExperimentResult]
 
 
 @dataclass(frozen=True)
 class Experiment:
     """One reproduction: its name on the command line, what it reproduces, where, and how long it takes here.
 
-    run(out, quick, workloads, seed) measures (figures are written into ``out`` as they are drawn) and returns the
-    result. ``quick_s`` / ``full_s``: the quick and full sizes' run time on one core of this project's 2-core CPU
-    machine, estimated from CPU time measured there (the machine was shared: wall time under load was several
-    times longer), so indicative.
+    run(out, quick, workloads, seed, device) measures (figures are written into ``out`` as they are drawn) and
+    returns the result; ``devices`` names the torch devices it can run on (most run on the CPU only). ``quick_s`` /
+    ``full_s``: the quick and full sizes' run time on one core of this project's 2-core CPU machine, estimated from
+    CPU time measured there (the machine was shared: wall time under load was several times longer), so
+    indicative.
     """
 
     name: str
@@ -146,6 +147,7 @@ class Experiment:
     quick_s: float
     full_s: float
     workloads: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ("cpu",)
 
 
 def write_result(exp: Experiment, result: ExperimentResult, out: str | os.PathLike, seconds: float) -> Path:
@@ -179,9 +181,16 @@ def write_result(exp: Experiment, result: ExperimentResult, out: str | os.PathLi
 
 
 def run_experiment(
-    exp: Experiment, out: str | os.PathLike, quick: bool = False, workloads: Sequence[str] | None = None, seed: int = 0
+    exp: Experiment,
+    out: str | os.PathLike,
+    quick: bool = False,
+    workloads: Sequence[str] | None = None,
+    seed: int = 0,
+    device: str = "cpu",
 ) -> tuple[ExperimentResult, Path]:
     """Run ``exp`` into ``out`` (created) and write its result; returns the result and the README path."""
+    if device not in exp.devices:
+        raise ValueError(f"experiment {exp.name} runs on {', '.join(exp.devices)} only, not on device {device!r}")
     if workloads is not None and exp.workloads:
         unknown = [w for w in workloads if w.partition(":")[0] not in exp.workloads]
         if unknown:
@@ -197,7 +206,7 @@ def run_experiment(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the experiments run many small steps: one thread is faster on a shared CPU
     try:
-        result = exp.run(out, quick, workloads, seed)
+        result = exp.run(out, quick, workloads, seed, device)
     finally:
         torch.set_num_threads(threads)
     result.settings.setdefault("size", "quick" if quick else "full")

@@ -49,7 +49,7 @@ def _methods() -> dict[str, tuple[str | None, ErrorFeedback | None]]:
     return {"fp32": (None, None), "qsgd": (spec, None), "ecq-sgd": (spec, ErrorFeedback.ecq(ALPHA, BETA))}
 
 
-def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int) -> ExperimentResult:
+def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int, device: str = "cpu") -> ExperimentResult:
     size = QUICK if quick else FULL
     rows, finals = [], []
     for d in size["dims"]:

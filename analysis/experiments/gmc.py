@@ -168,7 +168,7 @@ def train(method: str, sparsity: float, epochs: int, seed: int) -> dict:
     return {"method": method, "s_over_d": sparsity, "steps": steps, "loss": loss, "accuracy": acc, "CR": cr_sum / steps}
 
 
-def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int) -> ExperimentResult:
+def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int, device: str = "cpu") -> ExperimentResult:
     size = QUICK if quick else FULL
     example = pd.concat([counter_example(False), counter_example(True)], ignore_index=True)
     rows = [train("dmsgd", 1.0, size["epochs"], seed)]

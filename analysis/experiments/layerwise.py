@@ -48,7 +48,7 @@ def gradients(workload: str, steps: int, seed: int) -> list[tuple[int, dict]]:
     return out
 
 
-def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int) -> ExperimentResult:
+def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int, device: str = "cpu") -> ExperimentResult:
     size = QUICK if quick else FULL
     chosen = list(workloads) if workloads else list(size["workloads"])
     frames = []

@@ -67,7 +67,7 @@ def closed_form(method: str, shapes: list[tuple[int, ...]]) -> float:
     return bits.dqsg_bits(n, 1, partitions=tensors, packing="ideal")
 
 
-def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int) -> ExperimentResult:
+def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int, device: str = "cpu") -> ExperimentResult:
     size = QUICK if quick else FULL
     chosen = list(workloads) if workloads else list(size["workloads"])
     rows = []

@@ -83,7 +83,7 @@ def _time_to(curve: pd.DataFrame, level: float) -> float:
     return float(hit["step"].iloc[0]) if len(hit) else float("nan")
 
 
-def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int) -> ExperimentResult:
+def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int, device: str = "cpu") -> ExperimentResult:
     size = QUICK if quick else FULL
     problem = LinearProblem.from_workload(LinReg())
     rows, curves = [], []

@@ -46,7 +46,7 @@ QUICK: Size = {"workload": "fc300", "steps": 4, "every": 2, "draws": 2}
 REF = "QCS (Abdi & Fekri), Sec. 6 Quantizer Evaluation, Fig. 4"
 
 
-def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int) -> ExperimentResult:
+def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int, device: str = "cpu") -> ExperimentResult:
     size = QUICK if quick else FULL
     workload = workloads[0] if workloads else size["workload"]
     comps = {label: create(spec) for label, spec in METHODS.items()}

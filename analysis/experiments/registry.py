@@ -14,6 +14,7 @@ MODULES = (
     "gmc",
     "ndqsg_bits",
     "sidco_quality",
+    "sidco_microbench",
     "layerwise",
 )
 """Experiment modules under :mod:`gradstat.analysis.experiments`, in listing order."""
