@@ -212,6 +212,10 @@ def register(cli: click.Group) -> None:
                 "--per-layer compares layer-wise with whole-model compression itself: drop --blocks "
                 "layer and --save-decoded (or drop --per-layer to replay the hook's blocks)"
             )
+        if feedback.strip().partition(":")[0] == "dgc" and blocks != "layer":
+            raise ValueError(
+                f"--feedback {feedback}: DGC's local momentum correction is replayed with --blocks layer only"
+            )
         if save_decoded and blocks != "layer":
             raise ValueError("--save-decoded writes the decoded blocks of --blocks layer; add --blocks layer")
         chosen = parse_indices(steps, d.steps, "steps"), parse_indices(workers, range(d.workers), "workers")
