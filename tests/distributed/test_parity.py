@@ -108,3 +108,40 @@ def test_gradstat_compress_blocks_layer_writes_the_payloads_the_hook_sent(online
             for b, name in enumerate(names):
                 hook = seen[f"{step}/{r}/{b}"][1]
                 assert torch.equal(decoded[f"{r}/{name}"], hook), f"{spec} step {step} rank {r} {name}: decoded"
+
+
+@pytest.mark.slow  # a torchrun launch (~25 s on 2 shared cores); the parity itself runs above on every suite
+def test_train_then_compress_agree_from_the_files_alone(tmp_path):
+    """What a user runs: ``gradstat train --granularity layer --record-every 1`` then ``gradstat compress
+    --blocks layer`` on its dump with the run's seed; the run's blocks.csv and steps.csv hold the same bits and
+    serialised bytes per (step, rank, block) and per (step, rank) as the replay's compress_blocks.csv and
+    compress_ranks.csv."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    dump, out = tmp_path / "D", tmp_path / "replay"
+    train = [sys.executable, "-m", "gradstat", "train", "--workload", "fc300", "--nproc", "2", "--iterations", "3"]
+    train += ["--compressor", "qsgd", "--feedback", "ef", "--granularity", "layer", "--record-every", "1"]
+    train += ["--seed", "7", "--timeout", "60", "--out", str(dump)]
+    proc = subprocess.run(train, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    args = ["compress", str(dump), "--blocks", "layer", "--compressor", "qsgd", "--feedback", "ef", "--seed", "7"]
+    assert main([*args, "--quiet", "--out", str(out)]) == 0
+    hook = pd.read_csv(f"{dump}.train/blocks.csv").query("run == 'qsgd+ef'")
+    replay = pd.read_csv(out / "compress_blocks.csv").rename(columns={"worker": "rank"})
+    keys = ["step", "rank", "block"]
+    both = hook.merge(replay, on=keys, suffixes=("_hook", "_replay"), validate="one_to_one")
+    assert len(both) == len(hook) == len(replay) == 3 * 2 * 6
+    for col in ("param", "bits", "wire_bytes"):
+        assert (both[f"{col}_hook"] == both[f"{col}_replay"]).all(), col
+    steps = pd.read_csv(f"{dump}.train/steps.csv").query("run == 'qsgd+ef'")
+    ranks = pd.read_csv(out / "compress_ranks.csv").rename(columns={"worker": "rank"})
+    both = steps.merge(ranks, on=["step", "rank"], suffixes=("_hook", "_replay"), validate="one_to_one")
+    assert len(both) == 3 * 2
+    assert (both["bits_hook"] == both["bits_replay"]).all() and (
+        both["wire_bytes_hook"] == both["wire_bytes_replay"]
+    ).all()
