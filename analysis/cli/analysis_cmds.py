@@ -190,17 +190,25 @@ def register(cli: click.Group) -> None:
     ):
         """Replay compressors over the dump's steps.
 
-        Each worker keeps its own compressor state and feedback residual, as in training; the tables give the
-        relative error, bias, k_hat/k, exact and entropy-coded bits and the residual per step. Warns when the
-        replay is not faithful (feedback over steps that are not consecutive, too few steps for SIDCo's
-        adaptation) or when the error or residual grows over the replay.
+        With --blocks model (the default) the whole model is one vector, as in the papers' analyses. Each worker
+        keeps its own compressor state and feedback residual, as in training; the tables give the relative error,
+        bias, k_hat/k, exact and entropy-coded bits and the residual per step. Warns when the replay is not
+        faithful (feedback over steps that are not consecutive, too few steps for SIDCo's adaptation) or when the
+        error or residual grows over the replay.
 
         --blocks layer replays what gradstat's layer-wise DDP hook sent in the run that recorded the dump
         (gradstat train --granularity layer --record-every 1): every parameter is its own block, seeded by its
         position and the rank (--seed: the run's --seed), with its own residual and state per rank; every
         recorded worker (rank) takes part. It writes the exact bits and serialised bytes per step, worker and
         block (compress_blocks.csv, comparable with the run's blocks.csv) and per step and worker
-        (compress_ranks.csv, comparable with its steps.csv); --save-decoded adds the decoded tensors.
+        (compress_ranks.csv, comparable with its steps.csv); --save-decoded adds the decoded tensors. Example:
+
+        \b
+          gradstat train --workload lenet --nproc 2 --compressor qsgd --feedback ef \\
+              --granularity layer --record-every 1 --seed 0 --out D
+          gradstat compress D --blocks layer --compressor qsgd --feedback ef \\
+              --seed 0 --save-decoded --out R
+          (R/compress_blocks.csv equals D.train/blocks.csv in bits and bytes)
 
         --per-layer is a study beside these: on the first selected worker it compresses each tensor on its own
         and the flat model vector, and compares the two (tensors too small for the ratio are sent dense, as DGC
