@@ -228,7 +228,7 @@ def register(cli: click.Group) -> None:
             raise ValueError("--save-decoded writes the decoded blocks of --blocks layer; add --blocks layer")
         chosen = parse_indices(steps, d.steps, "steps"), parse_indices(workers, range(d.workers), "workers")
         if blocks == "layer":
-            hook_replay.check(specs, feedback, chosen[1], d.workers, seeds, save_decoded)
+            hook_replay.check([(s, feedback) for s in specs], chosen[1], d.workers, seeds, save_decoded)
         else:
             _check_specs(specs, feedback)
         dev = resolve_device(device)

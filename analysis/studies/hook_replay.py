@@ -159,10 +159,7 @@ def run(
     """``gradstat compress --blocks layer``: every (compressor, feedback) pair and seed; writes ``compress_blocks``
     (per step, worker, block), ``compress_ranks`` (per step and worker) and ``compress_summary``, and with
     ``save_decoded`` (one pair and one seed only) ``decoded/step-<step>.safetensors``. Returns the three tables."""
-    for spec, feedback in specs:
-        check([spec], feedback, None, int(dump.workers), len(seeds), save_decoded and len(specs) == 1)
-    if save_decoded and len(specs) != 1:
-        raise ValueError(f"--save-decoded writes the tensors of one replay: give one --compressor (got {len(specs)})")
+    check(specs, None, int(dump.workers), len(seeds), save_decoded)
     frames = []
     for spec, feedback in specs:
         for seed in seeds:
@@ -180,19 +177,18 @@ def run(
 
 
 def check(
-    specs: Sequence[str],
-    feedback: str,
+    pairs: Sequence[tuple[str, str]],
     workers: Sequence[int] | None,
     recorded_workers: int,
     seeds: int,
     save_decoded: bool,
 ) -> None:
-    """Refuse what the layer-wise replay cannot do, before anything is written: a bad compressor or feedback spec,
+    """Refuse what the layer-wise replay cannot do, before anything is written: a bad (compressor, feedback) spec,
     a selection of some workers only (the hook's seeds use the rank, and NDQSG decodes every rank in turn), and
     decoded tensors of more than one replay."""
-    if not specs:
+    if not pairs:
         raise ValueError("--blocks layer needs at least one --compressor")
-    for spec in specs:
+    for spec, feedback in pairs:
         HookRound.parse(spec, feedback)
     if workers is not None and list(workers) != list(range(recorded_workers)):
         raise ValueError(
@@ -200,9 +196,9 @@ def check(
             f"decode the ranks in turn): the dump has {recorded_workers} workers, the selection is "
             f"{', '.join(map(str, workers))}; leave out --workers"
         )
-    if save_decoded and (len(specs) != 1 or seeds != 1):
+    if save_decoded and (len(pairs) != 1 or seeds != 1):
         raise ValueError(
-            f"--save-decoded writes the tensors of one replay: give one --compressor (got {len(specs)}) and "
+            f"--save-decoded writes the tensors of one replay: give one --compressor (got {len(pairs)}) and "
             f"--seeds 1 (got {seeds})"
         )
 
