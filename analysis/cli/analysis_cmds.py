@@ -201,11 +201,13 @@ def register(cli: click.Group) -> None:
         position and the rank (--seed: the run's --seed), with its own residual and state per rank; every
         recorded worker (rank) takes part. It writes the exact bits and serialised bytes per step, worker and
         block (compress_blocks.csv, comparable with the run's blocks.csv) and per step and worker
-        (compress_ranks.csv, comparable with its steps.csv); --save-decoded adds the decoded tensors. Example:
+        (compress_ranks.csv, comparable with its steps.csv); --save-decoded adds the decoded tensors. Where the
+        run recorded its residual (--residual), residual_as_recorded says whether the replay's residual before
+        each step is the recorded one bit for bit. Example:
 
         \b
           gradstat train --workload lenet --nproc 2 --compressor qsgd --feedback ef \\
-              --granularity layer --record-every 1 --seed 0 --out D
+              --granularity layer --record-every 1 --residual --seed 0 --out D
           gradstat compress D --blocks layer --compressor qsgd --feedback ef \\
               --seed 0 --save-decoded --out R
           (R/compress_blocks.csv equals D.train/blocks.csv in bits and bytes)

@@ -14,6 +14,9 @@ agree bit for bit are evidence that what runs online is what gradstat measures o
 Per (seed, step, worker, block) it reports the exact payload ``bits`` and ``wire_bytes`` (the serialised length:
 header plus ``ceil(bits / 8)``, :attr:`gradstat.compressors.payload.Payload.wire_bytes`); per (seed, step, worker)
 their sums, which are the ``bits`` and ``wire_bytes`` columns of ``gradstat train``'s ``steps.csv`` for that rank.
+Where the dump holds the run's residual (``gradstat train --residual``), ``residual_as_recorded`` says whether the
+replay's residual before the step is the recorded one bit for bit -- the residual after a step is ``z - z_hat``, so
+this checks the decoded tensors of the run from its files (per rank and step: the share of blocks that agree).
 With ``decoded`` a folder, each step's decoded blocks (what every rank decodes of worker w's message) are written
 to ``step-<step>.safetensors`` there, one tensor ``<worker>/<param>`` each.
 
@@ -84,17 +87,23 @@ def replay_blocks(
 ) -> pd.DataFrame:
     """Replay the layer-wise hook's rounds of ``compressor``/``feedback`` over ``steps`` of ``dump`` (all its
     workers, every parameter a block keyed by its position); one row per (step, worker, block) with columns
-    ``step, worker, block, param, numel, bits, wire_bytes``. ``decoded``: folder for the decoded blocks."""
+    ``step, worker, block, param, numel, bits, wire_bytes, residual_as_recorded`` (None without a recorded
+    residual). ``decoded``: folder for the decoded blocks."""
     hook = HookRound.parse(compressor, feedback)
     workers = int(dump.workers)
     names = list(dump.params)
     states = [hook.new_states(workers) for _ in names]
     _warn_unfaithful(dump, compressor, feedback, list(steps), seed)
+    recorded = "residual" in getattr(dump, "extras", ())
     rows = []
     for step in steps:
         grads = [dump.read(step, worker=w, device=device) for w in range(workers)]
+        residuals = (
+            [dump.read_extra("residual", step, worker=w, device=device) for w in range(workers)] if recorded else None
+        )
         kept: dict[str, torch.Tensor] = {}
         for j, name in enumerate(names):
+            same = [_same_memory(states[j][w], residuals[w][name]) if residuals else None for w in range(workers)]
             try:
                 result = hook.round(
                     [g[name] for g in grads], states[j], Context(seed=int(seed), step=int(step), block=j)
@@ -110,6 +119,7 @@ def replay_blocks(
                     "numel": z_hat.numel(),
                     "bits": int(payload.bits),
                     "wire_bytes": int(payload.wire_bytes),
+                    "residual_as_recorded": same[w],
                 }
                 rows.append(row)
                 if decoded is not None:
@@ -121,19 +131,39 @@ def replay_blocks(
     return pd.DataFrame(rows)
 
 
+def _same_memory(state: Any, recorded: torch.Tensor) -> bool:
+    """Whether the replay's residual before this step is, bit for bit, the one the run recorded (zero when the
+    replay has none yet)."""
+    mine = state.feedback.residual
+    if mine is None:
+        return not bool(recorded.count_nonzero())
+    return mine.shape == recorded.shape and mine.dtype == recorded.dtype and torch.equal(mine, recorded)
+
+
 def per_rank(blocks: pd.DataFrame) -> pd.DataFrame:
     """Per (compressor, feedback, seed, step, worker): the sums over blocks of ``bits`` and ``wire_bytes`` (what
-    ``gradstat train`` logs per step and rank) and the number of blocks."""
+    ``gradstat train`` logs per step and rank), the number of blocks and the share of blocks whose residual is the
+    recorded one."""
     keys = ["compressor", "feedback", "seed", "step", "worker"]
     out = blocks.groupby(keys, sort=False).agg(
-        blocks=("block", "size"), numel=("numel", "sum"), bits=("bits", "sum"), wire_bytes=("wire_bytes", "sum")
+        blocks=("block", "size"),
+        numel=("numel", "sum"),
+        bits=("bits", "sum"),
+        wire_bytes=("wire_bytes", "sum"),
+        residual_as_recorded=("residual_as_recorded", _fraction),
     )
     return out.reset_index()
 
 
+def _fraction(flags: pd.Series) -> float:
+    """Share of True among the flags that are set (NaN when none is: the dump has no residual)."""
+    known = flags.dropna()
+    return float(known.astype(bool).mean()) if len(known) else math.nan
+
+
 def summarize(ranks: pd.DataFrame) -> pd.DataFrame:
     """Per (compressor, feedback): steps, workers, blocks, and the means over steps, workers and seeds of the bits
-    and bytes each rank sends per step; ``gain = 32 d / bits``."""
+    and bytes each rank sends per step and of ``residual_as_recorded``; ``gain = 32 d / bits``."""
     g = ranks.groupby(["compressor", "feedback"], sort=False)
     out = g.agg(
         steps=("step", "nunique"),
@@ -142,6 +172,7 @@ def summarize(ranks: pd.DataFrame) -> pd.DataFrame:
         d=("numel", "max"),
         bits=("bits", "mean"),
         wire_bytes=("wire_bytes", "mean"),
+        residual_as_recorded=("residual_as_recorded", "mean"),
     ).reset_index()
     out["gain"] = [32.0 * d / b if b > 0 else math.nan for d, b in zip(out["d"], out["bits"], strict=True)]
     return out

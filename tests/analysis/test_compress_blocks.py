@@ -36,6 +36,9 @@ def test_blocks_layer_writes_one_row_per_step_worker_and_parameter(tiny_dump, tm
     ranks = pd.read_csv(out / "compress_ranks.csv")
     assert len(ranks) == len(dump.steps) * dump.workers
     assert ranks["bits"].sum() == blocks["bits"].sum() and (ranks["numel"] == dump.numel).all()
+    # the dump's residual was left by whole-model Top-k: the same (zero) before step 0, another one afterwards
+    assert blocks.query("step == 0")["residual_as_recorded"].all()
+    assert not blocks.query("step > 0")["residual_as_recorded"].any()
     summary = pd.read_csv(out / "compress_summary.csv")
     assert summary.loc[0, "bits"] == pytest.approx(ranks["bits"].mean())
     assert summary.loc[0, "gain"] == pytest.approx(32 * dump.numel / ranks["bits"].mean())

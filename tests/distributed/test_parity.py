@@ -94,6 +94,8 @@ def test_gradstat_compress_blocks_layer_writes_the_payloads_the_hook_sent(online
     assert sorted(f"{s}/{w}/{b}" for s, w, b in zip(blocks.step, blocks.worker, blocks.block, strict=True)) == sorted(
         seen
     )
+    # the residual before every step is the one the hook held (recorded), so z - z_hat agreed at every step
+    assert blocks["residual_as_recorded"].dtype == bool and blocks["residual_as_recorded"].all()
     for row in blocks.itertuples():
         assert row.param == names[row.block]
         assert row.bits == seen[f"{row.step}/{row.worker}/{row.block}"][0], f"{spec} {row}: bits"
@@ -112,10 +114,10 @@ def test_gradstat_compress_blocks_layer_writes_the_payloads_the_hook_sent(online
 
 @pytest.mark.slow  # a torchrun launch (~25 s on 2 shared cores); the parity itself runs above on every suite
 def test_train_then_compress_agree_from_the_files_alone(tmp_path):
-    """What a user runs: ``gradstat train --granularity layer --record-every 1`` then ``gradstat compress
-    --blocks layer`` on its dump with the run's seed; the run's blocks.csv and steps.csv hold the same bits and
-    serialised bytes per (step, rank, block) and per (step, rank) as the replay's compress_blocks.csv and
-    compress_ranks.csv."""
+    """What a user runs: ``gradstat train --granularity layer --record-every 1 --residual`` then ``gradstat
+    compress --blocks layer`` on its dump with the run's seed; the run's blocks.csv and steps.csv hold the same
+    bits and serialised bytes per (step, rank, block) and per (step, rank) as the replay's compress_blocks.csv and
+    compress_ranks.csv, and the replay's residual before every step is the recorded one."""
     import os
     import subprocess
     import sys
@@ -125,7 +127,7 @@ def test_train_then_compress_agree_from_the_files_alone(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
     dump, out = tmp_path / "D", tmp_path / "replay"
     train = [sys.executable, "-m", "gradstat", "train", "--workload", "fc300", "--nproc", "2", "--iterations", "3"]
-    train += ["--compressor", "qsgd", "--feedback", "ef", "--granularity", "layer", "--record-every", "1"]
+    train += ["--compressor", "qsgd", "--feedback", "ef", "--granularity", "layer", "--record-every", "1", "--residual"]
     train += ["--seed", "7", "--timeout", "60", "--out", str(dump)]
     proc = subprocess.run(train, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -138,6 +140,7 @@ def test_train_then_compress_agree_from_the_files_alone(tmp_path):
     assert len(both) == len(hook) == len(replay) == 3 * 2 * 6
     for col in ("param", "bits", "wire_bytes"):
         assert (both[f"{col}_hook"] == both[f"{col}_replay"]).all(), col
+    assert replay["residual_as_recorded"].dtype == bool and replay["residual_as_recorded"].all()
     steps = pd.read_csv(f"{dump}.train/steps.csv").query("run == 'qsgd+ef'")
     ranks = pd.read_csv(out / "compress_ranks.csv").rename(columns={"worker": "rank"})
     both = steps.merge(ranks, on=["step", "rank"], suffixes=("_hook", "_replay"), validate="one_to_one")
