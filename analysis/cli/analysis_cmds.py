@@ -203,14 +203,10 @@ def register(cli: click.Group) -> None:
         block (compress_blocks.csv, comparable with the run's blocks.csv) and per step and worker
         (compress_ranks.csv, comparable with its steps.csv); --save-decoded adds the decoded tensors. Where the
         run recorded its residual (--residual), residual_as_recorded says whether the replay's residual before
-        each step is the recorded one bit for bit. Example:
-
-        \b
-          gradstat train --workload lenet --nproc 2 --compressor qsgd --feedback ef \\
-              --granularity layer --record-every 1 --residual --seed 0 --out D
-          gradstat compress D --blocks layer --compressor qsgd --feedback ef \\
-              --seed 0 --save-decoded --out R
-          (R/compress_blocks.csv equals D.train/blocks.csv in bits and bytes)
+        each step is the recorded one bit for bit. For example, after "gradstat train --workload lenet --nproc 2
+        --compressor qsgd --feedback ef --granularity layer --record-every 1 --residual --seed 0 --out D",
+        "gradstat compress D --blocks layer --compressor qsgd --feedback ef --seed 0 --save-decoded --out R" writes
+        R/compress_blocks.csv with the bits and bytes of D.train/blocks.csv.
 
         --per-layer is a study beside these: on the first selected worker it compresses each tensor on its own
         and the flat model vector, and compares the two (tensors too small for the ratio are sent dense, as DGC
