@@ -34,6 +34,7 @@ from gradstat.analysis.measure.sources import SYNTHETIC, GradientSource
 from gradstat.analysis.measure.tables import to_text
 from gradstat.analysis.studies import feedback as feedback_study
 from gradstat.analysis.studies import fits as fit_study
+from gradstat.analysis.studies import hook_replay
 from gradstat.analysis.studies import replay as replay_study
 from gradstat.analysis.studies import thresholds as threshold_study
 from gradstat.analysis.studies import variance as variance_study
@@ -160,23 +161,74 @@ def register(cli: click.Group) -> None:
     @dump_argument()
     @selection_options("compress")
     @click.option("--compressor", "specs", multiple=True, required=True, help="Compressor spec (repeatable).")
-    @click.option("--feedback", default="none", show_default=True, help="none | ef | qcs:beta=B | ecq:alpha=A,beta=B.")
+    @click.option(
+        "--feedback",
+        default="none",
+        show_default=True,
+        help="none | ef | qcs:beta=B | ecq:alpha=A,beta=B; with --blocks layer also dgc:momentum=M (DGC).",
+    )
     @click.option("--seeds", default=1, show_default=True, type=click.IntRange(1), help="Independent replays.")
+    @click.option(
+        "--blocks",
+        type=click.Choice(["model", "layer"]),
+        default="model",
+        show_default=True,
+        help="model: the whole model is one vector; layer: one block per parameter, rank by rank, as the layer-wise "
+        "DDP hook (gradstat train --granularity layer) compresses.",
+    )
+    @click.option(
+        "--save-decoded",
+        is_flag=True,
+        help="With --blocks layer: write each step's decoded blocks to OUT/decoded/step-<step>.safetensors "
+        "(one tensor <worker>/<param> each).",
+    )
     @click.option(
         "--per-layer", is_flag=True, help="Compare per-tensor with whole-model compression (first selected worker)."
     )
-    def compress_cmd(dump, steps, workers, device, out, seed, quiet, specs, feedback, seeds, per_layer):
+    def compress_cmd(
+        dump, steps, workers, device, out, seed, quiet, specs, feedback, seeds, blocks, save_decoded, per_layer
+    ):
         """Replay compressors over the dump's steps.
 
-        Each worker keeps its own compressor state and feedback residual, as in training; the tables give the
-        relative error, bias, k_hat/k, exact and entropy-coded bits and the residual per step. Warns when the
-        replay is not faithful (feedback over steps that are not consecutive, too few steps for SIDCo's
-        adaptation) or when the error or residual grows over the replay. --per-layer compresses each tensor on
-        its own (as DDP buckets and GRACE do) beside the flat model vector.
+        With --blocks model (the default) the whole model is one vector, as in the papers' analyses. Each worker
+        keeps its own compressor state and feedback residual, as in training; the tables give the relative error,
+        bias, k_hat/k, exact and entropy-coded bits and the residual per step. Warns when the replay is not
+        faithful (feedback over steps that are not consecutive, too few steps for SIDCo's adaptation) or when the
+        error or residual grows over the replay.
+
+        --blocks layer replays what gradstat's layer-wise DDP hook sent in the run that recorded the dump
+        (gradstat train --granularity layer --record-every 1): every parameter is its own block, seeded by its
+        position and the rank (--seed: the run's --seed), with its own residual and state per rank; every
+        recorded worker (rank) takes part. It writes the exact bits and serialised bytes per step, worker and
+        block (compress_blocks.csv, comparable with the run's blocks.csv) and per step and worker
+        (compress_ranks.csv, comparable with its steps.csv); --save-decoded adds the decoded tensors. Where the
+        run recorded its residual (--residual), residual_as_recorded says whether the replay's residual before
+        each step is the recorded one bit for bit. For example, after "gradstat train --workload lenet --nproc 2
+        --compressor qsgd --feedback ef --granularity layer --record-every 1 --residual --seed 0 --out D",
+        "gradstat compress D --blocks layer --compressor qsgd --feedback ef --seed 0 --save-decoded --out R" writes
+        R/compress_blocks.csv with the bits and bytes of D.train/blocks.csv.
+
+        --per-layer is a study beside these: on the first selected worker it compresses each tensor on its own
+        and the flat model vector, and compares the two (tensors too small for the ratio are sent dense, as DGC
+        does, unlike the hook); it takes neither --blocks layer nor --save-decoded.
         """
         d = _open(dump)
-        _check_specs(specs, feedback)
+        if per_layer and (blocks == "layer" or save_decoded):
+            raise ValueError(
+                "--per-layer compares layer-wise with whole-model compression itself: drop --blocks "
+                "layer and --save-decoded (or drop --per-layer to replay the hook's blocks)"
+            )
+        if feedback.strip().partition(":")[0] == "dgc" and blocks != "layer":
+            raise ValueError(
+                f"--feedback {feedback}: DGC's local momentum correction is replayed with --blocks layer only"
+            )
+        if save_decoded and blocks != "layer":
+            raise ValueError("--save-decoded writes the decoded blocks of --blocks layer; add --blocks layer")
         chosen = parse_indices(steps, d.steps, "steps"), parse_indices(workers, range(d.workers), "workers")
+        if blocks == "layer":
+            hook_replay.check([(s, feedback) for s in specs], chosen[1], d.workers, seeds, save_decoded)
+        else:
+            _check_specs(specs, feedback)
         dev = resolve_device(device)
         with _results(out, "compress") as folder:
             if per_layer:
@@ -186,7 +238,12 @@ def register(cli: click.Group) -> None:
                 _echo_table(summary, "per-layer vs whole-model (means over steps)")
                 return
             pairs = [(s, feedback) for s in specs]
-            _, summary = replay_study.run(d, folder, pairs, *chosen, list(range(seed, seed + seeds)), dev, not quiet)
+            runs = list(range(seed, seed + seeds))
+            if blocks == "layer":
+                _, _, summary = hook_replay.run(d, folder, pairs, chosen[0], runs, dev, save_decoded)
+                _echo_table(summary, "layer-wise replay of the hook (bits and bytes per rank and step, means)")
+                return
+            _, summary = replay_study.run(d, folder, pairs, *chosen, runs, dev, not quiet)
             _echo_table(summary, "replay summary (means over steps and seeds)")
 
     @cli.command("variance")

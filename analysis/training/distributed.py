@@ -7,10 +7,12 @@ initial model and data order: the baselines (plain all-reduce, torch's fp16/bf16
 compressors (:func:`gradstat.compressors.ddp.make_hook`). Rank r trains on its slice of every global mini-batch
 (``batch_size / world`` samples). Per step and rank it logs the local loss, the exact payload bits, the serialised
 bytes, the bytes handed to the collectives, the time in the hook and the step time into
-``<results>/steps.rank-<r>.csv``; a run whose compression fails on some rank (e.g. a NaN gradient after divergence)
-stops on every rank with its error in the ``error`` column, and the next run starts; rank 0 merges them into
-``steps.csv`` at the end. With recording on (:class:`~gradstat.analysis.training.recorder.RankRecorder`), the
-recorded run writes a dump holding each rank's local gradient as ``worker = rank``.
+``<results>/steps.rank-<r>.csv``, and per step, rank and block (each parameter in layer-wise mode, each bucket
+otherwise) its payload's exact bits and serialised bytes into ``blocks.rank-<r>.csv``; a run whose compression
+fails on some rank (e.g. a NaN gradient after divergence) stops on every rank with its error in the ``error``
+column, and the next run starts; rank 0 merges them into ``steps.csv`` and ``blocks.csv`` at the end. With
+recording on (:class:`~gradstat.analysis.training.recorder.RankRecorder`), the recorded run writes a dump holding
+each rank's local gradient as ``worker = rank``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ STEP_COLUMNS = (
     "buckets",
     "error",
 )
+BLOCK_COLUMNS = ("run", "step", "rank", "block", "param", "bits", "wire_bytes")
 
 
 @dataclass
@@ -126,22 +129,35 @@ def train_rank(config: TrainConfig) -> None:
         device = torch.device("cpu")
     results = Path(config.results)
     results.mkdir(parents=True, exist_ok=True)
-    log_path = results / f"steps.rank-{rank}.csv"
-    with open(log_path, "w", newline="") as fh:
-        log = csv.DictWriter(fh, fieldnames=STEP_COLUMNS)
+    log_path, blocks_path = results / f"steps.rank-{rank}.csv", results / f"blocks.rank-{rank}.csv"
+    with open(log_path, "w", newline="") as fh, open(blocks_path, "w", newline="") as bh:
+        log, block_log = csv.DictWriter(fh, fieldnames=STEP_COLUMNS), csv.DictWriter(bh, fieldnames=BLOCK_COLUMNS)
         log.writeheader()
+        block_log.writeheader()
         for run in config.runs:
-            for row in train_run(config, run, rank, world, device):
+            blocks: list[dict[str, Any]] = []
+            for row in train_run(config, run, rank, world, device, blocks):
                 log.writerow(row)
+            block_log.writerows(blocks)
             fh.flush()
+            bh.flush()
     dist.barrier()
     if rank == 0:
         merge_rank_logs(results, world)
+        merge_rank_logs(results, world, "blocks")
     dist.barrier()  # leave together: a rank tearing gloo down while another still works can abort (SIGABRT)
 
 
-def train_run(config: TrainConfig, run: RunSpec, rank: int, world: int, device: torch.device) -> list[dict[str, Any]]:
-    """One run from the common initial model; returns this rank's per-step rows."""
+def train_run(
+    config: TrainConfig,
+    run: RunSpec,
+    rank: int,
+    world: int,
+    device: torch.device,
+    blocks: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """One run from the common initial model; returns this rank's per-step rows and appends its per-block rows
+    (gradstat's compression hooks only) to ``blocks``."""
     wl = get_workload(config.workload)
     if wl.batch_size % world:
         raise ValueError(f"workload {wl.name}: batch_size {wl.batch_size} is not divisible by {world} ranks")
@@ -163,6 +179,7 @@ def train_run(config: TrainConfig, run: RunSpec, rank: int, world: int, device: 
     if run.record:
         _recorder(config, run, ddp, state, optimizer, rank, world, wl)
     batches = wl.batches(derive_seed(config.seed, 1), device)
+    names = [n for n, p in ddp.module.named_parameters() if p.requires_grad]  # block keys in layer-wise mode
     rows = []
     for step in range(config.iterations):
         x, y = next(batches)
@@ -180,6 +197,19 @@ def train_run(config: TrainConfig, run: RunSpec, rank: int, world: int, device: 
             torch.cuda.synchronize(device)
         elapsed = time.perf_counter() - start
         m = state.take_metrics() if state is not None else None
+        if m is not None and blocks is not None and run.compressor is not None:
+            blocks += [
+                {
+                    "run": run.label,
+                    "step": step,
+                    "rank": rank,
+                    "block": key,
+                    "param": names[key] if config.granularity == "layer" else "",
+                    "bits": bits,
+                    "wire_bytes": wire,
+                }
+                for key, (bits, wire) in sorted(m.blocks.items())
+            ]
         nbytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
         rows.append(
             {
@@ -256,20 +286,21 @@ def _recorder(
     return rec
 
 
-def merge_rank_logs(results: Path, world: int) -> Path:
-    """Concatenate ``steps.rank-<r>.csv`` into ``steps.csv`` (atomically) and remove the rank files."""
+def merge_rank_logs(results: Path, world: int, stem: str = "steps") -> Path:
+    """Concatenate ``<stem>.rank-<r>.csv`` into ``<stem>.csv`` (atomically) and remove the rank files."""
     rows: list[str] = []
     header = None
     for r in range(world):
-        lines = (results / f"steps.rank-{r}.csv").read_text().splitlines()
+        lines = (results / f"{stem}.rank-{r}.csv").read_text().splitlines()
         header = lines[0]
         rows += lines[1:]
-    out = results / "steps.csv"
-    tmp = results / ".steps.csv.tmp"
-    tmp.write_text("\n".join([header or ",".join(STEP_COLUMNS), *rows]) + "\n")
+    out = results / f"{stem}.csv"
+    tmp = results / f".{stem}.csv.tmp"
+    columns = STEP_COLUMNS if stem == "steps" else BLOCK_COLUMNS
+    tmp.write_text("\n".join([header or ",".join(columns), *rows]) + "\n")
     os.replace(tmp, out)
     for r in range(world):
-        (results / f"steps.rank-{r}.csv").unlink()
+        (results / f"{stem}.rank-{r}.csv").unlink()
     return out
 
 

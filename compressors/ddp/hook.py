@@ -154,6 +154,7 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
         message, failed = torch.cat([p.to_bytes(buffer.device) for p in payloads]), False
         state.metrics.bits += sum(p.bits for p in payloads)
         state.metrics.wire_bytes += message.numel()
+        state.metrics.blocks.update({b.block: (p.bits, p.wire_bytes) for b, p in zip(blocks, payloads, strict=True)})
     except Exception as exc:  # tell every rank, then every rank raises (never a hang)
         message, failed = encode_error(exc, buffer.device), True
     gathered = gather_messages(message, failed, group)
@@ -289,6 +290,7 @@ def _decoded_allreduce(
             out[blk.start : blk.end] = z_hat.reshape(-1)
             state.metrics.bits += p.bits
             state.metrics.wire_bytes += p.wire_bytes
+            state.metrics.blocks[blk.block] = (p.bits, p.wire_bytes)
         failed, message = False, out.new_zeros(0, dtype=torch.uint8)
     except Exception as exc:  # tell every rank, then every rank raises (never a hang)
         failed, message = True, encode_error(exc, buffer.device)

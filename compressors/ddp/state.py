@@ -111,7 +111,9 @@ class StepMetrics:
 
     bits : exact payload bits (``Payload.bits`` summed over blocks); wire_bytes : serialised bytes (header and
     last-byte padding included); sent_bytes : bytes handed to the collectives (padded messages, length exchanges,
-    or the all-reduced buffer); hook_seconds : time inside the hook and its callbacks; buckets : buckets seen.
+    or the all-reduced buffer); hook_seconds : time inside the hook and its callbacks; buckets : buckets seen;
+    blocks : this rank's payload per block key (the parameter's position in layer-wise mode, else the bucket
+    index) as ``(bits, wire_bytes)``.
     """
 
     bits: int = 0
@@ -119,8 +121,9 @@ class StepMetrics:
     sent_bytes: int = 0
     hook_seconds: float = 0.0
     buckets: int = 0
+    blocks: dict[int, tuple[int, int]] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 

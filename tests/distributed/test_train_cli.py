@@ -97,5 +97,10 @@ def test_train_launches_torchrun_records_two_workers_and_summarises(tmp_path):
     assert row.loc["topk:ratio=0.01+ef", "bytes_vs_allreduce"] < 0.05
     steps = pd.read_csv(results / "steps.csv")
     assert len(steps) == 3 * 4 * 2
+    blocks = pd.read_csv(results / "blocks.csv")  # per (step, rank, block): only our compressors' runs
+    assert set(blocks["run"]) == {"topk:ratio=0.01+ef"}
+    sums = blocks.groupby(["step", "rank"])[["bits", "wire_bytes"]].sum()
+    logged = steps[steps["run"] == "topk:ratio=0.01+ef"].set_index(["step", "rank"])[["bits", "wire_bytes"]]
+    assert sums.sort_index().equals(logged.sort_index())
     for name in ("loss_vs_step.png", "loss_vs_bits.png"):
         assert (results / name).stat().st_size > 1000
