@@ -295,6 +295,20 @@ def run(
         torch.set_num_threads(previous)
     table = pd.DataFrame(rows)
     table.attrs.update(
+        command="gradstat bench microbench "
+        + " ".join(
+            f"--set {k}={','.join(map(str, v)) if isinstance(v, list) else v}"
+            for k, v in (
+                ("sizes", sizes),
+                ("ratios", ratios),
+                ("threads", thread_counts),
+                ("repeats", repeats),
+                ("device", device),
+                ("seed", seed),
+                ("out", out),
+            )
+            if v != ""
+        ),
         cores=cores,
         load=(load_before, os.getloadavg()[0]),
         compile_policy=policy(),
