@@ -33,6 +33,7 @@ import torch
 from gradstat.compressors.base import Properties, check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
+from gradstat.compressors.primitives import positive_threshold
 from gradstat.compressors.registry import register
 from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier
 from gradstat.theory.fused import fused
@@ -43,9 +44,10 @@ FIRST_RATIO = 0.25
 
 @fused
 def _count_excess(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """``[n, sum(|x| - t)]`` over the nonzero ``|x| >= t`` (float64; ``t`` a 0-d float64 tensor)."""
+    """``[n, sum(|x| - t)]`` over ``|x| >= t`` (float64; ``t`` a 0-d float64 tensor; with t = 0, n counts the
+    zeros too and the sum is sum |x|)."""
     a = x.abs().double()
-    used = (a >= t) & (a > 0)
+    used = a >= t  # t > 0 (the caller clamps it), so zeros are never counted
     return torch.stack((used.sum().double(), torch.where(used, a - t, 0.0).sum()))
 
 
@@ -53,7 +55,8 @@ def count_and_excess(values: torch.Tensor, eta: torch.Tensor) -> tuple[int, torc
     """The number n of nonzero ``|values| >= eta`` (host int: the search decides on it) and the sum of
     ``|values| - eta`` over them (0-d float64 tensor), in one fused pass where compiled. ``values``: the
     magnitudes or the signed vector; ``eta`` is rounded to their dtype first, as the selection compares."""
-    stats = _count_excess(values, eta.to(values.dtype).double())
+    t = positive_threshold(eta, values).double()  # eta in the values' dtype, at least their smallest positive value
+    stats = _count_excess(values, t)
     return int(stats[0]), stats[1]
 
 
@@ -102,7 +105,7 @@ class TailCount(ThresholdSparsifier):
         check_ratio(self.ratio, d, who="tailcount ratio")
         k = math.ceil(self.ratio * d)
         lo_n, hi_n = min((1.0 - self.tol) * k, k - 1.0), max((1.0 + self.tol) * k, k + 1.0)
-        eta = count_and_excess(abs_g, torch.zeros((), device=abs_g.device))[1] / d
+        eta = _count_excess(abs_g, torch.zeros((), dtype=torch.float64, device=abs_g.device))[1] / d  # mean |g|
         eta = eta * math.log(1.0 / max(self.ratio, FIRST_RATIO))
         if not bool(eta > 0):  # all zeros: nothing to send
             payload.info.update(counts=0, in_band=False)

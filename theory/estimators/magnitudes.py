@@ -108,11 +108,11 @@ def check_magnitudes(x: object, name: str = "x", *, spread: bool = False, signed
     t = as_magnitudes_tensor(x, name)
     if t.numel() == 0:
         raise ValueError(f"{name} is empty; need at least one |g| value")
-    sums = None
+    sums, fused_min_nonzero = None, None
     if signed or summary.compiled_for(t):
         stats = summary(t, signed)  # one fused pass where compiled
-        lo_f, hi_f, n_nonzero = stats[:3].tolist()
-        sums = stats[3:] if t.dtype == torch.float32 else None
+        lo_f, hi_f, n_nonzero, fused_min_nonzero = stats[[0, 1, 2, 5]].tolist()
+        sums = stats[3:5] if t.dtype == torch.float32 else None
     else:
         lo, hi = torch.aminmax(t)
         nonzero = torch.count_nonzero(t)
@@ -130,6 +130,8 @@ def check_magnitudes(x: object, name: str = "x", *, spread: bool = False, signed
             raise ValueError(f"{name} has a single non-zero value; the shape of a distribution needs at least two")
         if n_nonzero == mags.d:
             min_nonzero = lo_f
+        elif fused_min_nonzero is not None:
+            min_nonzero = fused_min_nonzero
         else:
             v = t.abs() if signed else t
             min_nonzero = float(torch.where(v > 0, v, hi_f).min())
