@@ -11,7 +11,8 @@ E.3); "On a GPU, SIDCo improves over DGC by at least 2x, and the speed-ups are s
 (Sec. 4, Takeaways); Top-k on a CPU costs O(d log2 k) (Sec. 1) against the threshold methods' few linear passes,
 so at a fixed delta their speed-up should grow with d.
 
-The table is :func:`gradstat.analysis.bench.microbench.run` (``gradstat bench microbench``), called here with its
+The table is :func:`gradstat.analysis.bench.microbench.run` (``gradstat bench microbench``, whose own page with
+the speed goals, the machine's load and its figure is written to ``bench/`` of the output), called here with its
 default sizes (plus 260M, skipped with a row saying so where the memory check refuses it), ratios and thread
 counts; this module only selects the paper's methods from it, draws the paper's two figures as lines over the size
 (speed-up over ``torch.topk`` and encode time, one panel per ratio, one row per thread count or device) and turns
@@ -294,6 +295,7 @@ def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int, devi
         repeats=size["repeats"],
         device=device,
         seed=seed,
+        out=str(out / "bench"),  # the bench's own page: its goals, the machine's load, its figure
     )
     table = speedup_table(bench)
     return ExperimentResult(

@@ -191,3 +191,11 @@ def test_bench_time_of_a_missing_method_is_not_comparable():
     rows = {c.quantity.partition(": ")[2]: c for c in mb.compare(t)}
     r = rows["RedSync speed-up over Top-k, least over sizes >= 10,000 and every ratio"]
     assert math.isnan(r.ours) and r.verdict() == "not comparable"
+
+
+def test_the_bench_page_of_the_same_run_is_written_beside_the_experiment(quick):
+    out = quick[2]
+    page = (out / "bench" / "bench.md").read_text()
+    assert "## Goals" in page and "1-minute load average" in page
+    bench = quick[0].tables["bench"]
+    assert (out / "bench" / "bench.csv").read_text().count("\n") == len(bench) + 1  # the same table, every row
