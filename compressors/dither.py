@@ -35,7 +35,7 @@ import torch
 from gradstat.compressors.base import Compressor
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.payload import Payload, code_width
-from gradstat.compressors.primitives import all_finite, l2_norm, max_abs, to_float32_wire
+from gradstat.compressors.primitives import all_finite, l2_norm, l2_norm_rows, max_abs, scratch, to_float32_wire
 
 Norm = Literal["l2", "linf"]
 
@@ -49,6 +49,15 @@ def draw_dither(numel: int, seed: int, device: torch.device, stream: int = DITHE
     return torch.rand(numel, generator=gen, device=device, dtype=torch.float32) - 0.5
 
 
+def draw_dither_scratch(numel: int, seed: int, device: torch.device, stream: int = DITHER_STREAM) -> torch.Tensor:
+    """:func:`draw_dither`'s numbers, bit for bit, drawn into this thread's dither scratch buffer (no fresh
+    d-element tensor; valid until the next call of the same thread, see
+    :func:`gradstat.compressors.primitives.scratch`)."""
+    out = scratch(numel, torch.float32, torch.device(device), "dither")
+    torch.rand(numel, generator=generator(seed, device, stream), out=out)
+    return out.sub_(0.5)
+
+
 # -- the scalar step -----------------------------------------------------------------------------------------------
 def quantize(y: torch.Tensor, u: torch.Tensor, lo: int, hi: int, offset: float = 0.0) -> torch.Tensor:
     """Codes ``c`` with ``c + offset`` the point of the lattice ``Z + offset`` nearest to ``y + u``, clamped to
@@ -56,10 +65,18 @@ def quantize(y: torch.Tensor, u: torch.Tensor, lo: int, hi: int, offset: float =
     return torch.floor(y + u + (0.5 - offset)).clamp_(lo, hi)
 
 
-def reconstruct(codes: torch.Tensor, u: torch.Tensor | None, offset: float = 0.0) -> torch.Tensor:
-    """``c + offset - u`` (dithered) or ``c + offset`` (half-dithered, ``u`` None), in step units."""
-    value = codes.float() + offset if offset else codes.float()
-    return value - u if u is not None else value
+def reconstruct(
+    codes: torch.Tensor, u: torch.Tensor | None, offset: float = 0.0, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``c + offset - u`` (dithered) or ``c + offset`` (half-dithered, ``u`` None), in step units; computed in place
+    in ``out`` (float32, codes' numel) when given, with the same roundings."""
+    if out is None:
+        value = codes.float() + offset if offset else codes.float()
+        return value - u if u is not None else value
+    out.copy_(codes.reshape(-1))
+    if offset:
+        out.add_(offset)
+    return out.sub_(u) if u is not None else out
 
 
 def code_dtype(lo: int, hi: int) -> torch.dtype:
@@ -96,6 +113,36 @@ def bucket_norm(blocks: torch.Tensor, norm: Norm) -> torch.Tensor:
     if norm == "l2":
         return l2_norm(blocks, dim=1)
     raise ValueError(f"norm must be 'l2' or 'linf', got {norm!r}")
+
+
+def bucket_rows(x: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`to_buckets` without copying the whole vector: the full buckets as a ``(d // size, size)`` view of flat
+    ``x`` and the ragged last bucket zero-padded to ``(1, size)`` (None when ``size`` divides d)."""
+    d = x.numel()
+    full = d // size
+    head = x[: full * size].view(full, size)
+    if full * size == d:
+        return head, None
+    tail = x.new_zeros(1, size)
+    tail[0, : d - full * size] = x[full * size :]
+    return head, tail
+
+
+def _row_scales(head: torch.Tensor, tail: torch.Tensor | None, norm: Norm) -> torch.Tensor:
+    """:func:`bucket_norm` of the rows of ``head`` and then of ``tail``, bit for bit, without an x-sized temporary."""
+    scales = l2_norm_rows(head) if norm == "l2" and head.numel() else bucket_norm(head, norm)
+    return scales if tail is None else torch.cat((scales, bucket_norm(tail, norm)))
+
+
+def _per_bucket(op: str, src: torch.Tensor, factor: torch.Tensor, size: int, out: torch.Tensor) -> torch.Tensor:
+    """``out = src op factor[b]`` over each bucket b of ``size`` elements of the flat ``src`` (``op``: ``torch.div``
+    or ``torch.mul``; ``out`` may be ``src``): the plain form's per-row broadcast, without padding a copy."""
+    full = src.numel() // size
+    fn = getattr(torch, op)
+    fn(src[: full * size].view(full, size), factor[:full, None], out=out[: full * size].view(full, size))
+    if full * size < src.numel():
+        fn(src[full * size :], factor[full], out=out[full * size :])
+    return out
 
 
 def _safe(scale: torch.Tensor) -> torch.Tensor:
@@ -154,8 +201,8 @@ class ScaledQuantizer:
         The dither comes from ``(seed, DITHER_STREAM)``; the caller sends the seed when :attr:`subtract` is set.
         """
         d = x.numel()
-        blocks = to_buckets(x, self.bucket_size(d))
-        scale = bucket_norm(blocks, self.norm)
+        head, tail = bucket_rows(x, self.bucket_size(d))
+        scale = _row_scales(head, tail, self.norm)
         wire = to_float32_wire(scale, "quantizer", f"{self.norm} bucket scale")
         if not all_finite(wire):
             raise ValueError(
@@ -163,20 +210,46 @@ class ScaledQuantizer:
                 "scale the gradient down (e.g. by a power of two) before compressing"
             )
         lo, hi, offset, gain = self._range
-        # x / s first (correctly rounded, in [-1, 1]) and then the gain: gain / s overflows for denormal scales
-        y = (blocks / _safe(scale)[:, None]).mul_(gain).reshape(-1)[:d]
-        codes = quantize(y, draw_dither(d, seed, x.device), lo, hi, offset)
-        payload.add("codes", codes.to(code_dtype(lo, hi)), self.code_width, "code")
+        # x / s first (correctly rounded, in [-1, 1]) and then the gain: gain / s overflows for denormal scales.
+        # One scratch buffer, every step in place, in the order of the plain form (encode_reference).
+        y = _per_bucket("div", x, _safe(scale), head.shape[1], scratch(d, x.dtype, x.device, "quantizer"))
+        y.mul_(gain).add_(draw_dither_scratch(d, seed, x.device)).add_(0.5 - offset).floor_()
+        # floor(y + u + 1/2 - offset) lies in [lo - 1, hi + 1] (|y| <= gain up to rounding): clamp as integers
+        codes = y.to(code_dtype(lo - 1, hi + 1)).clamp_(lo, hi).to(code_dtype(lo, hi))
+        payload.add("codes", codes, self.code_width, "code")
         payload.add("scales", wire, 32, "scale")
 
     def decode(self, payload: Payload, d: int, seed: int) -> torch.Tensor:
         """Flat float32 reconstruction of length ``d`` from the ``codes`` and ``scales`` parts."""
         codes, scale = payload["codes"], payload["scales"]
+        _, _, offset, gain = self._range
+        # in place on the output, in the order of the plain form (decode_reference)
+        u = draw_dither_scratch(d, seed, codes.device) if self.subtract else None
+        out = reconstruct(codes, u, offset, out=torch.empty(d, dtype=torch.float32, device=codes.device))
+        out.div_(gain)
+        return _per_bucket("mul", out, scale, self.bucket_size(d), out)
+
+    def encode_reference(self, x: torch.Tensor, payload: Payload, seed: int) -> None:
+        """Plain form of :meth:`encode` (fresh tensors, the whole padded matrix): the same payload, bit for bit."""
+        d = x.numel()
+        blocks = to_buckets(x, self.bucket_size(d))
+        scale = bucket_norm(blocks, self.norm)
+        wire = to_float32_wire(scale, "quantizer", f"{self.norm} bucket scale")
+        if not all_finite(wire):
+            raise ValueError(f"quantizer: the {self.norm} norm of a bucket exceeds float32's range (3.4e38)")
+        lo, hi, offset, gain = self._range
+        y = (blocks / _safe(scale)[:, None]).mul_(gain).reshape(-1)[:d]
+        codes = quantize(y, draw_dither(d, seed, x.device), lo, hi, offset)
+        payload.add("codes", codes.to(code_dtype(lo, hi)), self.code_width, "code")
+        payload.add("scales", wire, 32, "scale")
+
+    def decode_reference(self, payload: Payload, d: int, seed: int) -> torch.Tensor:
+        """Plain form of :meth:`decode`: the same values, bit for bit."""
+        codes, scale = payload["codes"], payload["scales"]
         lo, hi, offset, gain = self._range
         u = draw_dither(d, seed, codes.device) if self.subtract else None
         y = reconstruct(codes, u, offset)
         blocks = to_buckets(y, self.bucket_size(d))
-        # y / gain first (in [-L-1, L+1] / L), then the scale: scale / gain loses bits for denormal scales
         return (blocks / gain).mul_(scale[:, None]).reshape(-1)[:d]
 
     def expected_error(self, x: torch.Tensor) -> torch.Tensor:

@@ -38,6 +38,8 @@ __all__ = [
     "l2_norm",
     "mean_abs",
     "to_float32_wire",
+    "scratch",
+    "l2_norm_rows",
 ]
 
 
@@ -206,3 +208,31 @@ def to_float32_wire(x: torch.Tensor, who: str, what: str) -> torch.Tensor:
             "scale the gradient up (e.g. by a power of two) before compressing"
         )
     return out
+
+
+def scratch(numel: int, dtype: torch.dtype, device: torch.device, slot: str) -> torch.Tensor:
+    """A flat buffer of ``numel`` elements, reused across calls of the same thread, ``slot``, dtype and device.
+
+    The general form of :func:`abs_scratch` for a pass that writes a d-element temporary (a fresh 104 MB CPU tensor
+    page-faults ~15 read passes' worth on every call). The contents are undefined; the buffer is valid until the
+    next ``scratch`` call of the same thread with the same ``slot``, dtype and device: use it inside one encode or
+    decode, return nothing that views it. :func:`release_scratch` frees it."""
+    cache = getattr(_SCRATCH, "buffers", None)
+    if cache is None:
+        cache = _SCRATCH.buffers = {}
+    key = (slot, dtype, torch.device(device))
+    buf = cache.get(key)
+    if buf is None or buf.numel() < numel:
+        buf = cache[key] = torch.empty(numel, dtype=dtype, device=device)
+    return buf[:numel]
+
+
+def l2_norm_rows(x: torch.Tensor, slot: str = "l2_norm_rows") -> torch.Tensor:
+    """:func:`l2_norm` of each row of a 2-D ``x`` (shape ``(rows,)``), bit for bit, with the power-of-two-scaled
+    copy written into a :func:`scratch` buffer instead of two fresh x-sized tensors."""
+    e = pow2_exponent(max_abs(x, 1))
+    down = -e.unsqueeze(1)
+    half = torch.div(down, 2, rounding_mode="floor")
+    scaled = torch.mul(x, torch.exp2(half.to(x.dtype)), out=scratch(x.numel(), x.dtype, x.device, slot).view(x.shape))
+    scaled.mul_(torch.exp2((down - half).to(x.dtype)))
+    return scale_by_pow2(torch.linalg.vector_norm(scaled, 2, dim=1), e)
