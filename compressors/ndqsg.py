@@ -31,10 +31,10 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, RoundResult
 from gradstat.compressors.context import Context
-from gradstat.compressors.dither import check_int, draw_dither
+from gradstat.compressors.dither import check_int, draw_dither_scratch
 from gradstat.compressors.dqsg import DQSG
 from gradstat.compressors.payload import Payload, code_width
-from gradstat.compressors.primitives import all_finite, to_float32_wire
+from gradstat.compressors.primitives import all_finite, max_abs, scratch, scratch_like, to_float32_wire
 from gradstat.compressors.registry import register
 
 
@@ -55,12 +55,33 @@ def nested_encode(x: torch.Tensor, u: torch.Tensor, delta1: float, k: int, alpha
     return torch.remainder(s + h, k) - h
 
 
+def nested_encode_inplace(x: torch.Tensor, u: torch.Tensor, delta1: float, k: int, alpha: float = 1.0) -> torch.Tensor:
+    """:func:`nested_encode` overwriting ``x`` (the same operations in the same order, so the same values bit for
+    bit), with one scratch buffer for ``Q2``; returns ``x``."""
+    t = x.mul_(alpha).add_(u).div_(delta1)
+    coarse = torch.div(t, k, out=scratch_like(t, "ndqsg_coarse")).add_(0.5).floor_().mul_(k)
+    h = (k - 1) // 2
+    return t.add_(0.5).floor_().sub_(coarse).add_(h).remainder_(k).sub_(h)
+
+
 def nested_decode(
     s: torch.Tensor, u: torch.Tensor, y: torch.Tensor, delta1: float, k: int, alpha: float = 1.0
 ) -> torch.Tensor:
     """Eq. (7): ``r = s Delta1 - u - alpha y``, ``x_hat = y + alpha (r - Q2(r))``, Q2 of step ``k Delta1``."""
     r = (s * delta1 - u - alpha * y) / delta1  # in units of Delta1
     return y + alpha * delta1 * (r - k * _round(r / k))
+
+
+def nested_decode_inplace(
+    s: torch.Tensor, u: torch.Tensor, y: torch.Tensor, delta1: float, k: int, alpha: float = 1.0
+) -> torch.Tensor:
+    """:func:`nested_decode` overwriting ``s`` (float) and ``y`` (the same operations in the same order, so the
+    same values bit for bit); returns ``y``."""
+    r = s.mul_(delta1).sub_(u)
+    r.sub_(y if alpha == 1.0 else torch.mul(y, alpha, out=scratch_like(y, "ndqsg_side")))  # 1 * y is y exactly
+    r.div_(delta1)
+    coarse = torch.div(r, k, out=scratch_like(r, "ndqsg_coarse")).add_(0.5).floor_().mul_(k)
+    return y.add_(r.sub_(coarse).mul_(alpha * delta1))
 
 
 @register("ndqsg")
@@ -118,10 +139,10 @@ class NDQSG(Compressor):
             self._dqsg()._encode(g, payload, ctx)
             return
         seed, k = ctx.call_seed, self.nesting
-        kappa = g.abs().amax()
-        x = g / torch.where(kappa > 0, kappa, torch.ones_like(kappa))
-        u = draw_dither(g.numel(), seed, g.device) * self.fine_step
-        s = nested_encode(x, u, self.fine_step, k, self.alpha)
+        kappa = max_abs(g).abs()  # = |g|.amax() without the |g| tensor (abs: +0, not -0, for an all-zero g)
+        x = torch.div(g, torch.where(kappa > 0, kappa, torch.ones_like(kappa)), out=scratch_like(g, "ndqsg_x"))
+        u = draw_dither_scratch(g.numel(), seed, g.device).mul_(self.fine_step)
+        s = nested_encode_inplace(x, u, self.fine_step, k, self.alpha)
         payload.add("nested", s.to(torch.int8 if k <= 255 else torch.int32), code_width(k), "code")
         payload.add("scales", to_float32_wire(kappa.reshape(1), "ndqsg", "scale"), 32, "scale")
         payload.add_seed(seed)
@@ -142,10 +163,11 @@ class NDQSG(Compressor):
             )
         kappa = payload["scales"]
         safe = torch.where(kappa > 0, kappa, torch.ones_like(kappa))
-        s = payload["nested"].float()
-        u = draw_dither(payload.numel, payload.seed, s.device) * self.fine_step
-        x_hat = nested_decode(s, u, side.to(s.device) / safe, self.fine_step, self.nesting, self.alpha)
-        out = kappa * x_hat
+        nested = payload["nested"]
+        s = scratch(nested.numel(), torch.float32, nested.device, "ndqsg_s").copy_(nested.reshape(-1))
+        u = draw_dither_scratch(payload.numel, payload.seed, s.device).mul_(self.fine_step)
+        y = torch.div(side.to(s.device), safe, out=torch.empty(payload.numel, dtype=s.dtype, device=s.device))
+        out = nested_decode_inplace(s, u, y, self.fine_step, self.nesting, self.alpha).mul_(kappa)
         if not all_finite(out):  # x_hat may exceed 1 in units of kappa: near float32's limit that overflows
             raise ValueError(
                 "ndqsg: the reconstruction exceeds float32's range (3.4e38) although each input was finite; "

@@ -1,0 +1,104 @@
+"""signSGD, 1-bit SGD and NDQSG: the in-place encode/decode give the same payloads and reconstructions, bit for bit,
+as plain reference forms written with fresh tensors (the same dither draws in the same order), for 1-D and 2-D
+gradients (1-bit's column groups are a transposed view: the reductions must keep its layout), all-zero gradients
+and extreme scales."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gradstat import compressors
+from gradstat.compressors.context import Context
+from gradstat.compressors.dither import draw_dither
+from gradstat.compressors.ndqsg import nested_decode, nested_encode
+from gradstat.compressors.payload import Payload
+from gradstat.compressors.primitives import mean_abs, to_float32_wire
+from gradstat.compressors.sign import sign_bits
+
+SHAPES = [(1,), (7,), (4099,), (64, 33), (33, 64), (300, 257)]
+SCALES = [1.0, 1e-30, 1e30, 1e-40]
+
+
+def _gradients():
+    for i, shape in enumerate(SHAPES):
+        for j, scale in enumerate(SCALES):
+            gen = torch.Generator().manual_seed(100 * i + j)
+            g = torch.randn(shape, generator=gen, dtype=torch.float64) * torch.rand(shape, generator=gen) ** 4
+            yield f"{shape}-{scale:g}", (g * scale).float()
+        yield f"{shape}-zeros", torch.zeros(shape)
+
+
+def _equal_payloads(a: Payload, b: Payload) -> None:
+    assert list(a.parts) == list(b.parts)
+    for name in a.parts:
+        x, y = a[name], b[name]
+        assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y), name
+        # the sign of a zero scale is part of the payload
+        if x.is_floating_point():
+            assert torch.equal(torch.signbit(x), torch.signbit(y)), name
+
+
+def _signsgd_reference(g: torch.Tensor, scale: str) -> tuple[Payload, torch.Tensor]:
+    p = Payload(shape=g.shape, dtype=g.dtype)
+    flat = g.reshape(-1)
+    p.add("signs", sign_bits(flat), 1, "code")
+    s = p["signs"].float() * 2.0 - 1.0
+    if scale == "l1":
+        p.add("scale", to_float32_wire(mean_abs(flat).reshape(1), "signsgd", "l1 scale"), 32, "scale")
+        s = p["scale"] * s
+    return p, s.reshape(g.shape)
+
+
+@pytest.mark.parametrize("scale", ["l1", "unit"])
+def test_signsgd_equals_the_plain_reference(scale):
+    c = compressors.create(f"signsgd:scale={scale}")
+    for label, g in _gradients():
+        payload, out = c.encode(g), None
+        ref_payload, ref_out = _signsgd_reference(g, scale)
+        _equal_payloads(payload, ref_payload)
+        out = c.decode(payload)
+        assert torch.equal(out, ref_out) and torch.equal(torch.signbit(out), torch.signbit(ref_out)), label
+
+
+@pytest.mark.parametrize("spec", ["onebit", "onebit:axis=row", "onebit:columns=1"])
+def test_onebit_equals_the_plain_reference(spec):
+    c = compressors.create(spec)
+    for _label, g in _gradients():
+        if spec.endswith("columns=1") and g.dim() > 1:
+            continue
+        fast = Payload(shape=g.shape, dtype=g.dtype)
+        plain = Payload(shape=g.shape, dtype=g.dtype)
+        c._encode(g.reshape(-1), fast, Context())
+        c._encode_reference(g.reshape(-1), plain, Context())
+        _equal_payloads(fast, plain)
+
+
+def _ndqsg_reference(
+    c, g: torch.Tensor, side: torch.Tensor, ctx: Context
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The plain P2 encode and decode: nested index codes, the scale kappa and the reconstruction."""
+    flat = g.reshape(-1)
+    kappa = flat.abs().amax()
+    x = flat / torch.where(kappa > 0, kappa, torch.ones_like(kappa))
+    u = draw_dither(flat.numel(), ctx.call_seed, flat.device) * c.fine_step
+    s = nested_encode(x, u, c.fine_step, c.nesting, c.alpha)
+    codes = s.to(torch.int8 if c.nesting <= 255 else torch.int32)
+    safe = torch.where(kappa > 0, kappa, torch.ones_like(kappa))
+    x_hat = nested_decode(codes.float(), u, side.reshape(-1) / safe, c.fine_step, c.nesting, c.alpha)
+    return codes, kappa, kappa * x_hat
+
+
+@pytest.mark.parametrize("spec", ["ndqsg", "ndqsg:alpha=0.7", "ndqsg:delta1=0.25,delta2=1.0,alpha=0.9"])
+def test_ndqsg_nested_worker_equals_the_plain_reference(spec):
+    c = compressors.create(spec)
+    ctx = Context(seed=4, worker=1)  # a P2 worker: nested indices
+    for label, g in _gradients():
+        side = g + 0.01 * g.abs().amax() * torch.randn(g.shape, generator=torch.Generator().manual_seed(7))
+        payload = c.encode(g, ctx)
+        codes, kappa, out = _ndqsg_reference(c, g, side, ctx)
+        assert torch.equal(payload["nested"], codes), label
+        sent = payload["scales"]
+        assert torch.equal(sent, kappa.reshape(1)) and torch.equal(torch.signbit(sent), torch.signbit(kappa.reshape(1)))
+        got = c.decode(payload, ctx, side=side).reshape(-1)
+        assert torch.equal(got, out.float()), label
