@@ -33,6 +33,7 @@ from gradstat.compressors.context import Context, generator
 from gradstat.compressors.dither import ScaledQuantizer, check_int, to_buckets
 from gradstat.compressors.hadamard import factor, first_rows, first_rows_transpose
 from gradstat.compressors.payload import Payload
+from gradstat.compressors.primitives import scratch
 from gradstat.compressors.registry import register
 from gradstat.theory.qcs import gamma as theory_gamma
 
@@ -58,6 +59,14 @@ def rademacher(shape: tuple[int, ...], seed: int, device: torch.device) -> torch
     """+-1 (float32) with probability 1/2 each, from the generator of ``(seed, SIGN_STREAM)`` on ``device``."""
     gen = generator(seed, device, SIGN_STREAM)
     return torch.randint(0, 2, shape, generator=gen, device=device, dtype=torch.int8).float() * 2.0 - 1.0
+
+
+def rademacher_scratch(shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
+    """:func:`rademacher`'s signs, bit for bit, written into this thread's scratch buffer (contiguous, valid until
+    the next call of the same thread; see :func:`gradstat.compressors.primitives.scratch`)."""
+    bits = torch.randint(0, 2, shape, generator=generator(seed, device, SIGN_STREAM), device=device, dtype=torch.int8)
+    out = scratch(bits.numel(), torch.float32, torch.device(device), "rademacher").view(shape).copy_(bits)
+    return out.mul_(2.0).sub_(1.0)
 
 
 def mix(blocks: torch.Tensor, r: torch.Tensor, k: int) -> torch.Tensor:
@@ -130,7 +139,8 @@ class QCS(Compressor):
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         seed = ctx.call_seed
         blocks = to_buckets(g, self.block)
-        v = mix(blocks, rademacher(tuple(blocks.shape), seed, g.device), self.k)
+        r = rademacher_scratch(tuple(blocks.shape), seed, g.device)
+        v = first_rows(r.mul_(blocks), self.k) / math.sqrt(self.k)  # mix(blocks, r, k), r * g written over r
         self._quantizer().encode(v.reshape(-1), payload, seed)
         payload.add_seed(seed)
 
@@ -138,5 +148,26 @@ class QCS(Compressor):
         seed = payload.seed
         rows = math.ceil(payload.numel / self.block)
         v_hat = self._quantizer().decode(payload, rows * self.k, seed).reshape(rows, self.k)
+        # unmix(v_hat, r) times alpha, in place on the output (alpha = 1 is skipped: 1 * x is x exactly)
+        out = first_rows_transpose(v_hat, self.block, out=v_hat.new_empty(rows, self.block))
+        out.mul_(rademacher_scratch((rows, self.block), seed, v_hat.device)).div_(math.sqrt(self.k))
+        alpha = self.reconstruction_scale()
+        if alpha != 1.0:
+            out.mul_(alpha)
+        return out.reshape(-1)[: payload.numel]
+
+    def _encode_reference(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
+        """Plain form of :meth:`_encode` (fresh tensors): the same payload, bit for bit."""
+        seed = ctx.call_seed
+        blocks = to_buckets(g, self.block)
+        v = mix(blocks, rademacher(tuple(blocks.shape), seed, g.device), self.k)
+        self._quantizer().encode_reference(v.reshape(-1), payload, seed)
+        payload.add_seed(seed)
+
+    def _decode_reference(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
+        """Plain form of :meth:`_decode`: the same values, bit for bit."""
+        seed = payload.seed
+        rows = math.ceil(payload.numel / self.block)
+        v_hat = self._quantizer().decode_reference(payload, rows * self.k, seed).reshape(rows, self.k)
         r = rademacher((rows, self.block), seed, v_hat.device)
         return (self.reconstruction_scale() * unmix(v_hat, r)).reshape(-1)[: payload.numel]
