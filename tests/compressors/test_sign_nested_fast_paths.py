@@ -113,7 +113,8 @@ def test_ndqsg_nested_worker_equals_the_plain_reference(spec):
         "qcs:k=32,block=64,onebit=True",
         "qcs:k=16,Q=2,block=128,alpha=mmse",
         "qcs:k=24,Q=3,block=96",  # k does not fold: the full Paley x Sylvester transform
-        "qcs:k=16,Q=4,block=192",  # folds over a Paley base of order 12 (signs of its first row)
+        "qcs:k=16,Q=4,block=192",  # folds over a Paley I base of order 12 (its first row is all ones)
+        "qcs:k=2,Q=2,block=200",  # folds over a Paley II base of order 100 (its first row has minus signs)
     ],
 )
 def test_qcs_equals_the_plain_reference(spec):
