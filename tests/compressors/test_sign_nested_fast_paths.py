@@ -11,6 +11,7 @@ import torch
 from gradstat import compressors
 from gradstat.compressors.context import Context
 from gradstat.compressors.dither import draw_dither
+from gradstat.compressors.hadamard import first_rows, first_rows_transpose
 from gradstat.compressors.ndqsg import nested_decode, nested_encode
 from gradstat.compressors.payload import Payload
 from gradstat.compressors.primitives import mean_abs, to_float32_wire
@@ -133,3 +134,18 @@ def test_qcs_equals_the_plain_reference(spec):
         _equal_payloads(fast, plain)
         out, ref = c._decode(fast, ctx, None), c._decode_reference(plain, ctx, None)
         assert out.shape == ref.shape and torch.equal(out, ref), label
+
+
+@pytest.mark.parametrize("n,k", [(256, 64), (256, 256), (64, 8), (192, 16), (200, 2), (96, 8)])
+def test_first_rows_equal_the_plain_fold_bit_for_bit(n, k):
+    """The fold skips the multiplication by an all-ones first row (Sylvester orders) and nothing else."""
+    from gradstat.compressors.hadamard import _first_row_on, factor, fwht
+
+    x = torch.randn(37, n, generator=torch.Generator().manual_seed(n + k))
+    m, p2 = factor(n)
+    sign = _first_row_on(m, x.dtype, x.device)
+    plain = fwht((x.reshape(37, m, p2 // k, k) * sign[:, None, None]).sum(dim=(-3, -2)))
+    assert torch.equal(first_rows(x, k), plain)
+    v = torch.randn(37, k, generator=torch.Generator().manual_seed(k))
+    w = fwht(v)[..., None, None, :] * sign[:, None, None]
+    assert torch.equal(first_rows_transpose(v, n), w.expand(37, m, p2 // k, k).reshape(37, n))
