@@ -375,6 +375,6 @@ def _read_part(
             return torch.add(v, bias.to(torch.uint8)).view(dtype), end
         return (v.to(torch.int64) + bias).to(dtype), end
     if dtype == torch.bool:
-        return v.bool(), end
+        return (v.view(torch.bool) if width == 1 else v.bool()), end  # one-bit values are 0 or 1: a view
     signed = dtype != torch.uint8
     return (bitpack.sign_extend(v.to(torch.int64), width) if signed else v).to(dtype), end

@@ -138,9 +138,12 @@ class QCS(Compressor):
 
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         seed = ctx.call_seed
-        blocks = to_buckets(g, self.block)
-        r = rademacher_scratch(tuple(blocks.shape), seed, g.device)
-        v = first_rows(r.mul_(blocks), self.k) / math.sqrt(self.k)  # mix(blocks, r, k), r * g written over r
+        d, rows = g.numel(), math.ceil(g.numel() / self.block)
+        r = rademacher_scratch((rows, self.block), seed, g.device)
+        # mix(to_buckets(g), r, k) with r * g written over r: the zero padding of the last block times r is +-0
+        r.view(-1)[:d].mul_(g)
+        r.view(-1)[d:].mul_(0.0)
+        v = first_rows(r, self.k) / math.sqrt(self.k)
         self._quantizer().encode(v.reshape(-1), payload, seed)
         payload.add_seed(seed)
 
