@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Callable, Literal
 
 import torch
 
+from gradstat.compressors import counter_dither
 from gradstat.compressors.base import Compressor
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.payload import Payload, code_width
@@ -46,6 +47,7 @@ from gradstat.compressors.primitives import (
 )
 
 Norm = Literal["l2", "linf"]
+DitherSource = Literal["torch", "counter"]
 
 DITHER_STREAM = 1
 """Sub-stream of the call seed from which dithers are drawn (other streams: QCS's Rademacher signs)."""
@@ -158,6 +160,27 @@ def _per_bucket(op: str, src: torch.Tensor, factor: torch.Tensor, size: int, out
     return out
 
 
+def _counter_rows(
+    fn: Callable[..., torch.Tensor],
+    out: torch.Tensor,
+    src: torch.Tensor,
+    size: int,
+    factor: torch.Tensor,
+    key: torch.Tensor,
+    args: tuple[object, ...],
+) -> torch.Tensor:
+    """``fn`` of :mod:`gradstat.compressors.counter_dither` over the full buckets of the flat ``src`` (a view) and
+    then its ragged last bucket, writing into the flat ``out``; ``factor[b]`` is bucket b's scale."""
+    full = src.numel() // size
+    head = (out[: full * size].view(full, size), src[: full * size].view(full, size), factor[:full, None])
+    if full:
+        counter_dither.run_rows(fn, head[0], head[1], head[2], 0, key, *args)
+    if full * size < src.numel():
+        tail = (out[full * size :].view(1, -1), src[full * size :].view(1, -1), factor[full:, None])
+        counter_dither.run_rows(fn, tail[0], tail[1], tail[2], full * size, key, *args)
+    return out
+
+
 def _safe(scale: torch.Tensor) -> torch.Tensor:
     """The scale with zeros replaced by ones, for dividing (a zero bucket quantizes to zero codes)."""
     return torch.where(scale > 0, scale, torch.ones_like(scale))
@@ -176,6 +199,9 @@ class ScaledQuantizer:
         sent), False for half-dithered (codes and scales only).
     onebit : QCS's 1-bit variant (5): midrise points +-1/2 at scale ``2 s_b`` (one bit per code); needs
         ``norm="linf"`` and ``levels=1``.
+    dither : where the dither comes from: ``torch`` (default: the ctx-seeded torch generator, stream
+        DITHER_STREAM) or ``counter`` (:mod:`gradstat.compressors.counter_dither`: keyed by (seed, index), the same
+        numbers on every device, drawn inside one fused pass). Both are U[-1/2, 1/2); the payloads differ.
     """
 
     levels: int
@@ -183,6 +209,7 @@ class ScaledQuantizer:
     norm: Norm = "linf"
     subtract: bool = True
     onebit: bool = False
+    dither: DitherSource = "torch"
 
     def __post_init__(self) -> None:
         if not isinstance(self.levels, int) or self.levels < 1:
@@ -193,6 +220,8 @@ class ScaledQuantizer:
             raise ValueError(f"norm must be 'l2' or 'linf', got {self.norm!r}")
         if self.onebit and (self.norm != "linf" or self.levels != 1):
             raise ValueError("the 1-bit quantizer needs norm='linf' and levels=1")
+        if self.dither not in ("torch", "counter"):
+            raise ValueError(f"dither must be 'torch' or 'counter', got {self.dither!r}")
 
     # the lattice: midtread codes -L..L at offset 0, or midrise codes -1, 0 at offset 1/2 on y in [-1/2, 1/2]
     @property
@@ -223,6 +252,14 @@ class ScaledQuantizer:
                 "scale the gradient down (e.g. by a power of two) before compressing"
             )
         lo, hi, offset, gain = self._range
+        if self.dither == "counter":
+            codes = torch.empty(d, dtype=code_dtype(lo, hi), device=x.device)
+            key = counter_dither.keys(seed, DITHER_STREAM, x.device)
+            args = (gain, lo, hi, 0.5 - offset, codes.dtype)
+            _counter_rows(counter_dither.quantize_rows_into, codes, x, head.shape[1], _safe(scale), key, args)
+            payload.add("codes", codes, self.code_width, "code")
+            payload.add("scales", wire, 32, "scale")
+            return
         # x / s first (correctly rounded, in [-1, 1]) and then the gain: gain / s overflows for denormal scales.
         # One scratch buffer, every step in place, in the order of the plain form (encode_reference).
         y = _per_bucket("div", x, _safe(scale), head.shape[1], scratch(d, x.dtype, x.device, "quantizer"))
@@ -236,6 +273,12 @@ class ScaledQuantizer:
         """Flat float32 reconstruction of length ``d`` from the ``codes`` and ``scales`` parts."""
         codes, scale = payload["codes"], payload["scales"]
         _, _, offset, gain = self._range
+        if self.dither == "counter":
+            out = torch.empty(d, dtype=torch.float32, device=codes.device)
+            key = counter_dither.keys(seed, DITHER_STREAM, codes.device)
+            args = (gain, offset, self.subtract)
+            fn = counter_dither.reconstruct_rows_into
+            return _counter_rows(fn, out, codes.reshape(-1), self.bucket_size(d), scale, key, args)
         # in place on the output, in the order of the plain form (decode_reference)
         u = draw_dither_scratch(d, seed, codes.device) if self.subtract else None
         out = reconstruct(codes, u, offset, out=torch.empty(d, dtype=torch.float32, device=codes.device))

@@ -30,7 +30,7 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context, generator
-from gradstat.compressors.dither import ScaledQuantizer, check_int, to_buckets
+from gradstat.compressors.dither import DitherSource, ScaledQuantizer, check_int, to_buckets
 from gradstat.compressors.hadamard import factor, first_rows, first_rows_transpose
 from gradstat.compressors.payload import Payload
 from gradstat.compressors.primitives import scratch
@@ -84,13 +84,16 @@ def unmix(v: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
 class QCS(Compressor):
     """k: rows kept per block (1 <= k <= block). Q: quantizer range (codes in {-Q..Q}), >= 1; ignored by 1-bit.
     block: block length n (a power of two, or m 2^a with a Paley order m: 96, 100, 192, 200, 288, 320, 384, ...).
-    alpha: ``unbiased`` (alpha = 1) or ``mmse`` (alpha = 1/(gamma + 1)). onebit: the 1-bit variant (5)."""
+    alpha: ``unbiased`` (alpha = 1) or ``mmse`` (alpha = 1/(gamma + 1)). onebit: the 1-bit variant (5).
+    dither: source of the quantizer's dither, ``torch`` or ``counter`` (see
+    :class:`gradstat.compressors.dither.ScaledQuantizer`); the Rademacher signs always come from torch."""
 
     k: int = 64
     Q: int = 4
     block: int = 256
     alpha: Literal["unbiased", "mmse"] = "unbiased"
     onebit: bool = False
+    dither: DitherSource = "torch"
 
     properties = Properties(
         kind="sketch",
@@ -133,7 +136,12 @@ class QCS(Compressor):
 
     def _quantizer(self) -> ScaledQuantizer:
         return ScaledQuantizer(
-            levels=1 if self.onebit else self.Q, bucket=self.k, norm="linf", subtract=True, onebit=self.onebit
+            levels=1 if self.onebit else self.Q,
+            bucket=self.k,
+            norm="linf",
+            subtract=True,
+            onebit=self.onebit,
+            dither=self.dither,
         )
 
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
