@@ -43,6 +43,7 @@ from gradstat.compressors.primitives import (
     max_abs,
     max_abs_rows,
     scratch,
+    scratch_like,
     to_float32_wire,
 )
 
@@ -71,22 +72,20 @@ def draw_dither_scratch(numel: int, seed: int, device: torch.device, stream: int
 # -- the scalar step -----------------------------------------------------------------------------------------------
 def quantize(y: torch.Tensor, u: torch.Tensor, lo: int, hi: int, offset: float = 0.0) -> torch.Tensor:
     """Codes ``c`` with ``c + offset`` the point of the lattice ``Z + offset`` nearest to ``y + u``, clamped to
-    [lo, hi]. offset 0: midtread (``round``), offset 1/2: midrise (1-bit). Returns float codes (exact integers)."""
-    return torch.floor(y + u + (0.5 - offset)).clamp_(lo, hi)
+    [lo, hi]. offset 0: midtread (``round``), offset 1/2: midrise (1-bit). Returns the integer codes in
+    :func:`code_dtype` ``(lo, hi)``; ``floor(y + u + (1/2 - offset))`` is formed in this thread's scratch buffer
+    (no fresh y-sized float tensor), and neither input is changed."""
+    t = torch.add(y, u, out=scratch_like(y, "quantize")).add_(0.5 - offset).floor_().clamp_(lo, hi)
+    return t.to(code_dtype(lo, hi))
 
 
-def reconstruct(
-    codes: torch.Tensor, u: torch.Tensor | None, offset: float = 0.0, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """``c + offset - u`` (dithered) or ``c + offset`` (half-dithered, ``u`` None), in step units; computed in place
-    in ``out`` (float32, codes' numel) when given, with the same roundings."""
-    if out is None:
-        value = codes.float() + offset if offset else codes.float()
-        return value - u if u is not None else value
-    out.copy_(codes.reshape(-1))
+def reconstruct(codes: torch.Tensor, u: torch.Tensor | None, offset: float = 0.0) -> torch.Tensor:
+    """``c + offset - u`` (dithered) or ``c + offset`` (half-dithered, ``u`` None), in step units: a fresh float32
+    tensor of codes' shape, every step after the conversion in place on it."""
+    value = torch.empty(codes.shape, dtype=torch.float32, device=codes.device).copy_(codes)
     if offset:
-        out.add_(offset)
-    return out.sub_(u) if u is not None else out
+        value.add_(offset)
+    return value.sub_(u) if u is not None else value
 
 
 def code_dtype(lo: int, hi: int) -> torch.dtype:
@@ -263,9 +262,7 @@ class ScaledQuantizer:
         # x / s first (correctly rounded, in [-1, 1]) and then the gain: gain / s overflows for denormal scales.
         # One scratch buffer, every step in place, in the order of the plain form (encode_reference).
         y = _per_bucket("div", x, _safe(scale), head.shape[1], scratch(d, x.dtype, x.device, "quantizer"))
-        y.mul_(gain).add_(draw_dither_scratch(d, seed, x.device)).add_(0.5 - offset).floor_()
-        # floor(y + u + 1/2 - offset) lies in [lo - 1, hi + 1] (|y| <= gain up to rounding): clamp as integers
-        codes = y.to(code_dtype(lo - 1, hi + 1)).clamp_(lo, hi).to(code_dtype(lo, hi))
+        codes = quantize(y.mul_(gain), draw_dither_scratch(d, seed, x.device), lo, hi, offset)
         payload.add("codes", codes, self.code_width, "code")
         payload.add("scales", wire, 32, "scale")
 
@@ -281,8 +278,7 @@ class ScaledQuantizer:
             return _counter_rows(fn, out, codes.reshape(-1), self.bucket_size(d), scale, key, args)
         # in place on the output, in the order of the plain form (decode_reference)
         u = draw_dither_scratch(d, seed, codes.device) if self.subtract else None
-        out = reconstruct(codes, u, offset, out=torch.empty(d, dtype=torch.float32, device=codes.device))
-        out.div_(gain)
+        out = reconstruct(codes.reshape(-1), u, offset).div_(gain)
         return _per_bucket("mul", out, scale, self.bucket_size(d), out)
 
     def encode_reference(self, x: torch.Tensor, payload: Payload, seed: int) -> None:
@@ -295,7 +291,7 @@ class ScaledQuantizer:
             raise ValueError(f"quantizer: the {self.norm} norm of a bucket exceeds float32's range (3.4e38)")
         lo, hi, offset, gain = self._range
         y = (blocks / _safe(scale)[:, None]).mul_(gain).reshape(-1)[:d]
-        codes = quantize(y, draw_dither(d, seed, x.device), lo, hi, offset)
+        codes = torch.floor(y + draw_dither(d, seed, x.device) + (0.5 - offset)).clamp_(lo, hi)
         payload.add("codes", codes.to(code_dtype(lo, hi)), self.code_width, "code")
         payload.add("scales", wire, 32, "scale")
 
@@ -303,8 +299,8 @@ class ScaledQuantizer:
         """Plain form of :meth:`decode`: the same values, bit for bit."""
         codes, scale = payload["codes"], payload["scales"]
         lo, hi, offset, gain = self._range
-        u = draw_dither(d, seed, codes.device) if self.subtract else None
-        y = reconstruct(codes, u, offset)
+        value = codes.float() + offset if offset else codes.float()
+        y = value - draw_dither(d, seed, codes.device) if self.subtract else value
         blocks = to_buckets(y, self.bucket_size(d))
         return (blocks / gain).mul_(scale[:, None]).reshape(-1)[:d]
 

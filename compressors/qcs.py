@@ -33,7 +33,7 @@ from gradstat.compressors.context import Context, generator
 from gradstat.compressors.dither import DitherSource, ScaledQuantizer, check_int, to_buckets
 from gradstat.compressors.hadamard import factor, first_rows, first_rows_transpose
 from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import scratch
+from gradstat.compressors.primitives import scratch_like
 from gradstat.compressors.registry import register
 from gradstat.theory.qcs import gamma as theory_gamma
 
@@ -56,27 +56,28 @@ def variance_factor(n: int, k: int, Q: float) -> float:
 
 
 def rademacher(shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
-    """+-1 (float32) with probability 1/2 each, from the generator of ``(seed, SIGN_STREAM)`` on ``device``."""
+    """+-1 (float32) with probability 1/2 each, from the generator of ``(seed, SIGN_STREAM)`` on ``device``: the
+    int8 draws converted into one fresh float tensor, ``2 b - 1`` in place on it."""
     gen = generator(seed, device, SIGN_STREAM)
-    return torch.randint(0, 2, shape, generator=gen, device=device, dtype=torch.int8).float() * 2.0 - 1.0
-
-
-def rademacher_scratch(shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
-    """:func:`rademacher`'s signs, bit for bit, written into this thread's scratch buffer (contiguous, valid until
-    the next call of the same thread; see :func:`gradstat.compressors.primitives.scratch`)."""
-    bits = torch.randint(0, 2, shape, generator=generator(seed, device, SIGN_STREAM), device=device, dtype=torch.int8)
-    out = scratch(bits.numel(), torch.float32, torch.device(device), "rademacher").view(shape).copy_(bits)
-    return out.mul_(2.0).sub_(1.0)
+    bits = torch.randint(0, 2, shape, generator=gen, device=device, dtype=torch.int8)
+    return torch.empty(shape, dtype=torch.float32, device=device).copy_(bits).mul_(2.0).sub_(1.0)
 
 
 def mix(blocks: torch.Tensor, r: torch.Tensor, k: int) -> torch.Tensor:
-    """``v = T g = H_k (r * g) / sqrt(k)`` for each row of ``blocks`` (rows, n); returns (rows, k). Eq. (1)-(2)."""
-    return first_rows(blocks * r, k) / math.sqrt(k)
+    """``v = T g = H_k (r * g) / sqrt(k)`` for each row of ``blocks`` (rows, n); returns (rows, k). Eq. (1)-(2).
+    The product ``r * g`` is formed in this thread's scratch buffer; neither input is changed."""
+    return first_rows(torch.mul(blocks, r, out=scratch_like(blocks, "qcs_mix")), k) / math.sqrt(k)
 
 
 def unmix(v: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     """``T^T v = r * (H_k^T v) / sqrt(k)`` for each row of ``v`` (rows, k); returns (rows, n). Alg. 1 line 13."""
     return r * first_rows_transpose(v, r.shape[-1]) / math.sqrt(v.shape[-1])
+
+
+def _rademacher_reference(shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
+    """Plain form of :func:`rademacher` (fresh tensors)."""
+    gen = generator(seed, device, SIGN_STREAM)
+    return torch.randint(0, 2, shape, generator=gen, device=device, dtype=torch.int8).float() * 2.0 - 1.0
 
 
 @register("qcs")
@@ -146,12 +147,8 @@ class QCS(Compressor):
 
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         seed = ctx.call_seed
-        d, rows = g.numel(), math.ceil(g.numel() / self.block)
-        r = rademacher_scratch((rows, self.block), seed, g.device)
-        # mix(to_buckets(g), r, k) with r * g written over r: the zero padding of the last block times r is +-0
-        r.view(-1)[:d].mul_(g)
-        r.view(-1)[d:].mul_(0.0)
-        v = first_rows(r, self.k) / math.sqrt(self.k)
+        blocks = to_buckets(g, self.block)
+        v = mix(blocks, rademacher(tuple(blocks.shape), seed, g.device), self.k)
         self._quantizer().encode(v.reshape(-1), payload, seed)
         payload.add_seed(seed)
 
@@ -161,7 +158,7 @@ class QCS(Compressor):
         v_hat = self._quantizer().decode(payload, rows * self.k, seed).reshape(rows, self.k)
         # unmix(v_hat, r) times alpha, in place on the output (alpha = 1 is skipped: 1 * x is x exactly)
         out = first_rows_transpose(v_hat, self.block, out=v_hat.new_empty(rows, self.block))
-        out.mul_(rademacher_scratch((rows, self.block), seed, v_hat.device)).div_(math.sqrt(self.k))
+        out.mul_(rademacher((rows, self.block), seed, v_hat.device)).div_(math.sqrt(self.k))
         alpha = self.reconstruction_scale()
         if alpha != 1.0:
             out.mul_(alpha)
@@ -171,7 +168,7 @@ class QCS(Compressor):
         """Plain form of :meth:`_encode` (fresh tensors): the same payload, bit for bit."""
         seed = ctx.call_seed
         blocks = to_buckets(g, self.block)
-        v = mix(blocks, rademacher(tuple(blocks.shape), seed, g.device), self.k)
+        v = first_rows(blocks * _rademacher_reference(tuple(blocks.shape), seed, g.device), self.k) / math.sqrt(self.k)
         self._quantizer().encode_reference(v.reshape(-1), payload, seed)
         payload.add_seed(seed)
 
@@ -180,5 +177,5 @@ class QCS(Compressor):
         seed = payload.seed
         rows = math.ceil(payload.numel / self.block)
         v_hat = self._quantizer().decode_reference(payload, rows * self.k, seed).reshape(rows, self.k)
-        r = rademacher((rows, self.block), seed, v_hat.device)
+        r = _rademacher_reference((rows, self.block), seed, v_hat.device)
         return (self.reconstruction_scale() * unmix(v_hat, r)).reshape(-1)[: payload.numel]
