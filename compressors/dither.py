@@ -139,12 +139,12 @@ def bucket_rows(x: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor 
 
 def _row_scales(head: torch.Tensor, tail: torch.Tensor | None, norm: Norm) -> torch.Tensor:
     """:func:`bucket_norm` of the rows of ``head`` and then of ``tail``, bit for bit, without an x-sized temporary."""
-    if head.numel() == 0:
+    if head.numel() == 0 or norm not in ("l2", "linf"):
         scales = bucket_norm(head, norm)
-    else:
-        scales = (
-            l2_norm_rows(head) if norm == "l2" else max_abs_rows(head) if norm == "linf" else bucket_norm(head, norm)
-        )
+    elif norm == "l2":
+        scales = l2_norm_rows(head)
+    else:  # one row (the whole-vector scale): one aminmax pass; more rows: two row reductions; the same values
+        scales = max_abs(head.reshape(-1)).reshape(1) if head.shape[0] == 1 else max_abs_rows(head)
     return scales if tail is None else torch.cat((scales, bucket_norm(tail, norm)))
 
 
