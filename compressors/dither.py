@@ -260,8 +260,9 @@ class ScaledQuantizer:
             payload.add("scales", wire, 32, "scale")
             return
         # x / s first (correctly rounded, in [-1, 1]) and then the gain: gain / s overflows for denormal scales.
-        # One scratch buffer, every step in place, in the order of the plain form (encode_reference).
-        y = _per_bucket("div", x, _safe(scale), head.shape[1], scratch(d, x.dtype, x.device, "quantizer"))
+        # Every step in place, in the order of the plain form (encode_reference); y reuses the scratch slot of the
+        # l2 norm's scaled copy (dead by now), so an encode holds three x-sized scratch buffers: y, u, y + u.
+        y = _per_bucket("div", x, _safe(scale), head.shape[1], scratch(d, x.dtype, x.device, "scaled"))
         codes = quantize(y.mul_(gain), draw_dither_scratch(d, seed, x.device), lo, hi, offset)
         payload.add("codes", codes, self.code_width, "code")
         payload.add("scales", wire, 32, "scale")

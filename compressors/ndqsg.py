@@ -124,7 +124,7 @@ class NDQSG(Compressor):
             return
         seed, k = ctx.call_seed, self.nesting
         kappa = max_abs(g).abs()  # = |g|.amax() without the |g| tensor (abs: +0, not -0, for an all-zero g)
-        x = torch.div(g, torch.where(kappa > 0, kappa, torch.ones_like(kappa)), out=scratch_like(g, "ndqsg_x"))
+        x = torch.div(g, torch.where(kappa > 0, kappa, torch.ones_like(kappa)), out=scratch_like(g, "scaled"))
         u = draw_dither_scratch(g.numel(), seed, g.device).mul_(self.fine_step)
         s = nested_encode(x, u, self.fine_step, k, self.alpha)
         payload.add("nested", s.to(torch.int8 if k <= 255 else torch.int32), code_width(k), "code")
@@ -149,7 +149,7 @@ class NDQSG(Compressor):
         safe = torch.where(kappa > 0, kappa, torch.ones_like(kappa))
         s = payload["nested"].reshape(-1)  # integer codes: s * Delta1 converts them exactly
         u = draw_dither_scratch(payload.numel, payload.seed, s.device).mul_(self.fine_step)
-        y = torch.div(side.to(s.device), safe, out=scratch(payload.numel, torch.float32, s.device, "ndqsg_side"))
+        y = torch.div(side.to(s.device), safe, out=scratch(payload.numel, torch.float32, s.device, "scaled"))
         out = nested_decode(s, u, y, self.fine_step, self.nesting, self.alpha).mul_(kappa)
         if not all_finite(out):  # x_hat may exceed 1 in units of kappa: near float32's limit that overflows
             raise ValueError(
