@@ -28,16 +28,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Callable, Literal
 
 import torch
 
+from gradstat.compressors import counter_dither
 from gradstat.compressors.base import Compressor
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.payload import Payload, code_width
-from gradstat.compressors.primitives import all_finite, l2_norm, max_abs, to_float32_wire
+from gradstat.compressors.primitives import (
+    all_finite,
+    l2_norm,
+    l2_norm_rows,
+    max_abs,
+    max_abs_rows,
+    scratch,
+    scratch_like,
+    to_float32_wire,
+)
 
 Norm = Literal["l2", "linf"]
+DitherSource = Literal["torch", "counter"]
 
 DITHER_STREAM = 1
 """Sub-stream of the call seed from which dithers are drawn (other streams: QCS's Rademacher signs)."""
@@ -49,17 +60,32 @@ def draw_dither(numel: int, seed: int, device: torch.device, stream: int = DITHE
     return torch.rand(numel, generator=gen, device=device, dtype=torch.float32) - 0.5
 
 
+def draw_dither_scratch(numel: int, seed: int, device: torch.device, stream: int = DITHER_STREAM) -> torch.Tensor:
+    """:func:`draw_dither`'s numbers, bit for bit, drawn into this thread's dither scratch buffer (no fresh
+    d-element tensor; valid until the next call of the same thread, see
+    :func:`gradstat.compressors.primitives.scratch`)."""
+    out = scratch(numel, torch.float32, torch.device(device), "dither")
+    torch.rand(numel, generator=generator(seed, device, stream), out=out)
+    return out.sub_(0.5)
+
+
 # -- the scalar step -----------------------------------------------------------------------------------------------
 def quantize(y: torch.Tensor, u: torch.Tensor, lo: int, hi: int, offset: float = 0.0) -> torch.Tensor:
     """Codes ``c`` with ``c + offset`` the point of the lattice ``Z + offset`` nearest to ``y + u``, clamped to
-    [lo, hi]. offset 0: midtread (``round``), offset 1/2: midrise (1-bit). Returns float codes (exact integers)."""
-    return torch.floor(y + u + (0.5 - offset)).clamp_(lo, hi)
+    [lo, hi]. offset 0: midtread (``round``), offset 1/2: midrise (1-bit). Returns the integer codes in
+    :func:`code_dtype` ``(lo, hi)``; ``floor(y + u + (1/2 - offset))`` is formed in this thread's scratch buffer
+    (no fresh y-sized float tensor), and neither input is changed."""
+    t = torch.add(y, u, out=scratch_like(y, "quantize")).add_(0.5 - offset).floor_().clamp_(lo, hi)
+    return t.to(code_dtype(lo, hi))
 
 
 def reconstruct(codes: torch.Tensor, u: torch.Tensor | None, offset: float = 0.0) -> torch.Tensor:
-    """``c + offset - u`` (dithered) or ``c + offset`` (half-dithered, ``u`` None), in step units."""
-    value = codes.float() + offset if offset else codes.float()
-    return value - u if u is not None else value
+    """``c + offset - u`` (dithered) or ``c + offset`` (half-dithered, ``u`` None), in step units: a fresh float32
+    tensor of codes' shape, every step after the conversion in place on it."""
+    value = torch.empty(codes.shape, dtype=torch.float32, device=codes.device).copy_(codes)
+    if offset:
+        value.add_(offset)
+    return value.sub_(u) if u is not None else value
 
 
 def code_dtype(lo: int, hi: int) -> torch.dtype:
@@ -98,6 +124,62 @@ def bucket_norm(blocks: torch.Tensor, norm: Norm) -> torch.Tensor:
     raise ValueError(f"norm must be 'l2' or 'linf', got {norm!r}")
 
 
+def bucket_rows(x: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`to_buckets` without copying the whole vector: the full buckets as a ``(d // size, size)`` view of flat
+    ``x`` and the ragged last bucket zero-padded to ``(1, size)`` (None when ``size`` divides d)."""
+    d = x.numel()
+    full = d // size
+    head = x[: full * size].view(full, size)
+    if full * size == d:
+        return head, None
+    tail = x.new_zeros(1, size)
+    tail[0, : d - full * size] = x[full * size :]
+    return head, tail
+
+
+def _row_scales(head: torch.Tensor, tail: torch.Tensor | None, norm: Norm) -> torch.Tensor:
+    """:func:`bucket_norm` of the rows of ``head`` and then of ``tail``, bit for bit, without an x-sized temporary."""
+    if head.numel() == 0 or norm not in ("l2", "linf"):
+        scales = bucket_norm(head, norm)
+    elif norm == "l2":
+        scales = l2_norm_rows(head)
+    else:  # one row (the whole-vector scale): one aminmax pass; more rows: two row reductions; the same values
+        scales = max_abs(head.reshape(-1)).reshape(1) if head.shape[0] == 1 else max_abs_rows(head)
+    return scales if tail is None else torch.cat((scales, bucket_norm(tail, norm)))
+
+
+def _per_bucket(op: str, src: torch.Tensor, factor: torch.Tensor, size: int, out: torch.Tensor) -> torch.Tensor:
+    """``out = src op factor[b]`` over each bucket b of ``size`` elements of the flat ``src`` (``op``: ``torch.div``
+    or ``torch.mul``; ``out`` may be ``src``): the plain form's per-row broadcast, without padding a copy."""
+    full = src.numel() // size
+    fn = getattr(torch, op)
+    fn(src[: full * size].view(full, size), factor[:full, None], out=out[: full * size].view(full, size))
+    if full * size < src.numel():
+        fn(src[full * size :], factor[full], out=out[full * size :])
+    return out
+
+
+def _counter_rows(
+    fn: Callable[..., torch.Tensor],
+    out: torch.Tensor,
+    src: torch.Tensor,
+    size: int,
+    factor: torch.Tensor,
+    key: torch.Tensor,
+    args: tuple[object, ...],
+) -> torch.Tensor:
+    """``fn`` of :mod:`gradstat.compressors.counter_dither` over the full buckets of the flat ``src`` (a view) and
+    then its ragged last bucket, writing into the flat ``out``; ``factor[b]`` is bucket b's scale."""
+    full = src.numel() // size
+    head = (out[: full * size].view(full, size), src[: full * size].view(full, size), factor[:full, None])
+    if full:
+        counter_dither.run_rows(fn, head[0], head[1], head[2], 0, key, *args)
+    if full * size < src.numel():
+        tail = (out[full * size :].view(1, -1), src[full * size :].view(1, -1), factor[full:, None])
+        counter_dither.run_rows(fn, tail[0], tail[1], tail[2], full * size, key, *args)
+    return out
+
+
 def _safe(scale: torch.Tensor) -> torch.Tensor:
     """The scale with zeros replaced by ones, for dividing (a zero bucket quantizes to zero codes)."""
     return torch.where(scale > 0, scale, torch.ones_like(scale))
@@ -116,6 +198,9 @@ class ScaledQuantizer:
         sent), False for half-dithered (codes and scales only).
     onebit : QCS's 1-bit variant (5): midrise points +-1/2 at scale ``2 s_b`` (one bit per code); needs
         ``norm="linf"`` and ``levels=1``.
+    dither : where the dither comes from: ``torch`` (default: the ctx-seeded torch generator, stream
+        DITHER_STREAM) or ``counter`` (:mod:`gradstat.compressors.counter_dither`: keyed by (seed, index), the same
+        numbers on every device, drawn inside one fused pass). Both are U[-1/2, 1/2); the payloads differ.
     """
 
     levels: int
@@ -123,6 +208,7 @@ class ScaledQuantizer:
     norm: Norm = "linf"
     subtract: bool = True
     onebit: bool = False
+    dither: DitherSource = "torch"
 
     def __post_init__(self) -> None:
         if not isinstance(self.levels, int) or self.levels < 1:
@@ -133,6 +219,8 @@ class ScaledQuantizer:
             raise ValueError(f"norm must be 'l2' or 'linf', got {self.norm!r}")
         if self.onebit and (self.norm != "linf" or self.levels != 1):
             raise ValueError("the 1-bit quantizer needs norm='linf' and levels=1")
+        if self.dither not in ("torch", "counter"):
+            raise ValueError(f"dither must be 'torch' or 'counter', got {self.dither!r}")
 
     # the lattice: midtread codes -L..L at offset 0, or midrise codes -1, 0 at offset 1/2 on y in [-1/2, 1/2]
     @property
@@ -154,8 +242,8 @@ class ScaledQuantizer:
         The dither comes from ``(seed, DITHER_STREAM)``; the caller sends the seed when :attr:`subtract` is set.
         """
         d = x.numel()
-        blocks = to_buckets(x, self.bucket_size(d))
-        scale = bucket_norm(blocks, self.norm)
+        head, tail = bucket_rows(x, self.bucket_size(d))
+        scale = _row_scales(head, tail, self.norm)
         wire = to_float32_wire(scale, "quantizer", f"{self.norm} bucket scale")
         if not all_finite(wire):
             raise ValueError(
@@ -163,20 +251,58 @@ class ScaledQuantizer:
                 "scale the gradient down (e.g. by a power of two) before compressing"
             )
         lo, hi, offset, gain = self._range
-        # x / s first (correctly rounded, in [-1, 1]) and then the gain: gain / s overflows for denormal scales
-        y = (blocks / _safe(scale)[:, None]).mul_(gain).reshape(-1)[:d]
-        codes = quantize(y, draw_dither(d, seed, x.device), lo, hi, offset)
-        payload.add("codes", codes.to(code_dtype(lo, hi)), self.code_width, "code")
+        if self.dither == "counter":
+            codes = torch.empty(d, dtype=code_dtype(lo, hi), device=x.device)
+            key = counter_dither.keys(seed, DITHER_STREAM, x.device)
+            args = (gain, lo, hi, 0.5 - offset, codes.dtype)
+            _counter_rows(counter_dither.quantize_rows_into, codes, x, head.shape[1], _safe(scale), key, args)
+            payload.add("codes", codes, self.code_width, "code")
+            payload.add("scales", wire, 32, "scale")
+            return
+        # x / s first (correctly rounded, in [-1, 1]) and then the gain: gain / s overflows for denormal scales.
+        # Every step in place, in the order of the plain form (encode_reference); y reuses the scratch slot of the
+        # l2 norm's scaled copy (dead by now), so an encode holds three x-sized scratch buffers: y, u, y + u.
+        y = _per_bucket("div", x, _safe(scale), head.shape[1], scratch(d, x.dtype, x.device, "scaled"))
+        codes = quantize(y.mul_(gain), draw_dither_scratch(d, seed, x.device), lo, hi, offset)
+        payload.add("codes", codes, self.code_width, "code")
         payload.add("scales", wire, 32, "scale")
 
     def decode(self, payload: Payload, d: int, seed: int) -> torch.Tensor:
         """Flat float32 reconstruction of length ``d`` from the ``codes`` and ``scales`` parts."""
         codes, scale = payload["codes"], payload["scales"]
+        _, _, offset, gain = self._range
+        if self.dither == "counter":
+            out = torch.empty(d, dtype=torch.float32, device=codes.device)
+            key = counter_dither.keys(seed, DITHER_STREAM, codes.device)
+            args = (gain, offset, self.subtract)
+            fn = counter_dither.reconstruct_rows_into
+            return _counter_rows(fn, out, codes.reshape(-1), self.bucket_size(d), scale, key, args)
+        # in place on the output, in the order of the plain form (decode_reference)
+        u = draw_dither_scratch(d, seed, codes.device) if self.subtract else None
+        out = reconstruct(codes.reshape(-1), u, offset).div_(gain)
+        return _per_bucket("mul", out, scale, self.bucket_size(d), out)
+
+    def encode_reference(self, x: torch.Tensor, payload: Payload, seed: int) -> None:
+        """Plain form of :meth:`encode` (fresh tensors, the whole padded matrix): the same payload, bit for bit."""
+        d = x.numel()
+        blocks = to_buckets(x, self.bucket_size(d))
+        scale = bucket_norm(blocks, self.norm)
+        wire = to_float32_wire(scale, "quantizer", f"{self.norm} bucket scale")
+        if not all_finite(wire):
+            raise ValueError(f"quantizer: the {self.norm} norm of a bucket exceeds float32's range (3.4e38)")
         lo, hi, offset, gain = self._range
-        u = draw_dither(d, seed, codes.device) if self.subtract else None
-        y = reconstruct(codes, u, offset)
+        y = (blocks / _safe(scale)[:, None]).mul_(gain).reshape(-1)[:d]
+        codes = torch.floor(y + draw_dither(d, seed, x.device) + (0.5 - offset)).clamp_(lo, hi)
+        payload.add("codes", codes.to(code_dtype(lo, hi)), self.code_width, "code")
+        payload.add("scales", wire, 32, "scale")
+
+    def decode_reference(self, payload: Payload, d: int, seed: int) -> torch.Tensor:
+        """Plain form of :meth:`decode`: the same values, bit for bit."""
+        codes, scale = payload["codes"], payload["scales"]
+        lo, hi, offset, gain = self._range
+        value = codes.float() + offset if offset else codes.float()
+        y = value - draw_dither(d, seed, codes.device) if self.subtract else value
         blocks = to_buckets(y, self.bucket_size(d))
-        # y / gain first (in [-L-1, L+1] / L), then the scale: scale / gain loses bits for denormal scales
         return (blocks / gain).mul_(scale[:, None]).reshape(-1)[:d]
 
     def expected_error(self, x: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, replace
 
 from gradstat.compressors.base import Properties
-from gradstat.compressors.dither import ScaledQuantizer, ScaledQuantizerCompressor, check_int
+from gradstat.compressors.dither import DitherSource, ScaledQuantizer, ScaledQuantizerCompressor, check_int
 from gradstat.compressors.registry import register
 
 
@@ -27,11 +27,13 @@ from gradstat.compressors.registry import register
 @dataclass
 class DQSG(ScaledQuantizerCompressor):
     """M: levels per sign (Delta = 1/M, codes in {-M..M}), >= 1. partitions: K >= 1, each with its own kappa.
-    half: half-dithered (do not subtract the dither; no seed sent)."""
+    half: half-dithered (do not subtract the dither; no seed sent).
+    dither: ``torch`` or ``counter`` (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
 
     M: int = 2
     partitions: int = 1
     half: bool = False
+    dither: DitherSource = "torch"
 
     properties = Properties(
         kind="quantizer",
@@ -59,5 +61,9 @@ class DQSG(ScaledQuantizerCompressor):
     def quantizer(self, d: int) -> ScaledQuantizer:
         """The quantizer for a gradient of length d: partitions of ``ceil(d / K)`` elements."""
         return ScaledQuantizer(
-            levels=self.M, bucket=math.ceil(d / self.partitions), norm="linf", subtract=not self.half
+            levels=self.M,
+            bucket=math.ceil(d / self.partitions),
+            norm="linf",
+            subtract=not self.half,
+            dither=self.dither,
         )

@@ -14,17 +14,19 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from gradstat.compressors.base import Properties
-from gradstat.compressors.dither import ScaledQuantizer, ScaledQuantizerCompressor, check_int
+from gradstat.compressors.dither import DitherSource, ScaledQuantizer, ScaledQuantizerCompressor, check_int
 from gradstat.compressors.registry import register
 
 
 @register("ecq")
 @dataclass
 class ECQ(ScaledQuantizerCompressor):
-    """s: non-zero levels (codes in {-s..s}). norm: the scale, ``l2`` or ``linf`` (the paper's experiments: l2, s=4)."""
+    """s: non-zero levels (codes in {-s..s}). norm: the scale, ``l2`` or ``linf`` (the paper's experiments: l2, s=4).
+    dither: ``torch`` or ``counter`` (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
 
     s: int = 4
     norm: Literal["l2", "linf"] = "l2"
+    dither: DitherSource = "torch"
 
     properties = Properties(
         kind="quantizer",
@@ -41,4 +43,4 @@ class ECQ(ScaledQuantizerCompressor):
             self.properties = replace(type(self).properties, bound="half_dither_linf")
 
     def quantizer(self, d: int) -> ScaledQuantizer:
-        return ScaledQuantizer(levels=self.s, bucket=0, norm=self.norm, subtract=False)
+        return ScaledQuantizer(levels=self.s, bucket=0, norm=self.norm, subtract=False, dither=self.dither)

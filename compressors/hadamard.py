@@ -255,21 +255,26 @@ def first_rows(x: torch.Tensor, k: int) -> torch.Tensor:
     if not _folds(n, k):
         return hadamard_transform(x)[..., :k]
     m, p2 = factor(n)
-    sign = _first_row_on(m, x.dtype, x.device)
-    folded = (x.reshape(*x.shape[:-1], m, p2 // k, k) * sign[:, None, None]).sum(dim=(-3, -2))
-    return fwht(folded)
+    chunks = x.reshape(*x.shape[:-1], m, p2 // k, k)
+    if m > 1:  # a Sylvester order's first row is all ones: multiplying by it is the identity, bit for bit
+        chunks = chunks * _first_row_on(m, x.dtype, x.device)[:, None, None]
+    return fwht(chunks.sum(dim=(-3, -2)))
 
 
-def first_rows_transpose(v: torch.Tensor, n: int) -> torch.Tensor:
-    """``H_n[:k]^T v`` along the last dimension: (..., k) -> (..., n), the adjoint of :func:`first_rows`."""
+def first_rows_transpose(v: torch.Tensor, n: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``H_n[:k]^T v`` along the last dimension: (..., k) -> (..., n), the adjoint of :func:`first_rows`; written
+    into ``out`` (contiguous, shape (..., n), v's dtype) when given, with the same values."""
     k = v.shape[-1]
     if not 1 <= k <= n:
         raise ValueError(f"first_rows_transpose: k={k} must lie in [1, n={n}]")
+    if out is None:
+        out = v.new_empty(*v.shape[:-1], n)
     if not _folds(n, k):
         padded = v.new_zeros(*v.shape[:-1], n)
         padded[..., :k] = v
-        return hadamard_transform(padded, transpose=True)
+        return out.copy_(hadamard_transform(padded, transpose=True))
     m, p2 = factor(n)
     sign = _first_row_on(m, v.dtype, v.device)
     w = fwht(v)[..., None, None, :] * sign[:, None, None]  # (..., m, 1, k)
-    return w.expand(*v.shape[:-1], m, p2 // k, k).reshape(*v.shape[:-1], n)
+    out.view(*v.shape[:-1], m, p2 // k, k).copy_(w.expand(*v.shape[:-1], m, p2 // k, k))
+    return out

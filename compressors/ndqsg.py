@@ -31,36 +31,41 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, RoundResult
 from gradstat.compressors.context import Context
-from gradstat.compressors.dither import check_int, draw_dither
+from gradstat.compressors.dither import check_int, draw_dither_scratch
 from gradstat.compressors.dqsg import DQSG
 from gradstat.compressors.payload import Payload, code_width
-from gradstat.compressors.primitives import all_finite, to_float32_wire
+from gradstat.compressors.primitives import all_finite, max_abs, scratch, scratch_like, to_float32_wire
 from gradstat.compressors.registry import register
-
-
-def _round(x: torch.Tensor) -> torch.Tensor:
-    """Nearest integer, ``floor(x + 1/2)`` (ties, of probability zero here, go up)."""
-    return torch.floor(x + 0.5)
 
 
 def nested_encode(x: torch.Tensor, u: torch.Tensor, delta1: float, k: int, alpha: float = 1.0) -> torch.Tensor:
     """Nested index of eq. (6), ``(Q1(t) - Q2(t)) / Delta1`` with ``t = alpha x + u``, taken modulo k into
-    ``{-(k-1)//2, ..., k - 1 - (k-1)//2}`` (float tensor of exact integers).
+    ``{-(k-1)//2, ..., k - 1 - (k-1)//2}``: integer codes, int8 for k <= 255 (else int32).
 
     x : values (any shape); u : dither in the same units, ``U[-Delta1/2, Delta1/2]``; Delta2 = k Delta1.
-    """
-    t = (alpha * x + u) / delta1
-    s = _round(t) - k * _round(t / k)
+    ``t``, ``Q1(t) = round(t)`` and ``Q2(t) = k round(t / k)`` are formed in place in this thread's scratch
+    buffers (no fresh x-sized float tensors); neither input is changed. Plain form: ``nested_encode_reference``
+    in ``tests/compressors/test_sign_nested_fast_paths.py``."""
+    t = torch.mul(x, alpha, out=scratch_like(x, "nested_t")).add_(u).div_(delta1)  # alpha x == x alpha exactly
+    coarse = torch.div(t, k, out=scratch_like(t, "nested_coarse")).add_(0.5).floor_().mul_(k)
     h = (k - 1) // 2
-    return torch.remainder(s + h, k) - h
+    s = t.add_(0.5).floor_().sub_(coarse).add_(h).remainder_(k).sub_(h)
+    return s.to(torch.int8 if k <= 255 else torch.int32)
 
 
 def nested_decode(
     s: torch.Tensor, u: torch.Tensor, y: torch.Tensor, delta1: float, k: int, alpha: float = 1.0
 ) -> torch.Tensor:
-    """Eq. (7): ``r = s Delta1 - u - alpha y``, ``x_hat = y + alpha (r - Q2(r))``, Q2 of step ``k Delta1``."""
-    r = (s * delta1 - u - alpha * y) / delta1  # in units of Delta1
-    return y + alpha * delta1 * (r - k * _round(r / k))
+    """Eq. (7): ``r = s Delta1 - u - alpha y``, ``x_hat = y + alpha (r - Q2(r))``, Q2 of step ``k Delta1``.
+
+    ``s`` integer or float codes. One fresh float tensor (the result), every step in place on it or on scratch
+    buffers; no input is changed."""
+    dtype = s.dtype if s.is_floating_point() else torch.promote_types(u.dtype, y.dtype)
+    r = torch.empty(s.shape, dtype=dtype, device=s.device).copy_(s).mul_(delta1).sub_(u)
+    r.sub_(y if alpha == 1.0 else torch.mul(y, alpha, out=scratch_like(y, "nested_side")))  # 1 y is y exactly
+    r.div_(delta1)  # in units of Delta1
+    coarse = torch.div(r, k, out=scratch_like(r, "nested_coarse")).add_(0.5).floor_().mul_(k)
+    return r.sub_(coarse).mul_(alpha * delta1).add_(y)  # y + alpha Delta1 (r - Q2(r)): addition commutes
 
 
 @register("ndqsg")
@@ -118,9 +123,9 @@ class NDQSG(Compressor):
             self._dqsg()._encode(g, payload, ctx)
             return
         seed, k = ctx.call_seed, self.nesting
-        kappa = g.abs().amax()
-        x = g / torch.where(kappa > 0, kappa, torch.ones_like(kappa))
-        u = draw_dither(g.numel(), seed, g.device) * self.fine_step
+        kappa = max_abs(g).abs()  # = |g|.amax() without the |g| tensor (abs: +0, not -0, for an all-zero g)
+        x = torch.div(g, torch.where(kappa > 0, kappa, torch.ones_like(kappa)), out=scratch_like(g, "scaled"))
+        u = draw_dither_scratch(g.numel(), seed, g.device).mul_(self.fine_step)
         s = nested_encode(x, u, self.fine_step, k, self.alpha)
         payload.add("nested", s.to(torch.int8 if k <= 255 else torch.int32), code_width(k), "code")
         payload.add("scales", to_float32_wire(kappa.reshape(1), "ndqsg", "scale"), 32, "scale")
@@ -142,10 +147,10 @@ class NDQSG(Compressor):
             )
         kappa = payload["scales"]
         safe = torch.where(kappa > 0, kappa, torch.ones_like(kappa))
-        s = payload["nested"].float()
-        u = draw_dither(payload.numel, payload.seed, s.device) * self.fine_step
-        x_hat = nested_decode(s, u, side.to(s.device) / safe, self.fine_step, self.nesting, self.alpha)
-        out = kappa * x_hat
+        s = payload["nested"].reshape(-1)  # integer codes: s * Delta1 converts them exactly
+        u = draw_dither_scratch(payload.numel, payload.seed, s.device).mul_(self.fine_step)
+        y = torch.div(side.to(s.device), safe, out=scratch(payload.numel, torch.float32, s.device, "scaled"))
+        out = nested_decode(s, u, y, self.fine_step, self.nesting, self.alpha).mul_(kappa)
         if not all_finite(out):  # x_hat may exceed 1 in units of kappa: near float32's limit that overflows
             raise ValueError(
                 "ndqsg: the reconstruction exceeds float32's range (3.4e38) although each input was finite; "

@@ -22,9 +22,39 @@ import torch
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import max_abs, pow2_exponent, scale_by_pow2, to_float32_wire
+from gradstat.compressors.primitives import (
+    max_abs,
+    max_abs_rows,
+    pow2_exponent,
+    scale_by_pow2,
+    scale_by_pow2_scratch,
+    scratch_like,
+    to_float32_wire,
+)
 from gradstat.compressors.registry import register
 from gradstat.compressors.sign import sign_bits
+
+EXACT_COUNT = 2**24
+"""Below this group length a float32 sum of 0/1 flags is exact in any order, so it equals an integer count."""
+
+
+def _class_means(groups: torch.Tensor, bits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per group (row), the means of the elements with bit 0 and with bit 1, each divided by the power of two at
+    the group's largest magnitude and scaled back (exact): the sums cannot overflow, and each mean (at most the
+    largest magnitude) is finite. The plain form's products and sums over whole rows, in place on scratch
+    buffers (:meth:`OneBit._encode_reference`)."""
+    m = groups.shape[1]
+    e = pow2_exponent(max_abs_rows(groups))
+    unit = scale_by_pow2_scratch(groups, -e[:, None])  # (groups, m)
+    pos = scratch_like(groups, "onebit_flags").copy_(bits)
+    if m < EXACT_COUNT:
+        n_pos = torch.count_nonzero(bits, dim=1).to(pos.dtype)
+    else:
+        n_pos = pos.sum(1)
+    n_neg = m - n_pos
+    sum_pos = torch.mul(unit, pos, out=scratch_like(groups, "onebit_product")).sum(1)
+    sum_neg = unit.mul_(pos.neg_().add_(1.0)).sum(1)  # 1 - pos, exactly, for pos in {0, 1}
+    return scale_by_pow2(sum_neg / n_neg.clamp(min=1), e), scale_by_pow2(sum_pos / n_pos.clamp(min=1), e)
 
 
 @register("onebit")
@@ -74,6 +104,14 @@ class OneBit(Compressor):
         return m.T if self.axis == "column" else m
 
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
+        groups = self._groups(g, payload.shape)  # (groups, m)
+        bits = sign_bits(groups)
+        mean_neg, mean_pos = _class_means(groups, bits)
+        payload.add("bits", bits.reshape(-1), 1, "code")
+        payload.add("values", to_float32_wire(torch.stack((mean_neg, mean_pos), 1), "onebit", "mean"), 32, "value")
+
+    def _encode_reference(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
+        """Plain form of :meth:`_encode` (fresh tensors): the same payload, bit for bit."""
         groups = self._groups(g, payload.shape)  # (groups, m)
         bits = sign_bits(groups)
         pos = bits.float()

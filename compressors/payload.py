@@ -232,8 +232,15 @@ def _dtype_bits(dtype: torch.dtype) -> int:
 _SAME_SIZE_INT = {16: torch.int16, 32: torch.int32, 64: torch.int64}
 
 
-def _wire_words(name: str, part: Part, device: torch.device) -> tuple[torch.Tensor, int, torch.Tensor | None]:
-    """(unsigned words to pack, bits per word, bias or None) of one part; 64-bit parts as 32-bit word pairs."""
+def _wire_words(
+    name: str, part: Part, device: torch.device
+) -> tuple[torch.Tensor, int, torch.Tensor | None, torch.Tensor | None]:
+    """(unsigned words to pack, bits per word, bias or None, "the values fit the width" as a 0-d bool tensor or
+    None) of one part; 64-bit parts as 32-bit word pairs.
+
+    Words are handed to :func:`bitpack.pack` in the narrowest dtype that holds them (a part sent at its dtype's own
+    size is a view of its bytes; one-byte codes minus their bias stay one byte, the subtraction wrapping modulo 256
+    where the values fit the width), never widened to int64 unless a 64-bit split needs it."""
     t = part.tensor.detach().reshape(-1).to(device)
     width, size = int(part.width), _dtype_bits(part.tensor.dtype)
     if t.dtype.is_floating_point:
@@ -241,13 +248,18 @@ def _wire_words(name: str, part: Part, device: torch.device) -> tuple[torch.Tens
             raise ValueError(f"part {name!r}: a {t.dtype} part is sent at its own {size} bits, not {part.width}")
         t = t.view(_SAME_SIZE_INT[size])
     elif width < size:
-        bias = t.amin().to(torch.int64) if t.numel() else torch.zeros((), dtype=torch.int64, device=device)
-        return t.to(torch.int64) - bias, width, bias
+        if not t.numel():
+            return t, width, torch.zeros((), dtype=torch.int64, device=device), None
+        lo, hi = (m.to(torch.int64) for m in torch.aminmax(t))  # one pass: the bias and the spread
+        fits = hi - lo < (1 << width)
+        if t.dtype in (torch.int8, torch.uint8):
+            return t.view(torch.uint8) - lo.to(torch.uint8), width, lo, fits
+        return t.to(torch.int64) - lo, width, lo, fits
     if width == 64:
-        return bitpack.split_words(t), 32, None
+        return bitpack.split_words(t), 32, None, None
     if width > bitpack.MAX_WIDTH:
         raise ValueError(f"part {name!r}: widths above {bitpack.MAX_WIDTH} bits other than 64 are not supported")
-    return t.to(torch.int64), width, None
+    return t, width, None, None
 
 
 def _to_bytes(payload: Payload, device: torch.device | str | None) -> torch.Tensor:
@@ -273,9 +285,9 @@ def _to_bytes(payload: Payload, device: torch.device | str | None) -> torch.Tens
             raise ValueError(f"part {name!r}: shape {shape} cannot be described (at most 2 dimensions < 2**32)")
         if part.tensor.dtype not in WIRE_DTYPES:
             raise ValueError(f"part {name!r}: dtype {part.tensor.dtype} is not one of {WIRE_DTYPES}")
-        words, word_width, bias = _wire_words(name, part, device)
-        if bias is not None and words.numel():
-            fits.append(words.amax() < (1 << word_width))
+        words, word_width, bias, fit = _wire_words(name, part, device)
+        if fit is not None:
+            fits.append(fit)
         runs.append((words, word_width, body_bits))
         body_bits += words.numel() * word_width
         static = (
@@ -288,11 +300,13 @@ def _to_bytes(payload: Payload, device: torch.device | str | None) -> torch.Tens
     prefix += int(body_bits).to_bytes(8, "little")
     if fits and not bool(torch.stack(fits).all()):  # one sync for all parts
         raise ValueError("a part holds values that do not fit its declared width (the compressor's bit count is wrong)")
-    acc = torch.zeros(bitpack.packed_bytes(body_bits) + 8, dtype=torch.int64, device=device)
+    head = header_bits(len(payload.parts)) // 8
+    out = torch.zeros(head + bitpack.packed_bytes(body_bits), dtype=torch.uint8, device=device)
+    torch.cat([_host_bytes(bytes(prefix), device), *descriptors], out=out[:head])
+    body = out[head:]
     for words, word_width, base in runs:
-        bitpack.pack_into(acc, words, word_width, base)
-    body = acc[: bitpack.packed_bytes(body_bits)].to(torch.uint8)
-    return torch.cat([_host_bytes(bytes(prefix), device), *descriptors, body])
+        bitpack.write_bits(body, bitpack.pack(words, word_width), base)
+    return out
 
 
 def _host_bytes(data: bytes, device: torch.device) -> torch.Tensor:
@@ -313,7 +327,7 @@ def _from_bytes(data: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> Pa
     if n < head + bitpack.packed_bytes(body_bits):
         raise ValueError(f"payload bytes: {n} bytes, the header announces {head + bitpack.packed_bytes(body_bits)}")
     desc = bytes(data[HEADER_PREFIX_BYTES:head].cpu().tolist())
-    stream = torch.cat([data[head : head + bitpack.packed_bytes(body_bits)], data.new_zeros(8)])
+    stream = data[head : head + bitpack.packed_bytes(body_bits)]
     payload = Payload(shape=shape, dtype=dtype)
     base = 0
     for i in range(parts):
@@ -342,17 +356,25 @@ def _read_part(
 ) -> tuple[torch.Tensor, int]:
     """One part's values (in ``dtype``) and the bit where the next part starts."""
     size = _dtype_bits(dtype)
+    bits = (2 * 32 if width == 64 else width) * numel
+    if base + bits > 8 * stream.numel():
+        raise ValueError(
+            f"payload bytes: a part of {bits} bits from bit {base} runs past the {stream.numel()}-byte body"
+        )
+    raw = bitpack.read_bits(stream, base, bitpack.packed_bytes(bits))
+    end = base + bits
+    if width == size and width % 8 == 0:  # the part's own bytes (IEEE bits, two's complement): a copy, no unpacking
+        return raw.clone().view(dtype), end
     if width == 64:
-        words = bitpack.unpack(stream, 2 * numel, 32, base)
-        v = bitpack.join_words(words)
-        return (v.view(torch.float64) if dtype.is_floating_point else v.to(dtype)), base + 64 * numel
-    v = bitpack.unpack(stream, numel, width, base)
-    end = base + width * numel
+        return bitpack.join_words(bitpack.unpack_bytes(raw, 2 * numel, 32)).to(dtype), end
+    v = bitpack.unpack_bytes(raw, numel, width)
     if dtype.is_floating_point:
-        return bitpack.sign_extend(v, width).to(_SAME_SIZE_INT[size]).view(dtype), end
+        return bitpack.sign_extend(v.to(torch.int64), width).to(_SAME_SIZE_INT[size]).view(dtype), end
     if width < size:
-        return (v + bias).to(dtype), end
+        if size == 8:  # one-byte codes: add the bias modulo 256 (exact for values that fit the width)
+            return torch.add(v, bias.to(torch.uint8)).view(dtype), end
+        return (v.to(torch.int64) + bias).to(dtype), end
     if dtype == torch.bool:
-        return v.bool(), end
+        return (v.view(torch.bool) if width == 1 else v.bool()), end  # one-bit values are 0 or 1: a view
     signed = dtype != torch.uint8
-    return (bitpack.sign_extend(v, width) if signed else v).to(dtype), end
+    return (bitpack.sign_extend(v.to(torch.int64), width) if signed else v).to(dtype), end

@@ -30,9 +30,10 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context, generator
-from gradstat.compressors.dither import ScaledQuantizer, check_int, to_buckets
+from gradstat.compressors.dither import DitherSource, ScaledQuantizer, check_int, to_buckets
 from gradstat.compressors.hadamard import factor, first_rows, first_rows_transpose
 from gradstat.compressors.payload import Payload
+from gradstat.compressors.primitives import scratch_like
 from gradstat.compressors.registry import register
 from gradstat.theory.qcs import gamma as theory_gamma
 
@@ -55,14 +56,17 @@ def variance_factor(n: int, k: int, Q: float) -> float:
 
 
 def rademacher(shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
-    """+-1 (float32) with probability 1/2 each, from the generator of ``(seed, SIGN_STREAM)`` on ``device``."""
+    """+-1 (float32) with probability 1/2 each, from the generator of ``(seed, SIGN_STREAM)`` on ``device``: the
+    int8 draws converted into one fresh float tensor, ``2 b - 1`` in place on it."""
     gen = generator(seed, device, SIGN_STREAM)
-    return torch.randint(0, 2, shape, generator=gen, device=device, dtype=torch.int8).float() * 2.0 - 1.0
+    bits = torch.randint(0, 2, shape, generator=gen, device=device, dtype=torch.int8)
+    return torch.empty(shape, dtype=torch.float32, device=device).copy_(bits).mul_(2.0).sub_(1.0)
 
 
 def mix(blocks: torch.Tensor, r: torch.Tensor, k: int) -> torch.Tensor:
-    """``v = T g = H_k (r * g) / sqrt(k)`` for each row of ``blocks`` (rows, n); returns (rows, k). Eq. (1)-(2)."""
-    return first_rows(blocks * r, k) / math.sqrt(k)
+    """``v = T g = H_k (r * g) / sqrt(k)`` for each row of ``blocks`` (rows, n); returns (rows, k). Eq. (1)-(2).
+    The product ``r * g`` is formed in this thread's scratch buffer; neither input is changed."""
+    return first_rows(torch.mul(blocks, r, out=scratch_like(blocks, "qcs_mix")), k) / math.sqrt(k)
 
 
 def unmix(v: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
@@ -70,18 +74,27 @@ def unmix(v: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     return r * first_rows_transpose(v, r.shape[-1]) / math.sqrt(v.shape[-1])
 
 
+def _rademacher_reference(shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
+    """Plain form of :func:`rademacher` (fresh tensors)."""
+    gen = generator(seed, device, SIGN_STREAM)
+    return torch.randint(0, 2, shape, generator=gen, device=device, dtype=torch.int8).float() * 2.0 - 1.0
+
+
 @register("qcs")
 @dataclass
 class QCS(Compressor):
     """k: rows kept per block (1 <= k <= block). Q: quantizer range (codes in {-Q..Q}), >= 1; ignored by 1-bit.
     block: block length n (a power of two, or m 2^a with a Paley order m: 96, 100, 192, 200, 288, 320, 384, ...).
-    alpha: ``unbiased`` (alpha = 1) or ``mmse`` (alpha = 1/(gamma + 1)). onebit: the 1-bit variant (5)."""
+    alpha: ``unbiased`` (alpha = 1) or ``mmse`` (alpha = 1/(gamma + 1)). onebit: the 1-bit variant (5).
+    dither: source of the quantizer's dither, ``torch`` or ``counter`` (see
+    :class:`gradstat.compressors.dither.ScaledQuantizer`); the Rademacher signs always come from torch."""
 
     k: int = 64
     Q: int = 4
     block: int = 256
     alpha: Literal["unbiased", "mmse"] = "unbiased"
     onebit: bool = False
+    dither: DitherSource = "torch"
 
     properties = Properties(
         kind="sketch",
@@ -124,7 +137,12 @@ class QCS(Compressor):
 
     def _quantizer(self) -> ScaledQuantizer:
         return ScaledQuantizer(
-            levels=1 if self.onebit else self.Q, bucket=self.k, norm="linf", subtract=True, onebit=self.onebit
+            levels=1 if self.onebit else self.Q,
+            bucket=self.k,
+            norm="linf",
+            subtract=True,
+            onebit=self.onebit,
+            dither=self.dither,
         )
 
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
@@ -138,5 +156,26 @@ class QCS(Compressor):
         seed = payload.seed
         rows = math.ceil(payload.numel / self.block)
         v_hat = self._quantizer().decode(payload, rows * self.k, seed).reshape(rows, self.k)
-        r = rademacher((rows, self.block), seed, v_hat.device)
+        # unmix(v_hat, r) times alpha, in place on the output (alpha = 1 is skipped: 1 * x is x exactly)
+        out = first_rows_transpose(v_hat, self.block, out=v_hat.new_empty(rows, self.block))
+        out.mul_(rademacher((rows, self.block), seed, v_hat.device)).div_(math.sqrt(self.k))
+        alpha = self.reconstruction_scale()
+        if alpha != 1.0:
+            out.mul_(alpha)
+        return out.reshape(-1)[: payload.numel]
+
+    def _encode_reference(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
+        """Plain form of :meth:`_encode` (fresh tensors): the same payload, bit for bit."""
+        seed = ctx.call_seed
+        blocks = to_buckets(g, self.block)
+        v = first_rows(blocks * _rademacher_reference(tuple(blocks.shape), seed, g.device), self.k) / math.sqrt(self.k)
+        self._quantizer().encode_reference(v.reshape(-1), payload, seed)
+        payload.add_seed(seed)
+
+    def _decode_reference(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
+        """Plain form of :meth:`_decode`: the same values, bit for bit."""
+        seed = payload.seed
+        rows = math.ceil(payload.numel / self.block)
+        v_hat = self._quantizer().decode_reference(payload, rows * self.k, seed).reshape(rows, self.k)
+        r = _rademacher_reference((rows, self.block), seed, v_hat.device)
         return (self.reconstruction_scale() * unmix(v_hat, r)).reshape(-1)[: payload.numel]

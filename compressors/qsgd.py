@@ -12,17 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gradstat.compressors.base import Properties
-from gradstat.compressors.dither import ScaledQuantizer, ScaledQuantizerCompressor, check_int
+from gradstat.compressors.dither import DitherSource, ScaledQuantizer, ScaledQuantizerCompressor, check_int
 from gradstat.compressors.registry import register
 
 
 @register("qsgd")
 @dataclass
 class QSGD(ScaledQuantizerCompressor):
-    """s: positive levels (codes in {-s..s}), >= 1. bucket: elements per l2 scale (0 = whole tensor)."""
+    """s: positive levels (codes in {-s..s}), >= 1. bucket: elements per l2 scale (0 = whole tensor).
+    dither: ``torch`` or ``counter`` (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
 
     s: int = 4
     bucket: int = 512
+    dither: DitherSource = "torch"
 
     properties = Properties(
         kind="quantizer",
@@ -38,4 +40,4 @@ class QSGD(ScaledQuantizerCompressor):
         self.quantizer(1)
 
     def quantizer(self, d: int) -> ScaledQuantizer:
-        return ScaledQuantizer(levels=self.s, bucket=self.bucket, norm="l2", subtract=False)
+        return ScaledQuantizer(levels=self.s, bucket=self.bucket, norm="l2", subtract=False, dither=self.dither)

@@ -19,7 +19,7 @@ import torch
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import mean_abs, to_float32_wire
+from gradstat.compressors.primitives import mean_abs_scratch, to_float32_wire
 from gradstat.compressors.registry import register
 
 
@@ -28,9 +28,12 @@ def sign_bits(g: torch.Tensor) -> torch.Tensor:
     return g >= 0
 
 
-def signs(bits: torch.Tensor) -> torch.Tensor:
-    """+1 where the bit is set, -1 elsewhere (float32)."""
-    return bits.float() * 2.0 - 1.0
+def signs(bits: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """+1 where the bit is set, -1 elsewhere (float32), times ``scale`` when given: ``scale * (2 b - 1)``, one fresh
+    tensor written in place (the plain form ``scale * (bits.float() * 2 - 1)`` makes three)."""
+    out = torch.empty(bits.shape, dtype=torch.float32, device=bits.device).copy_(bits)
+    out.mul_(2.0).sub_(1.0)
+    return out if scale is None else out.mul_(scale)
 
 
 @register("signsgd")
@@ -62,8 +65,7 @@ class SignSGD(Compressor):
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         payload.add("signs", sign_bits(g), 1, "code")
         if self.scale == "l1":
-            payload.add("scale", to_float32_wire(mean_abs(g).reshape(1), "signsgd", "l1 scale"), 32, "scale")
+            payload.add("scale", to_float32_wire(mean_abs_scratch(g).reshape(1), "signsgd", "l1 scale"), 32, "scale")
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
-        s = signs(payload["signs"])
-        return payload["scale"] * s if self.scale == "l1" else s
+        return signs(payload["signs"], payload["scale"] if self.scale == "l1" else None)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from gradstat.compressors.base import Properties
-from gradstat.compressors.dither import ScaledQuantizer, ScaledQuantizerCompressor, check_int
+from gradstat.compressors.dither import DitherSource, ScaledQuantizer, ScaledQuantizerCompressor, check_int
 from gradstat.compressors.registry import register
 
 
@@ -22,10 +22,12 @@ from gradstat.compressors.registry import register
 @dataclass
 class TernGrad(ScaledQuantizerCompressor):
     """clip: c of the clipping at ``c * std(g)`` (0 = no clipping; the paper's value is 2.5).
-    bucket: elements per scale (0 = one scale for the whole tensor, as the paper's per-layer scaler)."""
+    bucket: elements per scale (0 = one scale for the whole tensor, as the paper's per-layer scaler).
+    dither: ``torch`` or ``counter`` (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
 
     clip: float = 0.0
     bucket: int = 0
+    dither: DitherSource = "torch"
 
     properties = Properties(
         kind="quantizer",
@@ -44,7 +46,7 @@ class TernGrad(ScaledQuantizerCompressor):
             self.properties = replace(type(self).properties, unbiased=False, bound=None)
 
     def quantizer(self, d: int) -> ScaledQuantizer:
-        return ScaledQuantizer(levels=1, bucket=self.bucket, norm="linf", subtract=False)
+        return ScaledQuantizer(levels=1, bucket=self.bucket, norm="linf", subtract=False, dither=self.dither)
 
     def prepare(self, g: torch.Tensor) -> torch.Tensor:
         """Clip at ``c * std(g)`` (population std, a tensor: no host sync) when ``clip > 0``."""

@@ -1,0 +1,162 @@
+"""Counter-based dither: U[-1/2, 1/2) numbers keyed by ``(seed, index)``, fused into the quantizer's one pass.
+
+Why: torch's CPU generator draws 26M float32 uniforms in ~60-150 ms on one thread (a ceiling of ~1-2 GB/s for any
+dithered quantizer), and its per-device generators give different numbers on CPU and CUDA. Here element ``i`` of a
+quantized vector gets ``u_i = hash(i; key) / 2^24 - 1/2`` with ``hash`` a keyed 32-bit integer mixer, so any
+device computes the same ``u_i`` from the seed alone, and the draw can be fused with the scale, floor, clamp and
+cast of :class:`gradstat.compressors.dither.ScaledQuantizer` into one generated loop (``torch.compile``).
+
+The hash: two rounds of a multiply-xorshift finalizer on 32-bit words (the structure of MurmurHash3's ``fmix32``;
+multipliers 0x7FEB352D and 0x5BD1E995), keyed by xoring the two 32-bit halves of ``derive_seed(seed, stream)``
+before each round. The top 24 bits of the result, times 2^-24, are an exact float32 in [0, 1). The arithmetic is
+int32 with wrapping multiplication and logical shifts written as arithmetic shifts plus masks (the same bits as
+uint32 arithmetic): AVX2 has 32-bit but no 64-bit vector multiplies, so int64 arithmetic runs ~4x slower on a CPU.
+Indices are int32, so one call quantizes at most 2^31 - 1 elements.
+
+Eager torch is the reference and the fallback (no compiler, ``GRADSTAT_COMPILE=0``, or a compile error): the same
+functions, run op by op over chunks of rows so that the temporaries stay in cache. Compiled and eager results are
+equal bit for bit (``tests/compressors/test_counter_dither.py``); the first compiled call of a process pays the
+compile (seconds), later calls of any size reuse it (``dynamic=True``).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Callable
+
+import torch
+
+from gradstat.compressors.context import derive_seed
+
+MULTIPLIERS = (0x7FEB352D, 0x5BD1E995)
+"""Odd 32-bit multipliers of the two mixing rounds (below 2^31, so they are also positive int32 constants)."""
+
+MAX_ELEMENTS = 2**31 - 1
+"""Most elements one call may index (int32 counters)."""
+
+CHUNK_ELEMENTS = 1 << 18
+"""Elements per chunk of the eager path (a few MB of int32 temporaries: they stay in cache)."""
+
+
+def keys(seed: int, stream: int, device: torch.device | str) -> torch.Tensor:
+    """The two 32-bit key words of ``(seed, stream)`` as an int32 tensor of shape (2,) on ``device`` (a tensor,
+    so that a new seed does not recompile the fused kernels)."""
+    k = derive_seed(seed, stream)
+    words = [(k >> s) & 0xFFFFFFFF for s in (0, 32)]
+    return torch.tensor([w - (1 << 32) if w >= 1 << 31 else w for w in words], dtype=torch.int32, device=device)
+
+
+def _shift_right(x: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int32 bit patterns (an arithmetic shift, then the sign-extended bits masked off)."""
+    return (x >> s) & ((1 << (32 - s)) - 1)
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    x = x ^ _shift_right(x, 16)
+    x = x * MULTIPLIERS[0]
+    x = x ^ _shift_right(x, 15)
+    x = x * MULTIPLIERS[1]
+    return x ^ _shift_right(x, 16)
+
+
+def uniform_rows(rows: int, size: int, base: torch.Tensor, key: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Counter uniforms in [0, 1) (float32, multiples of 2^-24) of the elements ``base + r size + c`` of a
+    ``(rows, size)`` block; ``base`` a 0-d int32 tensor."""
+    index = base + torch.arange(rows, device=device, dtype=torch.int32)[:, None] * size
+    index = index + torch.arange(size, device=device, dtype=torch.int32)
+    h = _mix(_mix(index ^ key[0]) ^ key[1])
+    return _shift_right(h, 8).to(torch.float32) * (2.0**-24)
+
+
+def quantize_rows(
+    x: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, key: torch.Tensor, gain: float, lo: int, hi: int,
+    shift: float, dtype: torch.dtype,
+) -> torch.Tensor:  # fmt: skip
+    """Codes ``clamp(floor(x / scale * gain + u + shift), lo, hi)`` of a ``(rows, size)`` block, ``scale`` of shape
+    (rows, 1), ``u`` the counter dither in [-1/2, 1/2) of the block's elements; in ``dtype``."""
+    u = uniform_rows(x.shape[0], x.shape[1], base, key, x.device) - 0.5
+    y = x / scale * gain
+    return torch.floor(y + u + shift).clamp(lo, hi).to(dtype)
+
+
+def reconstruct_rows(
+    codes: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, key: torch.Tensor, gain: float, offset: float,
+    subtract: bool,
+) -> torch.Tensor:  # fmt: skip
+    """``(codes + offset - u) / gain * scale`` (``- u`` only when ``subtract``) of a ``(rows, size)`` block,
+    float32."""
+    value = codes.to(torch.float32) + offset
+    if subtract:
+        value = value - (uniform_rows(codes.shape[0], codes.shape[1], base, key, codes.device) - 0.5)
+    return value / gain * scale
+
+
+def _compile_enabled() -> bool:
+    return os.environ.get("GRADSTAT_COMPILE", "1") not in ("0", "false", "no", "off")
+
+
+_COMPILED: dict[str, Callable[..., torch.Tensor] | None] = {}
+
+
+def _compiled(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor] | None:
+    """``torch.compile(fn, dynamic=True)``, built once per process; None where compiling is off or failed."""
+    name = fn.__name__
+    if name not in _COMPILED:
+        try:
+            _COMPILED[name] = torch.compile(fn, dynamic=True) if _compile_enabled() else None
+        except Exception as exc:  # noqa: BLE001 - any compiler problem means: use eager
+            warnings.warn(f"counter dither: torch.compile unavailable ({exc}); using eager torch", stacklevel=3)
+            _COMPILED[name] = None
+    return _COMPILED[name]
+
+
+def quantize_rows_into(out: torch.Tensor, *args: object) -> torch.Tensor:
+    """``out.copy_(quantize_rows(*args))``: a compiled form writes the codes straight into ``out``."""
+    return out.copy_(quantize_rows(*args))  # type: ignore[arg-type]
+
+
+def reconstruct_rows_into(out: torch.Tensor, *args: object) -> torch.Tensor:
+    """``out.copy_(reconstruct_rows(*args))``: a compiled form writes the values straight into ``out``."""
+    return out.copy_(reconstruct_rows(*args))  # type: ignore[arg-type]
+
+
+def run_rows(
+    fn: Callable[..., torch.Tensor],
+    out: torch.Tensor,
+    block: torch.Tensor,
+    row_factor: torch.Tensor,
+    base: int,
+    key: torch.Tensor,
+    *rest: object,
+    compiled: bool = True,
+) -> torch.Tensor:
+    """``fn(out, block, row_factor, base, key, *rest)`` over a 2-D ``block`` (and ``out`` of its shape) whose
+    first element has index ``base``, ``row_factor`` of shape (rows, 1): compiled where possible (falling back to
+    eager, with one warning, if the compiled call fails), else eager over chunks of rows."""
+    rows, size = block.shape
+    if base + rows * size > MAX_ELEMENTS:
+        raise ValueError(
+            f"counter dither: indices run to {base + rows * size:,}, beyond {MAX_ELEMENTS:,} (int32 counters); "
+            "compress the tensor in parts or use dither=torch"
+        )
+    device = block.device
+
+    def at(r: int, c: int = 0) -> torch.Tensor:
+        return torch.tensor(base + r * size + c, dtype=torch.int32, device=device)
+
+    fast = _compiled(fn) if compiled else None
+    if fast is not None:
+        try:
+            fast(out, block, row_factor, at(0), key, *rest)
+            return out
+        except Exception as exc:  # noqa: BLE001 - a compile or run failure of generated code: fall back to eager
+            warnings.warn(f"counter dither: compiled {fn.__name__} failed ({exc}); using eager torch", stacklevel=2)
+            _COMPILED[fn.__name__] = None
+    # eager: tiles of about CHUNK_ELEMENTS (whole rows, or pieces of one long row), so temporaries stay in cache
+    rstep, cstep = (max(1, CHUNK_ELEMENTS // max(size, 1)), size) if size <= CHUNK_ELEMENTS else (1, CHUNK_ELEMENTS)
+    for r in range(0, rows, rstep):
+        for c in range(0, size, cstep):
+            tile = (slice(r, r + rstep), slice(c, c + cstep))
+            fn(out[tile], block[tile], row_factor[r : r + rstep], at(r, c), key, *rest)
+    return out

@@ -1,0 +1,154 @@
+"""The counter-based dither (compressors/counter_dither.py): the compiled fused quantizer equals the eager reference
+bit for bit; compiling degrades to eager (switched off, or failing); the numbers are uniform on [0, 1) (KS test) and
+make DQSG's error exactly uniform (Lemma 3) and QSGD unbiased; the same seed gives the same numbers on CPU and CUDA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
+from scipy import stats
+
+from gradstat.compressors import Context, counter_dither, create
+from gradstat.compressors.dither import ScaledQuantizer
+from gradstat.compressors.payload import Payload
+from gradstat.theory.dqsg import conditional_error
+
+
+@pytest.fixture
+def eager(monkeypatch):
+    """Eager torch only (the reference; statistical tests need no compiler)."""
+    monkeypatch.setenv("GRADSTAT_COMPILE", "0")
+    monkeypatch.setattr(counter_dither, "_COMPILED", {})
+
+
+def _uniforms(n: int, seed: int, base: int = 0) -> torch.Tensor:
+    key = counter_dither.keys(seed, 1, "cpu")
+    return counter_dither.uniform_rows(1, n, torch.tensor(base, dtype=torch.int32), key, torch.device("cpu"))[0]
+
+
+def test_counter_uniforms_pass_a_kolmogorov_smirnov_test_at_99_9_percent():
+    for seed in (0, 1):
+        u = _uniforms(1 << 18, seed).double()
+        assert float(u.min()) >= 0.0 and float(u.max()) < 1.0
+        assert stats.kstest(u.numpy(), "uniform").pvalue > 0.001
+        # consecutive counters are not correlated (lag-1 Pearson r, |z| below 3.29 = 99.9 % two-sided)
+        r = torch.corrcoef(torch.stack((u[:-1], u[1:])))[0, 1]
+        assert abs(float(r)) * (u.numel() ** 0.5) < 3.29
+
+
+def test_the_stream_depends_on_the_seed_and_on_the_index_only():
+    a, b = _uniforms(4096, 5), _uniforms(4096, 6)
+    assert (a == b).double().mean() < 0.01
+    assert torch.equal(_uniforms(4096, 5)[100:], _uniforms(3996, 5, base=100))
+
+
+def test_uniforms_are_multiples_of_2_to_the_minus_24():
+    u = _uniforms(10_000, 3).double()
+    assert torch.equal(u * 2**24, torch.round(u * 2**24))
+
+
+@pytest.mark.parametrize("M,K", [(1, 1), (2, 3)])
+def test_dqsg_with_counter_dither_has_the_exact_uniform_error(eager, M, K):
+    c = create(f"dqsg:M={M},partitions={K},dither=counter")
+    g = laplace(2000, 10 + M)
+    size = -(-g.numel() // K)
+    exact = sum(conditional_error(part.double().numpy(), c.delta) for part in g.split(size))
+    errs = ((draws(c, g, 400) - g.double()) ** 2).sum(1)
+    assert check_mean_equals(errs, exact) == []
+
+
+def test_qsgd_with_counter_dither_is_unbiased(eager):
+    assert check_unbiased(create("qsgd:s=2,bucket=100,dither=counter"), laplace(1000, 4), trials=400) == []
+
+
+def test_the_default_dither_is_unchanged_by_the_option(eager):
+    g = laplace(3000, 1)
+    plain, counter = create("dqsg"), create("dqsg:dither=counter")
+    assert plain.dither == "torch" and not torch.equal(plain.encode(g)["codes"], counter.encode(g)["codes"])
+
+
+QUANTIZERS = [
+    ScaledQuantizer(levels=4, bucket=512, norm="l2", subtract=False, dither="counter"),
+    ScaledQuantizer(levels=2, bucket=0, norm="linf", subtract=True, dither="counter"),
+    ScaledQuantizer(levels=1, bucket=64, norm="linf", subtract=True, onebit=True, dither="counter"),
+]
+
+
+def _round_trip(q: ScaledQuantizer, x: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    p = Payload(shape=x.shape, dtype=x.dtype)
+    q.encode(x, p, seed)
+    return p["codes"], q.decode(p, x.numel(), seed)
+
+
+def _compiled_equals_eager(monkeypatch, quantizers: list[ScaledQuantizer], cases: list[torch.Tensor]) -> None:
+    monkeypatch.setattr(counter_dither, "_COMPILED", {})
+    monkeypatch.setattr(counter_dither, "CHUNK_ELEMENTS", 1000)  # the eager path's tiles split rows and buckets
+    for q in quantizers:
+        for i, x in enumerate(cases):
+            monkeypatch.setenv("GRADSTAT_COMPILE", "1")
+            codes, out = _round_trip(q, x, seed=i)
+            assert counter_dither._COMPILED.get("quantize_rows_into") is not None  # the compiled path ran
+            monkeypatch.setenv("GRADSTAT_COMPILE", "0")
+            saved = dict(counter_dither._COMPILED)
+            counter_dither._COMPILED.clear()
+            ref_codes, ref_out = _round_trip(q, x, seed=i)
+            counter_dither._COMPILED.update(saved)
+            assert codes.dtype == ref_codes.dtype and torch.equal(codes, ref_codes)
+            assert torch.equal(out, ref_out)
+
+
+def test_compiled_fused_quantizer_equals_eager_bit_for_bit(monkeypatch):
+    """One compile per function (dynamic shapes): buckets of 3000 (the eager tiles of 1000 split them), full ones
+    and a ragged last one, dither subtracted."""
+    gen = torch.Generator().manual_seed(0)
+    cases = [torch.randn(d, generator=gen) for d in (5000, 70_001)]
+    q = ScaledQuantizer(levels=2, bucket=3000, norm="linf", subtract=True, dither="counter")
+    _compiled_equals_eager(monkeypatch, [q], cases)
+
+
+@pytest.mark.slow
+def test_compiled_fused_quantizers_equal_eager_at_every_setting(monkeypatch):
+    """Every kind of step (midtread half-dithered, dithered, 1-bit midrise), extreme scales, float64 input."""
+    gen = torch.Generator().manual_seed(1)
+    cases = [torch.randn(d, generator=gen) * s for d, s in ((5000, 1.0), (70_001, 1e-30), (1024, 1e30))]
+    cases.append(torch.randn(3001, generator=gen, dtype=torch.float64))
+    _compiled_equals_eager(monkeypatch, QUANTIZERS, cases)
+
+
+def test_a_compiler_failure_falls_back_to_eager_with_a_warning(monkeypatch):
+    monkeypatch.setattr(counter_dither, "_COMPILED", {})
+    monkeypatch.setenv("GRADSTAT_COMPILE", "1")
+
+    def broken(fn, **kwargs):
+        def run(*args):
+            raise RuntimeError("no C++ compiler")
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken)
+    x = laplace(3000, 2)
+    with pytest.warns(UserWarning, match="using eager torch"):
+        codes, out = _round_trip(QUANTIZERS[1], x, seed=7)
+    monkeypatch.setenv("GRADSTAT_COMPILE", "0")
+    monkeypatch.setattr(counter_dither, "_COMPILED", {})
+    ref_codes, ref_out = _round_trip(QUANTIZERS[1], x, seed=7)
+    assert torch.equal(codes, ref_codes) and torch.equal(out, ref_out)
+
+
+def test_a_counter_beyond_int32_is_refused_with_a_clear_error():
+    x = torch.zeros(1, 4)
+    with pytest.raises(ValueError, match="int32 counters"):
+        counter_dither.run_rows(
+            counter_dither.quantize_rows_into, torch.empty(1, 4, dtype=torch.int8), x, torch.ones(1, 1),
+            2**31 - 2, counter_dither.keys(0, 1, "cpu"), 4.0, -4, 4, 0.5, torch.int8, compiled=False,
+        )  # fmt: skip
+
+
+@pytest.mark.cuda
+def test_the_same_seed_gives_the_same_payload_on_cpu_and_cuda():
+    g = laplace(100_003, 3)
+    c = create("dqsg:M=2,dither=counter")
+    on_cpu, on_gpu = c.encode(g, Context(seed=2)), c.encode(g.cuda(), Context(seed=2))
+    assert torch.equal(on_cpu["codes"], on_gpu["codes"].cpu())
+    assert torch.equal(c.decode(on_gpu, Context(seed=2)).cpu(), c.decode(on_cpu, Context(seed=2)))
