@@ -81,16 +81,20 @@ def abs_scratch(x: torch.Tensor) -> torch.Tensor:
     read passes fresh, ~2 into warm memory). The result is valid until the next ``abs_scratch`` call of the same
     thread on a tensor of the same dtype and device: use it inside one encode and keep nothing that views it."""
     flat = x.reshape(-1)
-    return torch.abs(flat, out=_scratch(flat.numel(), flat.dtype, flat.device))
+    return torch.abs(flat, out=scratch(flat.numel(), flat.dtype, flat.device, "abs"))
 
 
-def _scratch(numel: int, dtype: torch.dtype, device: torch.device, slot: int = 0) -> torch.Tensor:
-    """This thread's reusable buffer number ``slot`` of ``numel`` elements of ``dtype`` on ``device`` (grown when
-    too small)."""
-    key = (dtype, device, slot)
+def scratch(numel: int, dtype: torch.dtype, device: torch.device, slot: str) -> torch.Tensor:
+    """A flat buffer of ``numel`` elements, reused across calls of the same thread, ``slot``, dtype and device.
+
+    The general form of :func:`abs_scratch` for a pass that writes a d-element temporary (a fresh 104 MB CPU tensor
+    page-faults ~15 read passes' worth on every call). The contents are undefined; the buffer is valid until the
+    next ``scratch`` call of the same thread with the same ``slot``, dtype and device: use it inside one encode or
+    decode, return nothing that views it. :func:`release_scratch` frees it."""
     cache = getattr(_SCRATCH, "buffers", None)
     if cache is None:
         cache = _SCRATCH.buffers = {}
+    key = (slot, dtype, torch.device(device))
     buf = cache.get(key)
     if buf is None or buf.numel() < numel:
         buf = cache[key] = torch.empty(numel, dtype=dtype, device=device)
@@ -183,16 +187,16 @@ def select_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float, signed
     candidates = flat_nonzero(maxima >= t)
     if candidates.numel() > DENSE_CANDIDATES * rows:  # a dense selection: one mask into warm memory
         values = abs_scratch(flat) if signed else flat
-        return flat_nonzero(torch.ge(values, t, out=_scratch(values.numel(), torch.bool, values.device)))
+        return flat_nonzero(torch.ge(values, t, out=scratch(values.numel(), torch.bool, values.device, "mask")))
     inside = torch.index_select(
         head,
         0,
         candidates,
-        out=_scratch(candidates.numel() * SELECT_BLOCK, head.dtype, head.device, slot=1).view(-1, SELECT_BLOCK),
+        out=scratch(candidates.numel() * SELECT_BLOCK, head.dtype, head.device, "candidates").view(-1, SELECT_BLOCK),
     ).reshape(-1)  # (warm memory: a fresh buffer page-faults on every call)
     if signed:
         inside.abs_()
-    local = flat_nonzero(torch.ge(inside, t, out=_scratch(inside.numel(), torch.bool, inside.device)))
+    local = flat_nonzero(torch.ge(inside, t, out=scratch(inside.numel(), torch.bool, inside.device, "mask")))
     found = candidates.index_select(0, local.div(SELECT_BLOCK, rounding_mode="floor"))
     found = found.mul_(SELECT_BLOCK).add_(local.remainder(SELECT_BLOCK))
     if rows * SELECT_BLOCK == flat.numel():
@@ -281,23 +285,6 @@ def to_float32_wire(x: torch.Tensor, who: str, what: str) -> torch.Tensor:
             "scale the gradient up (e.g. by a power of two) before compressing"
         )
     return out
-
-
-def scratch(numel: int, dtype: torch.dtype, device: torch.device, slot: str) -> torch.Tensor:
-    """A flat buffer of ``numel`` elements, reused across calls of the same thread, ``slot``, dtype and device.
-
-    The general form of :func:`abs_scratch` for a pass that writes a d-element temporary (a fresh 104 MB CPU tensor
-    page-faults ~15 read passes' worth on every call). The contents are undefined; the buffer is valid until the
-    next ``scratch`` call of the same thread with the same ``slot``, dtype and device: use it inside one encode or
-    decode, return nothing that views it. :func:`release_scratch` frees it."""
-    cache = getattr(_SCRATCH, "buffers", None)
-    if cache is None:
-        cache = _SCRATCH.buffers = {}
-    key = (slot, dtype, torch.device(device))
-    buf = cache.get(key)
-    if buf is None or buf.numel() < numel:
-        buf = cache[key] = torch.empty(numel, dtype=dtype, device=device)
-    return buf[:numel]
 
 
 def l2_norm_rows(x: torch.Tensor, slot: str = "scaled") -> torch.Tensor:
