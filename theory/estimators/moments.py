@@ -22,9 +22,10 @@ from gradstat.theory.fused import fused
 
 @fused
 def summary(x: torch.Tensor, absolute: bool) -> torch.Tensor:
-    """``[min v, max v, #(v != 0), sum v, sum v^2, min of the nonzero v]`` of ``v = |x|`` (``absolute``) or
-    ``v = x``, as a float64 tensor of 6 (NaN propagates into min and max; the last is +inf when all are zero). The sums are exact at every scale of float32 values (their
-    squares stay within float64's range); for float64 values they may overflow and are not used."""
+    """``[min v, max v, #(v != 0), sum v, sum v^2, min of the nonzero v]`` of ``v = |x|`` (``absolute``) or ``v = x``,
+    as a float64 tensor of 6 (NaN propagates into min and max; the last is +inf when all are zero). The sums are
+    exact at every scale of float32 values (their squares stay within float64's range); for float64 values they
+    may overflow and are not used."""
     v = x.abs() if absolute else x
     w = v.double()
     smallest_nonzero = torch.where(v != 0, v, torch.inf).amin().double()
