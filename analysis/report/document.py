@@ -325,7 +325,7 @@ def _timed(echo: Callable[[str], None], t0: float) -> Callable[[str], None]:
 
 RELATED = (
     ("the papers' experiments, paper against ours", "../experiments/README.md"),
-    ("the compressor micro-benchmark", "../bench/bench.md"),
+    ("the compressor micro-benchmark", "../experiments/sidco-microbench/bench/bench.md"),
     ("the validation checks against planted bugs (mutation table)", "../mutations.md"),
 )
 """Results that live beside a report committed in ``reports/demo/``; linked only where the file exists."""
