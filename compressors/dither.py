@@ -271,7 +271,7 @@ class ScaledQuantizer:
         """Flat float32 reconstruction of length ``d`` from the ``codes`` and ``scales`` parts."""
         codes, scale = payload["codes"], payload["scales"]
         _, _, offset, gain = self._range
-        if self.dither == "counter":
+        if self.dither == "counter" and self.subtract:  # half-dithered decoding draws nothing: the path below
             out = torch.empty(d, dtype=torch.float32, device=codes.device)
             key = counter_dither.keys(seed, DITHER_STREAM, codes.device)
             args = (gain, offset, self.subtract)
