@@ -13,7 +13,7 @@ int32 with wrapping multiplication and logical shifts written as arithmetic shif
 uint32 arithmetic): AVX2 has 32-bit but no 64-bit vector multiplies, so int64 arithmetic runs ~4x slower on a CPU.
 Indices are int32, so one call quantizes at most 2^31 - 1 elements.
 
-Eager torch is the reference and the fallback (no compiler, ``GRADSTAT_COMPILE=0``, or a compile error): the same
+Eager torch is the reference and the fallback (no compiler, ``GRADSTAT_COMPILE=never``, or a compile error): the same
 functions, run op by op over chunks of rows so that the temporaries stay in cache. Compiled and eager results are
 equal bit for bit (``tests/compressors/test_counter_dither.py``); the first compiled call of a process pays the
 compile (seconds), later calls of any size reuse it (``dynamic=True``).
@@ -21,13 +21,13 @@ compile (seconds), later calls of any size reuse it (``dynamic=True``).
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Callable
 
 import torch
 
 from gradstat.compressors.context import derive_seed
+from gradstat.theory.fused import can_compile, policy
 
 MULTIPLIERS = (0x7FEB352D, 0x5BD1E995)
 """Odd 32-bit multipliers of the two mixing rounds (below 2^31, so they are also positive int32 constants)."""
@@ -93,7 +93,10 @@ def reconstruct_rows(
 
 
 def _compile_enabled() -> bool:
-    return os.environ.get("GRADSTAT_COMPILE", "1") not in ("0", "false", "no", "off")
+    """The process's compile policy (:func:`gradstat.theory.fused.policy`): an explicit ``dither=counter`` is
+    compiled under ``auto`` wherever a C++ compiler is found, whatever the size (its point is the fused loop)."""
+    mode = policy()
+    return mode == "always" or (mode == "auto" and can_compile())
 
 
 _COMPILED: dict[str, Callable[..., torch.Tensor] | None] = {}

@@ -42,11 +42,17 @@ MIN_ELEMENTS = 1 << 21
 millisecond and the build would not pay for itself in a short run."""
 
 
+ALIASES = {"0": "never", "false": "never", "no": "never", "off": "never", "1": "always", "true": "always"}
+ALIASES.update({"yes": "always", "on": "always"})
+
+
 def policy() -> str:
-    """The compile policy from ``GRADSTAT_COMPILE`` (``auto`` when unset); a clear error for another value."""
+    """The compile policy from ``GRADSTAT_COMPILE`` (``auto`` when unset; ``0``/``off``/``false``/``no`` mean
+    ``never``, ``1``/``on``/``true``/``yes`` mean ``always``); a clear error for another value."""
     value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    value = ALIASES.get(value, value)
     if value not in POLICIES:
-        raise ValueError(f"{ENV} must be one of {', '.join(POLICIES)}, got {value!r}")
+        raise ValueError(f"{ENV} must be one of {', '.join(POLICIES)} (or 0/1), got {value!r}")
     return value
 
 

@@ -42,6 +42,10 @@ def test_policy_reads_the_environment_and_rejects_other_values(monkeypatch):
     monkeypatch.setenv(fused_mod.ENV, "Never")
     assert policy() == "never"
     assert not tail_moments.compiled_for(torch.zeros(fused_mod.MIN_ELEMENTS))
+    monkeypatch.setenv(fused_mod.ENV, "0")
+    assert policy() == "never"
+    monkeypatch.setenv(fused_mod.ENV, "on")
+    assert policy() == "always"
     monkeypatch.setenv(fused_mod.ENV, "sometimes")
     with pytest.raises(ValueError, match="GRADSTAT_COMPILE must be one of auto, always, never"):
         policy()
