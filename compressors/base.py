@@ -25,7 +25,7 @@ import torch
 
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import all_finite
+from gradstat.compressors.primitives import all_finite, forget_extremes
 
 Kind = Literal["sparsifier", "quantizer", "sketch", "identity"]
 
@@ -77,7 +77,10 @@ class Compressor(ABC):
         ctx = ctx or Context()
         flat = check_gradient(g, self.name)
         payload = Payload(shape=g.shape, dtype=g.dtype)
-        self._encode(flat.float() if flat.dtype != torch.float64 else flat, payload, ctx)
+        try:
+            self._encode(flat.float() if flat.dtype != torch.float64 else flat, payload, ctx)
+        finally:
+            forget_extremes()  # the check's extremes serve this encode only
         return payload
 
     def decode(self, payload: Payload, ctx: Context | None = None, side: torch.Tensor | None = None) -> torch.Tensor:

@@ -31,6 +31,7 @@ __all__ = [
     "block_max",
     "flat_nonzero",
     "all_finite",
+    "forget_extremes",
     "release_scratch",
     "count_true",
     "count_at_least",
@@ -63,6 +64,12 @@ def all_finite(x: torch.Tensor) -> bool:
     lo, hi = torch.aminmax(x.reshape(-1))
     _EXTREMES.last = (weakref.ref(x), x._version, lo, hi)
     return bool(torch.isfinite(torch.stack((lo, hi))).all())
+
+
+def forget_extremes() -> None:
+    """Drop the extremes :func:`all_finite` kept (the end of an encode: a later in-place change through ``.data``,
+    which bypasses the version counter, can then never be missed)."""
+    _EXTREMES.last = None
 
 
 _EXTREMES = threading.local()

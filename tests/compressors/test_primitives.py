@@ -142,3 +142,26 @@ def test_float32_wire_refuses_what_float32_cannot_carry():
         P.to_float32_wire(torch.tensor([1e-300], dtype=torch.float64), "c", "value")
     zero = P.to_float32_wire(torch.tensor([0.0, 1.0], dtype=torch.float64), "c", "value")
     assert zero.tolist() == [0.0, 1.0]
+
+
+def test_max_abs_reuses_the_checked_extremes_only_for_the_same_unchanged_tensor():
+    """all_finite keeps the extremes it read for max_abs on the same tensor (one pass for both); an in-place
+    change, another tensor (even at the same address) or the end of an encode must all force a fresh reading."""
+    from gradstat import compressors
+
+    x = torch.tensor([1.0, -3.0, 2.0])
+    assert P.all_finite(x) and float(P.max_abs(x)) == 3.0
+    x.mul_(2)  # bumps the version counter
+    assert float(P.max_abs(x)) == 6.0
+    P.all_finite(x)
+    del x
+    y = torch.tensor([0.5, -0.25, 0.125])  # may reuse the freed memory
+    assert float(P.max_abs(y)) == 0.5
+    z = torch.tensor([1.0, -4.0])
+    P.all_finite(z)
+    z.data.mul_(10)  # .data bypasses the version counter: forgetting is what makes this safe
+    P.forget_extremes()
+    assert float(P.max_abs(z)) == 40.0
+    P.all_finite(z)
+    compressors.create("topk:ratio=0.5").encode(z)
+    assert P._EXTREMES.last is None  # every encode forgets what its check read
