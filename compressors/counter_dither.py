@@ -105,9 +105,11 @@ _COMPILED: dict[str, Callable[..., torch.Tensor] | None] = {}
 def _compiled(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor] | None:
     """``torch.compile(fn, dynamic=True)``, built once per process; None where compiling is off or failed."""
     name = fn.__name__
+    if not _compile_enabled():  # the policy of this call (it may change between calls, e.g. ``forced``)
+        return None
     if name not in _COMPILED:
         try:
-            _COMPILED[name] = torch.compile(fn, dynamic=True) if _compile_enabled() else None
+            _COMPILED[name] = torch.compile(fn, dynamic=True)
         except Exception as exc:  # noqa: BLE001 - any compiler problem means: use eager
             warnings.warn(f"counter dither: torch.compile unavailable ({exc}); using eager torch", stacklevel=3)
             _COMPILED[name] = None

@@ -62,7 +62,8 @@ def all_finite(x: torch.Tensor) -> bool:
     if x.numel() == 0:
         return True
     lo, hi = torch.aminmax(x.reshape(-1))
-    _EXTREMES.last = (weakref.ref(x), x._version, lo, hi)
+    if not x.is_inference():  # inference tensors have no version counter: nothing is kept for them
+        _EXTREMES.last = (weakref.ref(x), x._version, lo, hi)
     return bool(torch.isfinite(torch.stack((lo, hi))).all())
 
 
@@ -73,9 +74,10 @@ def forget_extremes() -> None:
 
 
 _EXTREMES = threading.local()
-"""The extremes :func:`all_finite` last read, for :func:`max_abs` on the same tensor object while its version counter
-(bumped by every in-place change) is unchanged: each encode checks its input and then needs its largest magnitude,
-one pass for both. A weak reference, so nothing is kept alive and a new tensor can never match."""
+"""The extremes :func:`all_finite` last read, for the next :func:`max_abs` on the same tensor object while its
+version counter is unchanged: each encode checks its input and then needs its largest magnitude, one pass for both.
+A weak reference, so nothing is kept alive and a new tensor can never match; used once, and dropped at the end of
+every encode (:func:`forget_extremes`), because writes through ``.data`` or ``.numpy()`` do not bump the counter."""
 
 
 _SCRATCH = threading.local()
@@ -118,7 +120,7 @@ def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
 
 
 def release_scratch() -> None:
-    """Free this thread's :func:`abs_scratch` buffers (e.g. after compressing a very large tensor once)."""
+    """Free this thread's :func:`scratch` buffers (e.g. after compressing a very large tensor once)."""
     _SCRATCH.buffers = {}
 
 
@@ -227,6 +229,7 @@ def max_abs(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
         last = getattr(_EXTREMES, "last", None)
         if last is not None and last[0]() is x and last[1] == x._version:
             lo, hi = last[2], last[3]
+            _EXTREMES.last = None  # used once: the window for a change the counter does not see stays one call
         else:
             lo, hi = torch.aminmax(x.reshape(-1))
     else:

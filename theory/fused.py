@@ -26,6 +26,7 @@ Callers keep their own eager code path where it is cheaper than running the fuse
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 import shutil
@@ -42,6 +43,8 @@ MIN_ELEMENTS = 1 << 21
 millisecond and the build would not pay for itself in a short run."""
 
 
+_FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("gradstat_compile_forced", default=None)
+
 ALIASES = {"0": "never", "false": "never", "no": "never", "off": "never", "1": "always", "true": "always"}
 ALIASES.update({"yes": "always", "on": "always"})
 
@@ -49,6 +52,9 @@ ALIASES.update({"yes": "always", "on": "always"})
 def policy() -> str:
     """The compile policy from ``GRADSTAT_COMPILE`` (``auto`` when unset; ``0``/``off``/``false``/``no`` mean
     ``never``, ``1``/``on``/``true``/``yes`` mean ``always``); a clear error for another value."""
+    override = _FORCED.get()
+    if override is not None:
+        return override
     value = os.environ.get(ENV, "auto").strip().lower() or "auto"
     value = ALIASES.get(value, value)
     if value not in POLICIES:
@@ -96,7 +102,7 @@ class Fused:
             except Exception as exc:  # noqa: BLE001 - any build failure falls back to the reference
                 self._broken = True
                 warnings.warn(
-                    f"gradstat: could not compile the fused kernel {self.name!r} ({type(exc).__name__}: "
+                    f"gradstat: the compiled fused kernel {self.name!r} failed to build or run ({type(exc).__name__}: "
                     f"{str(exc).splitlines()[0] if str(exc) else ''}); using eager torch for the rest of this run "
                     f"(set {ENV}=never to skip the attempt)",
                     RuntimeWarning,
@@ -118,18 +124,15 @@ class Fused:
 @contextlib.contextmanager
 def forced(mode: str) -> Iterator[None]:
     """Run the enclosed code under compile policy ``mode`` (``auto``, ``always`` or ``never``), e.g. to time or
-    test the eager and the compiled path side by side; the previous setting is restored on exit."""
+    test the eager and the compiled path side by side; the previous setting is restored on exit. The override is
+    a context variable: it holds in this thread (and context) only, and the environment is not touched."""
     if mode not in POLICIES:
         raise ValueError(f"compile policy must be one of {', '.join(POLICIES)}, got {mode!r}")
-    before = os.environ.get(ENV)
-    os.environ[ENV] = mode
+    token = _FORCED.set(mode)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = before
+        _FORCED.reset(token)
 
 
 def fused(fn: Callable[..., torch.Tensor]) -> Fused:

@@ -7,6 +7,8 @@ the kernel really ran compiled, so a silent fallback cannot pass for a compiled 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -68,7 +70,7 @@ def test_a_build_that_fails_warns_once_and_falls_back_to_the_reference(monkeypat
     kernel = Fused(lambda x: x.sum())
     x = torch.arange(10.0)
     with forced("always"):
-        with pytest.warns(RuntimeWarning, match="could not compile the fused kernel"):
+        with pytest.warns(RuntimeWarning, match="the compiled fused kernel .* failed to build or run"):
             assert float(kernel(x)) == 45.0
         assert not kernel.compiled_for(x)  # stays eager for the rest of the run
         assert float(kernel(x)) == 45.0
@@ -128,27 +130,60 @@ def test_fused_statistics_equal_the_eager_passes_within_float32_rounding(monkeyp
 SIDCO = ["sidco:dist=exp,stages=3,ratio=0.001", "sidco:dist=gp,stages=2,ratio=0.01", "sidco:dist=gamma,ratio=0.01"]
 
 
+EXACT = ["sidco:dist=exp,stages=3,ratio=0.001", "sidco:dist=gp,stages=2,ratio=0.01"]
+EXACT += ["dgc:ratio=0.001", "gmc_topk:ratio=0.01", "threshold:eta=2.5", "tailcount:ratio=0.001"]
+
+
+def _both_paths(comp, g, monkeypatch):
+    with forced("always"):
+        signed = comp.encode(g)
+        with monkeypatch.context() as m:
+            m.setattr(type(comp), "_signed_threshold", lambda self, g, ctx, payload: None)
+            normalised = comp.encode(g)
+    return signed, normalised
+
+
 @needs_compiler
-@pytest.mark.parametrize(
-    "spec", SIDCO + ["dgc:ratio=0.001", "gmc_topk:ratio=0.01", "threshold:eta=2.5", "tailcount:ratio=0.001"]
-)
+@pytest.mark.parametrize("spec", EXACT + ["sidco:dist=gamma,ratio=0.01"])
 def test_signed_fused_path_is_exactly_the_normalised_path_at_every_scale(spec, monkeypatch):
-    """The signed path's threshold is 2^e times the normalised one bit for bit (SIDCo's float64 statistics, DGC's
-    and GMC's sampled magnitudes, tailcount's float64 counts and excesses), or the given one (threshold), so both
-    select the same coordinates; checked at
-    power-of-two scales from 2^-120 to 2^120."""
+    """The signed path's threshold is 2^e times the normalised one bit for bit (SIDCo's float64 sums, DGC's and
+    GMC's sampled magnitudes, tailcount's float64 counts and excesses), or the given one (threshold), so both
+    select the same coordinates; checked at power-of-two scales from 2^-120 to 2^120. The gamma first stage
+    takes float32 logarithms of |g| on one path and of |g| 2^-e on the other: equal up to one rounding of each
+    logarithm (relative 6e-8 per element), so its threshold agrees to 1e-6 (16x that) and its selection to
+    within the few coordinates such a difference can move across the threshold."""
     comp = compressors.create(spec)
     g0 = _laplace(300_000, 3)
     for power in (-120, 0, 120):
-        g = g0 * 2.0**power
-        with forced("always"):
-            signed = comp.encode(g)
-            with monkeypatch.context() as m:
-                m.setattr(type(comp), "_signed_threshold", lambda self, g, ctx, payload: None)
-                normalised = comp.encode(g)
-        assert float(signed.info["threshold"]) == float(normalised.info["threshold"])
-        assert torch.equal(signed["indices"], normalised["indices"])
-        assert torch.equal(signed["values"], normalised["values"])
+        signed, normalised = _both_paths(comp, g0 * 2.0**power, monkeypatch)
+        if spec in EXACT:
+            assert float(signed.info["threshold"]) == float(normalised.info["threshold"])
+            assert torch.equal(signed["indices"], normalised["indices"])
+            assert torch.equal(signed["values"], normalised["values"])
+        else:
+            t_s, t_n = float(signed.info["threshold"]), float(normalised.info["threshold"])
+            assert abs(t_s / t_n - 1) < 1e-6
+            a, b = set(signed["indices"].tolist()), set(normalised["indices"].tolist())
+            assert len(a ^ b) <= 2
+
+
+@needs_compiler
+def test_signed_path_keeps_magnitudes_the_normalisation_flushes_to_zero(monkeypatch):
+    """A vector spanning more than float32's exponent range: normalising by the largest magnitude's power of two
+    flushes |g| < 2^(e - 149) to zero, so that path leaves them out of the fit (as zeros); the signed path keeps
+    them. The fits then differ, and the signed one is the fit of the vector as given."""
+    g = _laplace(200_000, 7) * 1e29
+    g[::10] = 1e-21  # 10 % of the entries 50 orders of magnitude below the rest
+    comp = compressors.create("sidco:dist=exp,stages=1,ratio=0.01")
+    signed, normalised = _both_paths(comp, g, monkeypatch)
+    # the exponential fit of all nonzeros: threshold = mean |g| log(1 / delta') with delta' = delta d / n
+    n = g.numel()
+    want = float(g.abs().double().mean()) * math.log(n / (0.01 * n))
+    assert abs(float(signed.info["threshold"]) / want - 1) < 1e-9
+    n_kept = n - n // 10  # the normalised path sees only these as nonzero
+    mean_kept = float(g.abs().double().sum()) / n_kept
+    want_n = mean_kept * math.log(n_kept / (0.01 * n))
+    assert abs(float(normalised.info["threshold"]) / want_n - 1) < 1e-6
 
 
 @needs_compiler
@@ -181,8 +216,9 @@ def test_adaptive_sidco_learns_the_same_stages_on_both_paths():
         with forced(mode):
             for g in grads:
                 comp.encode(g, compressors.Context(state=state))
-        seen[mode] = (state.stages, len(state.history) if hasattr(state, "history") else None)
+        seen[mode] = (state.stages, list(state.history))
     assert seen["always"] == seen["never"]
+    assert len({m for m, _ in seen["always"][1]}) > 1  # M moved, so the comparison is of a learning state
 
 
 @needs_compiler
@@ -214,3 +250,27 @@ def test_fused_count_at_least_equals_the_eager_count():
         with forced("always"):
             got = P.count_at_least(a, t)
         assert not P._count_ge._broken and got == want
+
+
+@needs_compiler
+def test_fused_gamma_fit_of_a_vector_wider_than_float32_s_exponent_range():
+    """log z with z = |g| / unit underflows to log 0 for |g| far below the largest; the fused kernel takes the
+    logarithm of |g| itself, so the gamma fit of the signed path stays finite and equals the eager float64 fit of
+    the same magnitudes (to 1e-5: float32 against float64 logarithms and sums)."""
+    g = _laplace(200_000, 8) * 1e29
+    g[::1000] = 1e-21
+    comp = compressors.create("sidco:dist=gamma,stages=1,ratio=0.01")
+    with forced("always"):
+        fast = comp.encode(g)
+    with forced("never"):
+        want = multistage_threshold(g.abs().double(), 0.01, 1, first="gamma").threshold
+    assert fast.info["stopped_reason"] is None
+    assert abs(float(fast.info["threshold"]) / float(want) - 1) < 1e-5
+
+
+def test_compressors_work_under_inference_mode():
+    g = _laplace(10_000, 9)
+    with torch.inference_mode():
+        for spec in ("topk:ratio=0.01", "qsgd", "dgc:ratio=0.01", "sidco:ratio=0.01"):
+            comp = compressors.create(spec)
+            assert comp.decode(comp.encode(g)).shape == g.shape

@@ -40,15 +40,14 @@ def tail_moments(
 ) -> torch.Tensor:
     """Over the elements with ``|x| > above``: ``[n, sum z, sum z^2]`` (and ``sum log z`` when ``logs``), with
     ``z = (|x| - shift) * inv_unit``, as float64. ``above``, ``shift``, ``inv_unit``: 0-d float64 tensors.
-    ``logs`` requires ``shift = 0``; each logarithm is taken in x's dtype (as the eager path takes it; a float64
-    logarithm per element would cost several read passes) of z formed there by two power-of-two factors (each
-    within the dtype's range, so z is exact wherever it is a normal number), and accumulated in float64."""
+    ``logs`` requires ``shift = 0``; each logarithm is of |x| itself, taken in x's dtype (a float64 logarithm per
+    element would cost several read passes; |x| never underflows where z = |x| / unit would, for a vector that
+    spans more than the dtype's exponent range), plus log(inv_unit) in float64, accumulated in float64."""
     a = x.abs().double()
     used = a > above
     z = torch.where(used, (a - shift) * inv_unit, 0.0)
     parts = [used.sum().double(), z.sum(), (z * z).sum()]
-    if logs:  # shift 0: z = |x| * inv_unit formed in x's dtype by two exact power-of-two factors, then its log
-        half = torch.exp2(torch.floor(torch.log2(inv_unit) / 2))
-        z_x = x.abs() * half.to(x.dtype) * (inv_unit / half).to(x.dtype)
-        parts.append(torch.where(used, torch.log(torch.where(used, z_x, 1.0)).double(), 0.0).sum())
+    if logs:  # shift 0: log z = log |x| + log inv_unit, the log of |x| in x's dtype (finite for every nonzero x)
+        log_a = torch.log(torch.where(used, x.abs(), 1.0)).double()
+        parts.append(torch.where(used, log_a + torch.log(inv_unit), 0.0).sum())
     return torch.stack(parts)
