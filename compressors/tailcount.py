@@ -47,7 +47,7 @@ def _count_excess(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """``[n, sum(|x| - t)]`` over ``|x| >= t`` (float64; ``t`` a 0-d float64 tensor; with t = 0, n counts the
     zeros too and the sum is sum |x|)."""
     a = x.abs().double()
-    used = a >= t  # t > 0 (the caller clamps it), so zeros are never counted
+    used = a >= t  # t > 0 counts only nonzeros (count_and_excess clamps it); t = 0 gives sum |x| (the mean)
     return torch.stack((used.sum().double(), torch.where(used, a - t, 0.0).sum()))
 
 

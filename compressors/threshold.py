@@ -196,9 +196,12 @@ class ThresholdSparsifier(Compressor):
         """The threshold in ``g``'s own units computed from ``g`` itself, reading ``|g|`` inside fused kernels
         (:mod:`gradstat.theory.fused`) so that neither ``|g|`` nor its normalised copy is ever formed; None (the
         default) where the rule has no such path or the kernels would not run compiled. Such a threshold must be
-        exactly ``2^e`` times the one ``_threshold`` finds on the normalised magnitudes (power-of-two scaling is
-        exact in the float64 statistics), so both paths select the same coordinates. ``_refine`` then receives
-        the signed ``g`` in place of ``abs_g``."""
+        ``2^e`` times the one ``_threshold`` finds on the normalised magnitudes, bit for bit where the statistics
+        are float64 sums (power-of-two scaling is exact there) and to rounding where they take float32
+        logarithms (SIDCo's gamma stage), so both paths select the same coordinates -- except on a vector spanning
+        more than float32's exponent range: the normalisation flushes ``|g| < 2^(e - 149)`` to zero and so leaves
+        those out of the fit, while this path keeps them. ``_refine`` then receives the signed ``g`` in place of
+        ``abs_g``."""
         return None
 
     def _refine(self, abs_g: torch.Tensor, indices: torch.Tensor, payload: Payload, ctx: Context) -> torch.Tensor:

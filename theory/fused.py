@@ -18,7 +18,8 @@ result in several passes. It is compiled when the policy allows (:func:`policy`,
 - ``never``: always eager.
 
 A build that fails (no compiler, an unsupported torch) is reported once as a warning and the kernel stays eager
-for the rest of the process; results never depend on whether it compiled beyond the rounding of a reordered sum.
+for the rest of the process; results depend on whether it compiled only through rounding (reordered sums,
+float32 against float64 arithmetic).
 Callers keep their own eager code path where it is cheaper than running the fused function eagerly
 (:meth:`Fused.compiled_for` says which applies).
 """

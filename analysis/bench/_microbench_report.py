@@ -61,8 +61,8 @@ def goals_markdown(table: pd.DataFrame) -> str:
     if "load" in attrs:
         before, after = attrs["load"]
         lines.append(
-            f"- machine: {attrs['cores']} cores; 1-minute load average {before:.2f} at the start and {after:.2f} "
-            f"at the end of the run (above 1, other work shared the cores and absolute times are inflated)"
+            f"- machine: {attrs['cores']} cores; 1-minute load average {before:.2f} when the run started (the "
+            f"other work on the machine) and {after:.2f} at its end (this run's own threads included)"
         )
         lines.append(
             f"- fused kernels: policy {attrs['compile_policy']}, "

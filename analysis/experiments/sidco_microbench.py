@@ -204,6 +204,12 @@ def _growth(t: pd.DataFrame, name: str) -> float:
     return float(min(by[(r, hi)] / by[(r, lo)] for r in ratios))
 
 
+def _load(bench: pd.DataFrame) -> str:
+    """The machine's load when the bench started, as the bench measured it (``unknown`` for a table without it)."""
+    load = bench.attrs.get("load")
+    return f"{load[0]:.2f}" if load else "unknown"
+
+
 def notes(table: pd.DataFrame, bench: pd.DataFrame, device: str) -> list[str]:
     """Sentences generated from the numbers: SIDCo-E's speed-up per size, skipped sizes, where we measured."""
     out = [
@@ -211,7 +217,8 @@ def notes(table: pd.DataFrame, bench: pd.DataFrame, device: str) -> list[str]:
         + (
             "a CUDA device"
             if device == "cuda"
-            else f"this machine's CPU ({os.cpu_count()} cores; medians, noisy where other jobs share the machine)"
+            else f"this machine's CPU ({os.cpu_count()} cores, 1-minute load average {_load(bench)} when the "
+            "bench started; medians of repeated calls)"
         )
         + ": absolute times differ, so compare the trends (speed-up > 1 and growing with size), not the values.",
         "The paper's figures carry no printed values in the text we have; its side of the table is its stated claims.",

@@ -63,7 +63,7 @@ class Exceedances:
     Attributes
     ----------
     x : Tensor, shape (d,)
-        All magnitudes |g| (>= 0, validated by the caller).
+        All magnitudes |g| (>= 0, validated by the caller), or the signed g when ``signed`` is set.
     above : 0-d Tensor or None
         Exclusive lower bound of the elements used (the previous stage's threshold).
     shift : 0-d Tensor or None
