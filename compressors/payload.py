@@ -240,7 +240,8 @@ def _wire_words(
 
     Words are handed to :func:`bitpack.pack` in the narrowest dtype that holds them (a part sent at its dtype's own
     size is a view of its bytes; one-byte codes minus their bias stay one byte, the subtraction wrapping modulo 256
-    where the values fit the width), never widened to int64 unless a 64-bit split needs it."""
+    where the values fit the width); wider integer parts sent below their size are widened to int64 for the bias
+    subtraction."""
     t = part.tensor.detach().reshape(-1).to(device)
     width, size = int(part.width), _dtype_bits(part.tensor.dtype)
     if t.dtype.is_floating_point:
