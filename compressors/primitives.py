@@ -35,6 +35,7 @@ __all__ = [
     "release_scratch",
     "count_true",
     "count_at_least",
+    "count_excess",
     "select_at_least",
     "select_at_least_reference",
     "positive_threshold",
@@ -140,8 +141,13 @@ def positive_threshold(threshold: torch.Tensor | float, like: torch.Tensor) -> t
 
 
 @fused
-def _count_ge(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    return (x >= t).sum()
+def count_excess(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """``[n, sum(|x| - t)]`` over ``|x| >= t``, as float64 (``t`` a 0-d float64 tensor): one fused read where
+    compiled. With ``t > 0`` only nonzeros are counted; with ``t = 0`` the sum is ``sum |x|``. The count of every
+    iterative threshold search and the count and excess of :mod:`gradstat.compressors.tailcount`."""
+    a = x.abs().double()
+    used = a >= t
+    return torch.stack((used.sum().double(), torch.where(used, a - t, 0.0).sum()))
 
 
 def count_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> int:
@@ -149,8 +155,8 @@ def count_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> int:
     count; one fused read where compiled). Syncs: the count is a host decision for every iterative threshold
     search."""
     t = positive_threshold(threshold, abs_g)
-    if _count_ge.compiled_for(abs_g):
-        return int(_count_ge(abs_g.reshape(-1), t))
+    if count_excess.compiled_for(abs_g):
+        return int(count_excess(abs_g.reshape(-1), t.double())[0])
     return count_true(abs_g >= t)
 
 

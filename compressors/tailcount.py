@@ -33,22 +33,12 @@ import torch
 from gradstat.compressors.base import Properties, check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import positive_threshold
+from gradstat.compressors.primitives import count_excess, positive_threshold
 from gradstat.compressors.registry import register
 from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier
-from gradstat.theory.fused import fused
 
 FIRST_RATIO = 0.25
 """delta_1 of the anchor threshold (SIDCo Sec. 4: the first stage's ratio)."""
-
-
-@fused
-def _count_excess(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """``[n, sum(|x| - t)]`` over ``|x| >= t`` (float64; ``t`` a 0-d float64 tensor; with t = 0, n counts the
-    zeros too and the sum is sum |x|)."""
-    a = x.abs().double()
-    used = a >= t  # t > 0 counts only nonzeros (count_and_excess clamps it); t = 0 gives sum |x| (the mean)
-    return torch.stack((used.sum().double(), torch.where(used, a - t, 0.0).sum()))
 
 
 def count_and_excess(values: torch.Tensor, eta: torch.Tensor) -> tuple[int, torch.Tensor]:
@@ -56,7 +46,7 @@ def count_and_excess(values: torch.Tensor, eta: torch.Tensor) -> tuple[int, torc
     ``|values| - eta`` over them (0-d float64 tensor), in one fused pass where compiled. ``values``: the
     magnitudes or the signed vector; ``eta`` is rounded to their dtype first, as the selection compares."""
     t = positive_threshold(eta, values).double()  # eta in the values' dtype, at least their smallest positive value
-    stats = _count_excess(values, t)
+    stats = count_excess(values, t)
     return int(stats[0]), stats[1]
 
 
@@ -98,14 +88,14 @@ class TailCount(ThresholdSparsifier):
 
     def _signed_threshold(self, g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor | None:
         # every statistic is a float64 sum of |g| (exactly 2^e times the normalised one): the same threshold
-        return self._threshold(g, g, ctx, payload) if _count_excess.compiled_for(g) else None
+        return self._threshold(g, g, ctx, payload) if count_excess.compiled_for(g) else None
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         d = g.numel()
         check_ratio(self.ratio, d, who="tailcount ratio")
         k = math.ceil(self.ratio * d)
         lo_n, hi_n = min((1.0 - self.tol) * k, k - 1.0), max((1.0 + self.tol) * k, k + 1.0)
-        eta = _count_excess(abs_g, torch.zeros((), dtype=torch.float64, device=abs_g.device))[1] / d  # mean |g|
+        eta = count_excess(abs_g, torch.zeros((), dtype=torch.float64, device=abs_g.device))[1] / d  # mean |g|
         eta = eta * math.log(1.0 / max(self.ratio, FIRST_RATIO))
         if not bool(eta > 0):  # all zeros: nothing to send
             payload.info.update(counts=0, in_band=False)
