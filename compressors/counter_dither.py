@@ -21,13 +21,12 @@ compile (seconds), later calls of any size reuse it (``dynamic=True``).
 
 from __future__ import annotations
 
-import warnings
 from typing import Callable
 
 import torch
 
 from gradstat.compressors.context import derive_seed
-from gradstat.theory.fused import can_compile, policy
+from gradstat.theory.fused import Fused
 
 MULTIPLIERS = (0x7FEB352D, 0x5BD1E995)
 """Odd 32-bit multipliers of the two mixing rounds (below 2^31, so they are also positive int32 constants)."""
@@ -92,30 +91,6 @@ def reconstruct_rows(
     return value / gain * scale
 
 
-def _compile_enabled() -> bool:
-    """The process's compile policy (:func:`gradstat.theory.fused.policy`): an explicit ``dither=counter`` is
-    compiled under ``auto`` wherever a C++ compiler is found, whatever the size (its point is the fused loop)."""
-    mode = policy()
-    return mode == "always" or (mode == "auto" and can_compile())
-
-
-_COMPILED: dict[str, Callable[..., torch.Tensor] | None] = {}
-
-
-def _compiled(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor] | None:
-    """``torch.compile(fn, dynamic=True)``, built once per process; None where compiling is off or failed."""
-    name = fn.__name__
-    if not _compile_enabled():  # the policy of this call (it may change between calls, e.g. ``forced``)
-        return None
-    if name not in _COMPILED:
-        try:
-            _COMPILED[name] = torch.compile(fn, dynamic=True)
-        except Exception as exc:  # noqa: BLE001 - any compiler problem means: use eager
-            warnings.warn(f"counter dither: torch.compile unavailable ({exc}); using eager torch", stacklevel=3)
-            _COMPILED[name] = None
-    return _COMPILED[name]
-
-
 def quantize_rows_into(out: torch.Tensor, *args: object) -> torch.Tensor:
     """``out.copy_(quantize_rows(*args))``: a compiled form writes the codes straight into ``out``."""
     return out.copy_(quantize_rows(*args))  # type: ignore[arg-type]
@@ -124,6 +99,12 @@ def quantize_rows_into(out: torch.Tensor, *args: object) -> torch.Tensor:
 def reconstruct_rows_into(out: torch.Tensor, *args: object) -> torch.Tensor:
     """``out.copy_(reconstruct_rows(*args))``: a compiled form writes the values straight into ``out``."""
     return out.copy_(reconstruct_rows(*args))  # type: ignore[arg-type]
+
+
+KERNELS = {f.__name__: Fused(f, min_elements=0) for f in (quantize_rows_into, reconstruct_rows_into)}
+"""The fused forms (one generated loop each where compiled; :mod:`gradstat.theory.fused`, whose policy
+``GRADSTAT_COMPILE`` they follow): an explicit ``dither=counter`` is compiled at every size on a CPU with a C++
+compiler, since the fused loop is its point."""
 
 
 def run_rows(
@@ -137,8 +118,8 @@ def run_rows(
     compiled: bool = True,
 ) -> torch.Tensor:
     """``fn(out, block, row_factor, base, key, *rest)`` over a 2-D ``block`` (and ``out`` of its shape) whose
-    first element has index ``base``, ``row_factor`` of shape (rows, 1): compiled where possible (falling back to
-    eager, with one warning, if the compiled call fails), else eager over chunks of rows."""
+    first element has index ``base``, ``row_factor`` of shape (rows, 1): compiled where the policy allows (a
+    failed build or run warns once and computes eagerly), else eager over chunks of rows."""
     rows, size = block.shape
     if base + rows * size > MAX_ELEMENTS:
         raise ValueError(
@@ -150,14 +131,10 @@ def run_rows(
     def at(r: int, c: int = 0) -> torch.Tensor:
         return torch.tensor(base + r * size + c, dtype=torch.int32, device=device)
 
-    fast = _compiled(fn) if compiled else None
-    if fast is not None:
-        try:
-            fast(out, block, row_factor, at(0), key, *rest)
-            return out
-        except Exception as exc:  # noqa: BLE001 - a compile or run failure of generated code: fall back to eager
-            warnings.warn(f"counter dither: compiled {fn.__name__} failed ({exc}); using eager torch", stacklevel=2)
-            _COMPILED[fn.__name__] = None
+    kernel = KERNELS[fn.__name__]
+    if compiled and kernel.compiled_for(out):
+        kernel(out, block, row_factor, at(0), key, *rest)  # a failed build or run warns once and runs eagerly
+        return out
     # eager: tiles of about CHUNK_ELEMENTS (whole rows, or pieces of one long row), so temporaries stay in cache
     rstep, cstep = (max(1, CHUNK_ELEMENTS // max(size, 1)), size) if size <= CHUNK_ELEMENTS else (1, CHUNK_ELEMENTS)
     for r in range(0, rows, rstep):

@@ -19,7 +19,6 @@ from gradstat.theory.dqsg import conditional_error
 def eager(monkeypatch):
     """Eager torch only (the reference; statistical tests need no compiler)."""
     monkeypatch.setenv("GRADSTAT_COMPILE", "0")
-    monkeypatch.setattr(counter_dither, "_COMPILED", {})
 
 
 def _uniforms(n: int, seed: int, base: int = 0) -> torch.Tensor:
@@ -81,19 +80,25 @@ def _round_trip(q: ScaledQuantizer, x: torch.Tensor, seed: int) -> tuple[torch.T
     return p["codes"], q.decode(p, x.numel(), seed)
 
 
+def _fresh_kernels(monkeypatch) -> None:
+    """Kernels with no build yet and no failure remembered (each test starts from a clean process state)."""
+    for kernel in counter_dither.KERNELS.values():
+        monkeypatch.setattr(kernel, "_compiled", None)
+        monkeypatch.setattr(kernel, "_broken", False)
+
+
 def _compiled_equals_eager(monkeypatch, quantizers: list[ScaledQuantizer], cases: list[torch.Tensor]) -> None:
-    monkeypatch.setattr(counter_dither, "_COMPILED", {})
+    _fresh_kernels(monkeypatch)
     monkeypatch.setattr(counter_dither, "CHUNK_ELEMENTS", 1000)  # the eager path's tiles split rows and buckets
+    kernel = counter_dither.KERNELS["quantize_rows_into"]
     for q in quantizers:
         for i, x in enumerate(cases):
             monkeypatch.setenv("GRADSTAT_COMPILE", "1")
             codes, out = _round_trip(q, x, seed=i)
-            assert counter_dither._COMPILED.get("quantize_rows_into") is not None  # the compiled path ran
+            # the compiled path ran: built with fullgraph=True (a graph break would raise, fall back and mark it)
+            assert kernel._compiled is not None and not kernel._broken
             monkeypatch.setenv("GRADSTAT_COMPILE", "0")
-            saved = dict(counter_dither._COMPILED)
-            counter_dither._COMPILED.clear()
             ref_codes, ref_out = _round_trip(q, x, seed=i)
-            counter_dither._COMPILED.update(saved)
             assert codes.dtype == ref_codes.dtype and torch.equal(codes, ref_codes)
             assert torch.equal(out, ref_out)
 
@@ -117,7 +122,7 @@ def test_compiled_fused_quantizers_equal_eager_at_every_setting(monkeypatch):
 
 
 def test_a_compiler_failure_falls_back_to_eager_with_a_warning(monkeypatch):
-    monkeypatch.setattr(counter_dither, "_COMPILED", {})
+    _fresh_kernels(monkeypatch)
     monkeypatch.setenv("GRADSTAT_COMPILE", "1")
 
     def broken(fn, **kwargs):
@@ -128,10 +133,9 @@ def test_a_compiler_failure_falls_back_to_eager_with_a_warning(monkeypatch):
 
     monkeypatch.setattr(torch, "compile", broken)
     x = laplace(3000, 2)
-    with pytest.warns(UserWarning, match="using eager torch"):
+    with pytest.warns(RuntimeWarning, match="using eager torch"):
         codes, out = _round_trip(QUANTIZERS[1], x, seed=7)
     monkeypatch.setenv("GRADSTAT_COMPILE", "0")
-    monkeypatch.setattr(counter_dither, "_COMPILED", {})
     ref_codes, ref_out = _round_trip(QUANTIZERS[1], x, seed=7)
     assert torch.equal(codes, ref_codes) and torch.equal(out, ref_out)
 
