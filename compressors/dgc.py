@@ -22,13 +22,13 @@ from dataclasses import dataclass
 
 import torch
 
-from gradstat.compressors.base import Properties, check_ratio
+from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.payload import Payload
 from gradstat.compressors.primitives import block_max
 from gradstat.compressors.randk import random_subset
 from gradstat.compressors.registry import register
-from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier
+from gradstat.compressors.threshold import ThresholdSparsifier, threshold_properties
 
 
 def sampled_threshold(
@@ -81,12 +81,9 @@ class DGC(_SampledThreshold):
 
     fallback: float = 1.0
 
-    properties = Properties(
-        kind="sparsifier",
-        unbiased=False,
+    properties = threshold_properties(
+        "Lin et al. 2018 (DGC); SIDCo (Abdelmoniem et al.) Sec. 1 and footnote 2",
         randomized=True,
-        contraction=THRESHOLD_CONTRACTION,
-        source="Lin et al. 2018 (DGC); SIDCo (Abdelmoniem et al.) Sec. 1 and footnote 2",
     )
 
     def __post_init__(self) -> None:
@@ -110,10 +107,7 @@ class GMCTopK(_SampledThreshold):
     replacement. packed: bit-packed indices, else int32."""
 
     replacement = False
-    properties = Properties(
-        kind="sparsifier",
-        unbiased=False,
+    properties = threshold_properties(
+        "GMC (Zhao et al.) Sec. 5 (approximate top-K strategy)",
         randomized=True,
-        contraction=THRESHOLD_CONTRACTION,
-        source="GMC (Zhao et al.) Sec. 5 (approximate top-K strategy)",
     )

@@ -20,11 +20,11 @@ from statistics import NormalDist
 
 import torch
 
-from gradstat.compressors.base import Properties, check_ratio
+from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
 from gradstat.compressors.registry import register
-from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier, search_threshold
+from gradstat.compressors.threshold import ThresholdSparsifier, search_threshold, threshold_properties
 
 
 @register("gaussianksgd")
@@ -39,12 +39,8 @@ class GaussianKSGD(ThresholdSparsifier):
     max_iter: int = 5
     packed: bool = True
 
-    properties = Properties(
-        kind="sparsifier",
-        unbiased=False,
-        randomized=False,
-        contraction=THRESHOLD_CONTRACTION,
-        source="Shi et al. 2019 (GaussianK); SIDCo (Abdelmoniem et al.) Sec. 1 baseline",
+    properties = threshold_properties(
+        "Shi et al. 2019 (GaussianK); SIDCo (Abdelmoniem et al.) Sec. 1 baseline",
     )
 
     def __post_init__(self) -> None:

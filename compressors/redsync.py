@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import torch
 
-from gradstat.compressors.base import Properties, check_ratio
+from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
 from gradstat.compressors.registry import register
-from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier, search_threshold
+from gradstat.compressors.threshold import ThresholdSparsifier, search_threshold, threshold_properties
 
 
 @register("redsync")
@@ -36,12 +36,8 @@ class RedSync(ThresholdSparsifier):
     max_iter: int = 20
     packed: bool = True
 
-    properties = Properties(
-        kind="sparsifier",
-        unbiased=False,
-        randomized=False,
-        contraction=THRESHOLD_CONTRACTION,
-        source="Fang et al. 2019 (RedSync); SIDCo (Abdelmoniem et al.) Sec. 1 baseline",
+    properties = threshold_properties(
+        "Fang et al. 2019 (RedSync); SIDCo (Abdelmoniem et al.) Sec. 1 baseline",
     )
 
     def __post_init__(self) -> None:

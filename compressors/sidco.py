@@ -28,13 +28,13 @@ from typing import Literal
 
 import torch
 
-from gradstat.compressors.base import Properties, check_ratio
+from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
 from gradstat.compressors.registry import register
 from gradstat.compressors.stage_adaptation import StageState as SIDCoState
 from gradstat.compressors.stage_adaptation import record
-from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier
+from gradstat.compressors.threshold import ThresholdSparsifier, threshold_properties
 from gradstat.theory.distributions.names import distribution_name
 from gradstat.theory.estimators.moments import tail_moments
 from gradstat.theory.pot import multistage_threshold
@@ -67,13 +67,9 @@ class SIDCo(ThresholdSparsifier):
     quantile: Literal["exact", "approx"] = "exact"
     packed: bool = True
 
-    properties = Properties(
-        kind="sparsifier",
-        unbiased=False,
-        randomized=False,
-        contraction=THRESHOLD_CONTRACTION,
+    properties = threshold_properties(
+        "SIDCo (Abdelmoniem et al.) Sec. 2.3-2.4, 3, Algorithm 1",
         bound="topk_contraction",
-        source="SIDCo (Abdelmoniem et al.) Sec. 2.3-2.4, 3, Algorithm 1",
     )
 
     def __post_init__(self) -> None:

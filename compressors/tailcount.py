@@ -30,12 +30,12 @@ from dataclasses import dataclass
 
 import torch
 
-from gradstat.compressors.base import Properties, check_ratio
+from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
 from gradstat.compressors.primitives import count_excess, positive_threshold
 from gradstat.compressors.registry import register
-from gradstat.compressors.threshold import THRESHOLD_CONTRACTION, ThresholdSparsifier
+from gradstat.compressors.threshold import ThresholdSparsifier, threshold_properties
 
 FIRST_RATIO = 0.25
 """delta_1 of the anchor threshold (SIDCo Sec. 4: the first stage's ratio)."""
@@ -70,13 +70,9 @@ class TailCount(ThresholdSparsifier):
     max_counts: int = 8
     packed: bool = True
 
-    properties = Properties(
-        kind="sparsifier",
-        unbiased=False,
-        randomized=False,
-        contraction=THRESHOLD_CONTRACTION,
+    properties = threshold_properties(
+        "gradstat (count-corrected exponential threshold; SIDCo Cor. 1.1 and 2.1 for the first two steps)",
         bound="topk_contraction",
-        source="gradstat (count-corrected exponential threshold; SIDCo Cor. 1.1 and 2.1 for the first two steps)",
     )
 
     def __post_init__(self) -> None:

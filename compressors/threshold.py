@@ -42,6 +42,19 @@ THRESHOLD_CONTRACTION = "1 - k_hat/d"
 """Contraction constant of any sparsifier that keeps the k_hat largest magnitudes (k_hat = nonzeros sent)."""
 
 
+def threshold_properties(source: str, randomized: bool = False, bound: str | None = None) -> Properties:
+    """What every sparsifier that keeps its k_hat largest magnitudes declares: biased, with the contraction
+    :data:`THRESHOLD_CONTRACTION`; ``source`` the paper and section it implements."""
+    return Properties(
+        kind="sparsifier",
+        unbiased=False,
+        randomized=randomized,
+        contraction=THRESHOLD_CONTRACTION,
+        bound=bound,
+        source=source,
+    )
+
+
 def search_threshold(
     abs_g: torch.Tensor,
     k: int,
@@ -218,13 +231,9 @@ class FixedThreshold(ThresholdSparsifier):
     eta: float = 1e-3
     packed: bool = True
 
-    properties = Properties(
-        kind="sparsifier",
-        unbiased=False,
-        randomized=False,
-        contraction=THRESHOLD_CONTRACTION,
+    properties = threshold_properties(
+        "SIDCo (Abdelmoniem et al.) Sec. 1 (threshold-based sparsification)",
         bound=None,
-        source="SIDCo (Abdelmoniem et al.) Sec. 1 (threshold-based sparsification)",
     )
 
     def __post_init__(self) -> None:
