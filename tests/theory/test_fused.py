@@ -88,6 +88,7 @@ def test_compiled_kernels_equal_their_eager_reference(dtype, scale):
         v = x if absolute else x.abs()
         got, want = _compiled(summary, v, absolute), summary.reference(v, absolute)
         assert torch.equal(got[:3], want[:3])  # min, max and count are exact
+        # float64 sums of 1e5 terms in two orders: typical rounding ~sqrt(n) eps64 = 7e-14; 1e-12 is 15x that
         torch.testing.assert_close(got[3:], want[3:], rtol=1e-12, atol=0)
     above = torch.tensor(float(x.abs().median()), dtype=torch.float64)
     shift = above * 1.01
@@ -202,7 +203,10 @@ def test_fused_sidco_selects_what_the_eager_sidco_selects(spec):
         atol=0,
     )
     a, b = set(fast["indices"].tolist()), set(eager["indices"].tolist())
-    assert len(a ^ b) <= 2, f"{len(a ^ b)} coordinates differ"  # at most a tie of rounding at the threshold
+    # thresholds within 1e-5 relative: on a Laplace tail, count(|g| > t) = d exp(-t) moves by k t 1e-5 < 0.1
+    # coordinates in expectation, so more than 2 differing coordinates means a different selection rule
+    assert len(a ^ b) <= 2, f"{len(a ^ b)} coordinates differ"
+    # and both select about k (SIDCo's own estimation error on Laplace data is well inside a factor 1.5)
     assert abs(len(a) / (0.001 if "0.001" in spec else 0.01) / g.numel() - 1) < 0.5
 
 
