@@ -75,10 +75,13 @@ class Compressor(ABC):
     def encode(self, g: torch.Tensor, ctx: Context | None = None) -> Payload:
         """Encode ``g`` (any shape, floating dtype, finite). Returns the payload; ``payload.bits`` is exact."""
         ctx = ctx or Context()
-        flat = check_gradient(g, self.name)
+        flat = check_gradient(g, self.name, finite=False)
+        x = flat.float() if flat.dtype != torch.float64 else flat
+        if not self._validates_finite(x) and not all_finite(x):
+            raise nonfinite_error(x, self.name)
         payload = Payload(shape=g.shape, dtype=g.dtype)
         try:
-            self._encode(flat.float() if flat.dtype != torch.float64 else flat, payload, ctx)
+            self._encode(x, payload, ctx)
         finally:
             forget_extremes()  # the check's extremes serve this encode only
         return payload
@@ -123,6 +126,11 @@ class Compressor(ABC):
         """encode then decode (no side information)."""
         ctx = ctx or Context()
         return self.decode(self.encode(g, ctx), ctx)
+
+    def _validates_finite(self, flat: torch.Tensor) -> bool:
+        """Whether ``_encode`` proves the flat ``flat`` finite in a read it makes anyway (and raises
+        :func:`nonfinite_error` otherwise), so that :meth:`encode` skips its own check pass. False here."""
+        return False
 
     # -- to implement -----------------------------------------------------------------------------------------
     @abstractmethod
@@ -185,8 +193,9 @@ def decode_named(
     }
 
 
-def check_gradient(g: torch.Tensor, who: str = "compressor") -> torch.Tensor:
-    """Validate a gradient and return it flattened: a floating tensor with at least one element, all finite.
+def check_gradient(g: torch.Tensor, who: str = "compressor", finite: bool = True) -> torch.Tensor:
+    """Validate a gradient and return it flattened: a floating tensor with at least one element, all finite
+    (``finite=False`` leaves the last to a caller that proves it in a read of its own).
 
     The finiteness check syncs once; it is the price of never returning a silent NaN.
     """
@@ -197,10 +206,15 @@ def check_gradient(g: torch.Tensor, who: str = "compressor") -> torch.Tensor:
     if g.numel() == 0:
         raise ValueError(f"{who}: the gradient is empty (0 elements)")
     flat = g.reshape(-1)
-    if not all_finite(flat):  # one aminmax pass; the count below runs only on the error path
-        bad = int(torch.count_nonzero(~torch.isfinite(flat)))
-        raise ValueError(f"{who}: the gradient holds {bad} NaN/Inf value(s) out of {flat.numel()}")
+    if finite and not all_finite(flat):  # one aminmax pass
+        raise nonfinite_error(flat, who)
     return flat
+
+
+def nonfinite_error(flat: torch.Tensor, who: str = "compressor") -> ValueError:
+    """The error for a gradient holding NaN or Inf, with their count (a pass that runs on the error path only)."""
+    bad = int(torch.count_nonzero(~torch.isfinite(flat)))
+    return ValueError(f"{who}: the gradient holds {bad} NaN/Inf value(s) out of {flat.numel()}")
 
 
 def check_ratio(ratio: float, d: int | None = None, who: str = "ratio") -> float:

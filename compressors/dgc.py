@@ -25,7 +25,7 @@ import torch
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import block_max
+from gradstat.compressors.primitives import selects_signed
 from gradstat.compressors.randk import random_subset
 from gradstat.compressors.registry import register
 from gradstat.compressors.threshold import ThresholdSparsifier, threshold_properties
@@ -65,9 +65,11 @@ class _SampledThreshold(ThresholdSparsifier):
         check_ratio(self.ratio, abs_g.numel(), who=f"{self.name} ratio")
         return sampled_threshold(abs_g, self.ratio, self.sample_ratio, ctx.call_seed, self.replacement)
 
-    def _signed_threshold(self, g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor | None:
+    def _signed_threshold(
+        self, g: torch.Tensor, ctx: Context, payload: Payload, stats: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
         # the sampled magnitudes of g are 2^e times the normalised ones, so the threshold is too (exact)
-        if not block_max.compiled_for(g):
+        if not selects_signed(g):
             return None
         return self._threshold(g, g, ctx, payload)
 

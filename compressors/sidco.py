@@ -23,6 +23,7 @@ Without a state (``ctx.state is None``) an adaptive SIDCo runs with ``initial_st
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,13 +32,14 @@ import torch
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
+from gradstat.compressors.primitives import gather_at_least, selects_signed
 from gradstat.compressors.registry import register
 from gradstat.compressors.stage_adaptation import StageState as SIDCoState
 from gradstat.compressors.stage_adaptation import record
-from gradstat.compressors.threshold import ThresholdSparsifier, threshold_properties
+from gradstat.compressors.threshold import Narrowed, ThresholdSparsifier, threshold_properties
 from gradstat.theory.distributions.names import distribution_name
 from gradstat.theory.estimators.moments import tail_moments
-from gradstat.theory.pot import multistage_threshold
+from gradstat.theory.pot import PotResult, multistage_threshold
 
 
 @register("sidco")
@@ -107,14 +109,32 @@ class SIDCo(ThresholdSparsifier):
         m = self.stages if self.stages != "adaptive" else (state.stages if state is not None else self.initial_stages)
         return 1 if self.stages == "adaptive" and self.ratio >= self.first_ratio else int(m)
 
+    reads_summary = True
+
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
-        return self._fit(abs_g, ctx, payload, signed=False)
+        return self._fit(abs_g, ctx, payload, signed=False).threshold
 
-    def _signed_threshold(self, g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor | None:
-        return self._fit(g, ctx, payload, signed=True) if tail_moments.compiled_for(g) else None
+    def _signed_threshold(
+        self, g: torch.Tensor, ctx: Context, payload: Payload, stats: torch.Tensor | None = None
+    ) -> torch.Tensor | Narrowed | None:
+        if not tail_moments.compiled_for(g):
+            return None
+        pot = self._fit(g, ctx, payload, signed=True, stats=stats, narrow=selects_signed(g))
+        if pot.candidates is None or pot.candidate_magnitudes is None:
+            return pot.threshold
+        return Narrowed(pot.threshold, pot.candidates, pot.candidate_magnitudes)
 
-    def _fit(self, x: torch.Tensor, ctx: Context, payload: Payload, signed: bool) -> torch.Tensor:
-        """eta_M of the multi-stage fit of ``|x|`` (``x`` signed or magnitudes)."""
+    def _fit(
+        self,
+        x: torch.Tensor,
+        ctx: Context,
+        payload: Payload,
+        signed: bool,
+        stats: torch.Tensor | None = None,
+        narrow: bool = False,
+    ) -> PotResult:
+        """The multi-stage fit of ``|x|`` (``x`` signed or magnitudes), its threshold eta_M; with ``narrow``, the
+        last stage runs on the elements above eta_{M-1}, gathered once (:class:`PotResult` ``candidates``)."""
         check_ratio(self.ratio, x.numel(), who="sidco ratio")
         state = ctx.state if isinstance(ctx.state, SIDCoState) else None
         m = self.stage_count(state)
@@ -130,11 +150,13 @@ class SIDCo(ThresholdSparsifier):
                 quantile=self.quantile,
                 signed=signed,
                 final_count=False,  # the selection counts it
+                stats=stats,
+                narrow=_above if narrow else None,
             )
         except ValueError as exc:
             raise ValueError(f"sidco ({self.dist}, {m} stages): {exc}") from None
         payload.info.update(stages=m, stopped_reason=pot.stopped_reason)
-        return pot.threshold
+        return pot
 
     def _refine(self, abs_g: torch.Tensor, indices: torch.Tensor, payload: Payload, ctx: Context) -> torch.Tensor:
         """Learn from the count selected by eta_M (k_hat before ties are resolved): the adaptive stages' q."""
@@ -147,3 +169,9 @@ class SIDCo(ThresholdSparsifier):
     def _adapt(self, state: SIDCoState, quality: float, used: int) -> None:
         """Record q = k_hat/(delta d) for this call and, every Q calls, choose M (SIDCo Algorithm 1, Adapt_Stages)."""
         record(state, quality, used, int(self.period), float(self.eps), int(self.max_stages), self.adapt)
+
+
+def _above(x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Increasing indices and magnitudes of the elements with ``|x| > t`` (``t`` in x's dtype): ``|x| >=`` the
+    next value up."""
+    return gather_at_least(x, torch.nextafter(t, torch.full_like(t, math.inf)), signed=True)

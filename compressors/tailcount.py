@@ -82,7 +82,9 @@ class TailCount(ThresholdSparsifier):
         if isinstance(self.max_counts, bool) or int(self.max_counts) < 1:
             raise ValueError(f"tailcount max_counts must be an integer >= 1, got {self.max_counts}")
 
-    def _signed_threshold(self, g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor | None:
+    def _signed_threshold(
+        self, g: torch.Tensor, ctx: Context, payload: Payload, stats: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
         # every statistic is a float64 sum of |g| (exactly 2^e times the normalised one): the same threshold
         return self._threshold(g, g, ctx, payload) if count_excess.compiled_for(g) else None
 

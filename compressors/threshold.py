@@ -22,21 +22,22 @@ from dataclasses import dataclass
 
 import torch
 
-from gradstat.compressors.base import Compressor, Properties
+from gradstat.compressors.base import Compressor, Properties, nonfinite_error
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload, float_width, index_width
 from gradstat.compressors.primitives import (
     abs_scratch,
-    block_max,
     count_at_least,
     max_abs,
     normalise_by_pow2,
     pow2_exponent,
     scale_by_pow2,
     select_at_least,
+    selects_signed,
     to_float32_wire,
 )
 from gradstat.compressors.registry import register
+from gradstat.theory.estimators.moments import summary
 
 THRESHOLD_CONTRACTION = "1 - k_hat/d"
 """Contraction constant of any sparsifier that keeps the k_hat largest magnitudes (k_hat = nonzeros sent)."""
@@ -151,6 +152,17 @@ def break_ties(abs_g: torch.Tensor, indices: torch.Tensor, k: int) -> torch.Tens
     return indices
 
 
+@dataclass
+class Narrowed:
+    """A threshold together with the increasing ``indices`` of a superset of the coordinates it selects and their
+    ``magnitudes`` (what a multi-stage fit gathered on its way, :func:`gradstat.theory.pot.multistage_threshold`
+    with ``narrow``)."""
+
+    threshold: torch.Tensor
+    indices: torch.Tensor
+    magnitudes: torch.Tensor
+
+
 class ThresholdSparsifier(Compressor):
     """A sparsifier defined by how it computes its threshold from ``|g|``.
 
@@ -169,19 +181,36 @@ class ThresholdSparsifier(Compressor):
     needs_signed: bool = False
     """Whether ``_threshold`` reads the signed ``g`` (then it receives the power-of-two normalised copy)."""
 
+    reads_summary: bool = False
+    """Whether the rule's signed path starts from the fused summary of ``|g|``
+    (:func:`gradstat.theory.estimators.moments.summary`): where that kernel runs compiled, its read is also the
+    gradient's finiteness check and gives the largest magnitude, so the encode reads ``g`` once less."""
+
+    def _validates_finite(self, flat: torch.Tensor) -> bool:
+        return self.reads_summary and summary.compiled_for(flat)
+
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         # Thresholds are found on |g| 2^-e with 2^e the power of two at max |g| (exact): every threshold rule sees
         # the same numbers for g and for g scaled by any power of two, so the selection is exactly equivariant,
         # and fits never meet values near float32's overflow or denormal range.
-        top = max_abs(g)
+        stats = None
+        if self._validates_finite(g):  # the summary is the check (NaN and Inf reach its maximum) and gives max |g|
+            stats = summary(g, True)
+            top = stats[1]
+            if not bool(torch.isfinite(top)):
+                raise nonfinite_error(g, self.name)
+        else:
+            top = max_abs(g)
         if not bool(top > 0):  # an all-zero gradient: no rule selects a zero, so nothing is sent
             payload.info["threshold"] = torch.full((), math.inf, dtype=g.dtype, device=g.device)
             payload.info["k_hat"] = 0
             add_sparse(payload, g, torch.zeros(0, dtype=torch.int64, device=g.device), self.packed)
             return
-        eta = self._signed_threshold(g, ctx, payload)
-        signed = eta is not None
-        if eta is not None:  # in g's units, |g| read inside fused kernels: no magnitude vector is formed
+        found = self._signed_threshold(g, ctx, payload, stats)
+        signed = found is not None
+        narrowed = found if isinstance(found, Narrowed) else None
+        if found is not None:  # eta in g's units, |g| read inside fused kernels: no magnitude vector is formed
+            eta = found.threshold if isinstance(found, Narrowed) else found
             mags = g
         else:
             e = pow2_exponent(top)
@@ -190,7 +219,11 @@ class ThresholdSparsifier(Compressor):
             eta = self._threshold(g_n, mags, ctx, payload)
             if self.absolute_threshold:
                 eta = scale_by_pow2(eta, -e)
-        indices = self._refine(mags, select_at_least(mags, eta, signed=signed), payload, ctx)
+        if narrowed is None:
+            indices = select_at_least(mags, eta, signed=signed)
+        else:  # the rule narrowed the search to a superset of the selection
+            indices = narrowed.indices.index_select(0, select_at_least(narrowed.magnitudes, eta))
+        indices = self._refine(mags, indices, payload, ctx)
         ratio = getattr(self, "ratio", None)
         if ratio is not None:
             indices = break_ties(mags, indices, math.ceil(ratio * mags.numel()))
@@ -205,7 +238,9 @@ class ThresholdSparsifier(Compressor):
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         """The threshold eta (0-d tensor on ``g``'s device) for the flat gradient ``g`` with ``abs_g = |g|``."""
 
-    def _signed_threshold(self, g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor | None:
+    def _signed_threshold(
+        self, g: torch.Tensor, ctx: Context, payload: Payload, stats: torch.Tensor | None = None
+    ) -> torch.Tensor | Narrowed | None:
         """The threshold in ``g``'s own units computed from ``g`` itself, reading ``|g|`` inside fused kernels
         (:mod:`gradstat.theory.fused`) so that neither ``|g|`` nor its normalised copy is ever formed; None (the
         default) where the rule has no such path or the kernels would not run compiled. Such a threshold must be
@@ -214,7 +249,9 @@ class ThresholdSparsifier(Compressor):
         logarithms (SIDCo's gamma stage), so both paths select the same coordinates -- except on a vector spanning
         more than float32's exponent range: the normalisation flushes ``|g| < 2^(e - 149)`` to zero and so leaves
         those out of the fit, while this path keeps them. ``_refine`` then receives the signed ``g`` in place of
-        ``abs_g``."""
+        ``abs_g``. ``stats``: the fused summary of ``|g|`` already read (see :attr:`reads_summary`), else None. A
+        rule that has gathered a superset of the selection on the way returns it with the threshold
+        (:class:`Narrowed`): the selection then reads only those elements."""
         return None
 
     def _refine(self, abs_g: torch.Tensor, indices: torch.Tensor, payload: Payload, ctx: Context) -> torch.Tensor:
@@ -245,6 +282,8 @@ class FixedThreshold(ThresholdSparsifier):
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         return torch.tensor(float(self.eta), dtype=abs_g.dtype, device=abs_g.device)
 
-    def _signed_threshold(self, g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor | None:
+    def _signed_threshold(
+        self, g: torch.Tensor, ctx: Context, payload: Payload, stats: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
         # eta is in g's units: compare |g| with it directly (exact), where the block maxima run fused
-        return self._threshold(g, g, ctx, payload) if block_max.compiled_for(g) else None
+        return self._threshold(g, g, ctx, payload) if selects_signed(g) else None

@@ -17,6 +17,7 @@ the previous threshold, ends the recursion and is reported in ``stopped_reason``
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +35,9 @@ FIRST = ("exponential", "gamma", "genpareto")
 LATER = ("exponential", "genpareto")
 PAPER_LATER = {"exponential": "exponential", "gamma": "genpareto", "genpareto": "genpareto"}
 ANCHORS = ("threshold", "min_survivor")
+NARROW_FRACTION = 0.03
+"""``narrow`` gathers the elements above eta_{M-1} only when their expected fraction, prod_{m<M} delta_m, is at
+most this: a selection of more elements costs more than the last stage's pass it replaces."""
 
 
 @dataclass
@@ -54,6 +58,11 @@ class PotResult:
     threshold: torch.Tensor
     stages: list[StageResult]
     stopped_reason: str | None
+    candidates: torch.Tensor | None = None
+    """With ``narrow``: the indices (increasing) of every element above the last stage's anchor threshold
+    eta_{M-1}, a superset of those above the final threshold; None when the stages ran on the whole vector."""
+    candidate_magnitudes: torch.Tensor | None = None
+    """With ``candidates``: the magnitudes of those elements, in the same order."""
 
 
 def stage_ratios(ratio: float, stages: int, first_ratio: float = 0.25) -> list[float]:
@@ -124,6 +133,8 @@ def multistage_threshold(
     quantile: str = "exact",
     signed: bool = False,
     final_count: bool = True,
+    stats: torch.Tensor | None = None,
+    narrow: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> PotResult:
     """Threshold for a target ratio by M-stage peak over threshold (SIDCo Sec. 2.4, Lemma 2, Cor. 2.1).
 
@@ -160,6 +171,16 @@ def multistage_threshold(
     final_count : bool
         Count the survivors of the final threshold (one more pass); False leaves the last stage's ``survivors``
         None, for a caller that selects with the threshold and counts there.
+    stats : Tensor, optional
+        The fused summary of ``abs_g`` (:func:`gradstat.theory.estimators.moments.summary`, same ``signed``) when
+        the caller has read it already (see :func:`gradstat.theory.estimators.magnitudes.check_magnitudes`).
+    narrow : callable ``(x, t) -> (indices, magnitudes)``, optional
+        With M >= 2 stages (and at most :data:`NARROW_FRACTION` of the elements expected above eta_{M-1}): the
+        increasing indices of the elements with ``|x| > t`` (``t`` in x's dtype) and their magnitudes. The
+        elements above eta_{M-1} are then gathered once (one selection in place of the last stage's pass over the
+        whole vector) and the last stage runs on them; their indices are returned as ``candidates`` (and their
+        magnitudes as ``candidate_magnitudes``), from which the caller selects. Same statistics up to the order
+        of their sums.
 
     Returns
     -------
@@ -176,7 +197,7 @@ def multistage_threshold(
     later_method = _later_method(method)
     run_later = estimator(later, later_method)
     deltas = stage_ratios(ratio, stages, first_ratio) if ratios is None else _check_ratios(ratios, ratio, stages)
-    mags = check_magnitudes(abs_g, "abs_g", spread=first in SHAPED, signed=signed)
+    mags = check_magnitudes(abs_g, "abs_g", spread=first in SHAPED, signed=signed, stats=stats)
     check_length(mags.d, ratio)
     x = mags.values
     unit = unit_for(mags.max)  # statistics normalised by a power of two near max |g| (scale-free arithmetic)
@@ -212,8 +233,12 @@ def multistage_threshold(
     # shifted exceedances, reused by every stage (the fused kernel needs none)
     fused_stages = signed or tail_moments.compiled_for(x)
     workspace = torch.empty_like(x) if len(deltas) > 1 and not fused_stages else None
-    for delta in deltas[1:]:
+    candidates = None
+    for m, delta in enumerate(deltas[1:], start=2):
         prev = done[-1].threshold
+        if narrow is not None and m == len(deltas) and math.prod(deltas[:-1]) <= NARROW_FRACTION:
+            candidates, x = narrow(x, prev.to(x.dtype))  # the magnitudes: the last stage reads them unsigned
+            workspace, signed = None, False
         if anchor == "threshold":
             shift = prev
         else:
@@ -240,7 +265,10 @@ def multistage_threshold(
         ok = done[-1].ok & (count >= 2) & est.valid() & torch.isfinite(candidate)
         eta = torch.where(ok, candidate, prev)
         done.append(_Stage(delta, eta, est, count, ok, 0, later_method, later))
-    return _finish(x, done, fused_stages, final_count)
+    result = _finish(x, done, fused_stages, final_count)
+    if candidates is not None:
+        result.candidates, result.candidate_magnitudes = candidates, x
+    return result
 
 
 def _finish(x: torch.Tensor, done: list[_Stage], fused_stages: bool, final_count: bool) -> PotResult:

@@ -165,3 +165,35 @@ def test_max_abs_reuses_the_checked_extremes_only_for_the_same_unchanged_tensor(
     P.all_finite(z)
     compressors.create("topk:ratio=0.5").encode(z)
     assert P._EXTREMES.last is None  # every encode forgets what its check read
+
+
+@pytest.mark.parametrize("name", ["laplace", "with_zeros", "ties", "denormal", "near_overflow", "float64"])
+@pytest.mark.parametrize("signed", [False, True])
+def test_chunked_selection_across_many_chunks_equals_the_plain_mask(name, signed, monkeypatch):
+    """The CPU selection reads the vector a chunk at a time: with chunks of 61 elements (a ragged last chunk, most
+    chunks holding no hit at the high quantiles) its indices, and the magnitudes ``gather_at_least`` takes from
+    each chunk, equal the plain mask's over the whole vector."""
+    monkeypatch.setattr(P, "SELECT_CHUNK", 61)
+    x = CASES[name]
+    a = x.abs()
+    for quantile in (0.0, 0.5, 0.99, 0.9999, 1.0):
+        t = torch.quantile(a.double(), quantile).to(a.dtype)
+        reference = torch.nonzero((a >= t) & (a > 0)).squeeze(1)
+        v = x if signed else a
+        assert torch.equal(P.select_at_least(v, t, signed=signed), reference)
+        indices, values = P.gather_at_least(v, t, signed=signed)
+        assert torch.equal(indices, reference) and torch.equal(values, a[reference])
+    assert P.select_at_least(x, a.max() * 2, signed=True).numel() == 0
+    assert P.gather_at_least(x, a.max() * 2, signed=True)[1].numel() == 0
+
+
+def test_blocked_selection_off_the_cpu_path_equals_the_plain_mask():
+    """The block-maxima selection (the path of non-CPU devices), run here on CPU tensors: sparse (a few candidate
+    blocks), dense (the whole-mask fallback), signed and with a ragged tail."""
+    x = _laplace(64 * 1000 + 37)
+    a = x.abs()
+    for t in (0.01, 3.0, 9.0, float(a.max())):
+        reference = torch.nonzero(a >= t).squeeze(1)
+        bound = P.positive_threshold(t, a)
+        assert torch.equal(P._select_blocked(a, bound, False), reference)
+        assert torch.equal(P._select_blocked(x, bound, True), reference)

@@ -83,7 +83,9 @@ def as_magnitudes_tensor(x: object, name: str = "x") -> torch.Tensor:
     return t.reshape(-1)
 
 
-def check_magnitudes(x: object, name: str = "x", *, spread: bool = False, signed: bool = False) -> Magnitudes:
+def check_magnitudes(
+    x: object, name: str = "x", *, spread: bool = False, signed: bool = False, stats: torch.Tensor | None = None
+) -> Magnitudes:
     """Validate |g| values and summarise them (one pass over the data, one host synchronisation).
 
     Parameters
@@ -98,6 +100,9 @@ def check_magnitudes(x: object, name: str = "x", *, spread: bool = False, signed
     signed : bool
         ``x`` holds signed values g and the magnitudes are |g|: checked and summarised by the fused kernel
         :func:`gradstat.theory.estimators.moments.summary` without forming |g| (compiled where possible).
+    stats : Tensor, optional
+        That summary of exactly this ``x`` (same ``signed``) when the caller has already read it (its own
+        finiteness check): used in place of another pass.
 
     Raises
     ------
@@ -109,8 +114,9 @@ def check_magnitudes(x: object, name: str = "x", *, spread: bool = False, signed
     if t.numel() == 0:
         raise ValueError(f"{name} is empty; need at least one |g| value")
     sums, fused_min_nonzero = None, None
-    if signed or summary.compiled_for(t):
-        stats = summary(t, signed)  # one fused pass where compiled
+    if stats is not None or signed or summary.compiled_for(t):
+        if stats is None:
+            stats = summary(t, signed)  # one fused pass where compiled
         lo_f, hi_f, n_nonzero, fused_min_nonzero = stats[[0, 1, 2, 5]].tolist()
         sums = stats[3:5] if t.dtype == torch.float32 else None
     else:
