@@ -18,6 +18,7 @@ Every function has a plain reference in ``tests/compressors/test_primitives.py``
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 
@@ -39,6 +40,7 @@ __all__ = [
     "count_excess",
     "select_at_least",
     "select_at_least_reference",
+    "scan_at_least",
     "selects_signed",
     "positive_threshold",
     "pow2_exponent",
@@ -217,30 +219,49 @@ def selects_signed(x: torch.Tensor) -> bool:
 
 
 def _select_chunked(
-    flat: torch.Tensor, t: torch.Tensor, signed: bool, gather: bool = False
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`select_at_least` on a contiguous CPU vector, a cache-sized chunk at a time (numpy loops); with
-    ``gather``, also the selected magnitudes (taken from the chunk while it is in cache)."""
+    flat: torch.Tensor, t: torch.Tensor, signed: bool, gather: bool = False, extreme: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+    """:func:`select_at_least` on a contiguous CPU vector, a cache-sized chunk at a time (numpy loops). Also
+    returns the selected magnitudes with ``gather`` (taken from each chunk while it is in cache), and with
+    ``extreme`` the largest magnitude of the whole vector (NaN if any element is NaN, +inf if any is infinite;
+    else NaN is returned in its place)."""
     x = flat.detach().numpy()
     bound = x.dtype.type(t.item())  # the threshold in x's dtype: the comparisons are exact
     chunk = min(SELECT_CHUNK, x.size)
     magnitudes = scratch(chunk, flat.dtype, flat.device, "select chunk").numpy() if signed else None
     mask = scratch(chunk, torch.bool, flat.device, "select mask").numpy()
-    found, values = [], []
+    found, values, tops = [], [], []
     for start in range(0, x.size, chunk):
         part = x[start : start + chunk]
         if magnitudes is not None:
             part = np.abs(part, out=magnitudes[: part.size])
+        if extreme:
+            tops.append(part.max())  # (in cache: a fraction of a pass; numpy's max propagates NaN)
         hits = np.flatnonzero(np.greater_equal(part, bound, out=mask[: part.size]))
         if hits.size:
             if gather:
                 values.append(part.take(hits))
             hits += start
             found.append(hits)
+    top = float(max(tops, key=lambda v: math.inf if v != v else v)) if extreme else math.nan  # NaN wins
     if not found:
-        return torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=flat.dtype) if gather else None
+        return torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=flat.dtype) if gather else None, top
     indices = torch.from_numpy(np.concatenate(found) if len(found) > 1 else found[0])
-    return indices, (torch.from_numpy(np.concatenate(values) if len(values) > 1 else values[0]) if gather else None)
+    gathered = torch.from_numpy(np.concatenate(values) if len(values) > 1 else values[0]) if gather else None
+    return indices, gathered, top
+
+
+def scan_at_least(
+    abs_g: torch.Tensor, threshold: torch.Tensor | float, signed: bool = False
+) -> tuple[torch.Tensor, float]:
+    """:func:`select_at_least` and the largest magnitude of the whole vector (NaN if any element is NaN, +inf if
+    any is infinite): on a CPU in the same read (the chunks' maxima are taken in cache), so that the selection is
+    also the finiteness check; elsewhere one more pass."""
+    flat = abs_g.reshape(-1)
+    if flat.device.type == "cpu" and flat.dtype in _NUMPY_DTYPES and flat.is_contiguous():
+        indices, _, top = _select_chunked(flat, positive_threshold(threshold, abs_g), signed, extreme=True)
+        return indices, top
+    return select_at_least(flat, threshold, signed), float(max_abs(flat))  # (aminmax: NaN propagates)
 
 
 def gather_at_least(
@@ -250,7 +271,7 @@ def gather_at_least(
     CPU (each chunk's selected magnitudes are taken while it is in cache); elsewhere a gather after the selection."""
     flat = abs_g.reshape(-1)
     if flat.device.type == "cpu" and flat.dtype in _NUMPY_DTYPES and flat.is_contiguous():
-        indices, values = _select_chunked(flat, positive_threshold(threshold, abs_g), signed, gather=True)
+        indices, values, _ = _select_chunked(flat, positive_threshold(threshold, abs_g), signed, gather=True)
         assert values is not None
         return indices, values
     indices = select_at_least(flat, threshold, signed)

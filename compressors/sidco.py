@@ -151,7 +151,7 @@ class SIDCo(ThresholdSparsifier):
                 signed=signed,
                 final_count=False,  # the selection counts it
                 stats=stats,
-                narrow=_above if narrow else None,
+                narrow=exceedances_above if narrow else None,
             )
         except ValueError as exc:
             raise ValueError(f"sidco ({self.dist}, {m} stages): {exc}") from None
@@ -171,7 +171,7 @@ class SIDCo(ThresholdSparsifier):
         record(state, quality, used, int(self.period), float(self.eps), int(self.max_stages), self.adapt)
 
 
-def _above(x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def exceedances_above(x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Increasing indices and magnitudes of the elements with ``|x| > t`` (``t`` in x's dtype): ``|x| >=`` the
     next value up."""
     return gather_at_least(x, torch.nextafter(t, torch.full_like(t, math.inf)), signed=True)

@@ -32,8 +32,8 @@ from gradstat.compressors.primitives import (
     normalise_by_pow2,
     pow2_exponent,
     scale_by_pow2,
+    scan_at_least,
     select_at_least,
-    selects_signed,
     to_float32_wire,
 )
 from gradstat.compressors.registry import register
@@ -202,9 +202,7 @@ class ThresholdSparsifier(Compressor):
         else:
             top = max_abs(g)
         if not bool(top > 0):  # an all-zero gradient: no rule selects a zero, so nothing is sent
-            payload.info["threshold"] = torch.full((), math.inf, dtype=g.dtype, device=g.device)
-            payload.info["k_hat"] = 0
-            add_sparse(payload, g, torch.zeros(0, dtype=torch.int64, device=g.device), self.packed)
+            self._send(payload, g, torch.zeros(0, dtype=torch.int64, device=g.device), None)
             return
         found = self._signed_threshold(g, ctx, payload, stats)
         signed = found is not None
@@ -227,7 +225,14 @@ class ThresholdSparsifier(Compressor):
         ratio = getattr(self, "ratio", None)
         if ratio is not None:
             indices = break_ties(mags, indices, math.ceil(ratio * mags.numel()))
-        payload.info["threshold"] = eta if signed else scale_by_pow2(eta, e)
+        self._send(payload, g, indices, eta if signed else scale_by_pow2(eta, e))
+
+    def _send(self, payload: Payload, g: torch.Tensor, indices: torch.Tensor, eta: torch.Tensor | None) -> None:
+        """Put the selection into ``payload``, with the threshold (in g's units; None: an all-zero gradient, +inf)
+        and k_hat as diagnostics."""
+        if eta is None:
+            eta = torch.full((), math.inf, dtype=g.dtype, device=g.device)
+        payload.info["threshold"] = eta
         payload.info["k_hat"] = indices.numel()
         add_sparse(payload, g, indices, self.packed)
 
@@ -282,8 +287,13 @@ class FixedThreshold(ThresholdSparsifier):
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         return torch.tensor(float(self.eta), dtype=abs_g.dtype, device=abs_g.device)
 
-    def _signed_threshold(
-        self, g: torch.Tensor, ctx: Context, payload: Payload, stats: torch.Tensor | None = None
-    ) -> torch.Tensor | None:
-        # eta is in g's units: compare |g| with it directly (exact), where the block maxima run fused
-        return self._threshold(g, g, ctx, payload) if selects_signed(g) else None
+    def _validates_finite(self, flat: torch.Tensor) -> bool:
+        return True  # the selection's read gives max |g| (NaN and Inf reach it): see _encode
+
+    def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
+        # eta is in g's units: compare |g| with it directly (exact); one read selects and proves g finite
+        eta = self._threshold(g, g, ctx, payload)
+        indices, top = scan_at_least(g, eta, signed=True)
+        if not math.isfinite(top):
+            raise nonfinite_error(g, self.name)
+        self._send(payload, g, indices, eta if top > 0 else None)

@@ -5,10 +5,10 @@ App. E.2: synthetic vectors of 0.26M-260M elements, speed-up of the compressor o
 float32 vector per size; for each number of CPU threads (1 and all), each ratio delta and each sparsifier the
 encode time next to ``torch.topk(|g|, ceil(delta d))`` measured in the same run; each quantizer's encode and decode
 throughput in GB/s (4 d bytes per call) next to one measured read pass (``g.sum()``, the machine's own limit);
-and SIDCo's time split into its phases (check, fit + threshold, select, pack). SIDCo exp also runs with the fused
-kernels off (``(eager)`` rows), so the compiled kernels' gain is measured in the same run. Every timing is the median of
-``repeats`` calls after one warm-up call, with the min-max spread. A size whose working set does not fit in
-``memory_fraction`` of the available memory is skipped, and a row says so.
+and SIDCo's time split into its phases (check + summary, fit + threshold, select, pack). SIDCo exp also runs with
+the fused kernels off (``(eager)`` rows), so the compiled kernels' gain is measured in the same run. Every timing is
+the median of ``repeats`` calls after one warm-up call, with the min-max spread. A size whose working set does not
+fit in ``memory_fraction`` of the available memory is skipped, and a row says so.
 """
 
 from __future__ import annotations
@@ -118,30 +118,51 @@ def _row(
 
 
 def _sidco_phases(g: torch.Tensor, ratio: float, repeats: int, dev: torch.device) -> dict[str, Timing]:
-    """SIDCo exp, 3 stages, split into the phases its encode runs: the input check (finite, largest magnitude),
-    the fit and threshold (reading |g| inside the fused kernels where they run compiled, else on a formed |g|,
-    whose forming is then a phase of its own), the selection and the packing."""
+    """SIDCo exp, 3 stages, split into the phases its encode runs. Where its fused kernels run compiled: the
+    summary of |g| (the input check, the largest magnitude and the first stage's statistics in one read), the
+    later stages (the second over the whole vector, then the elements above its threshold gathered once and the
+    third stage on them, where few enough lie there), the selection and the packing. Eagerly: the input check,
+    forming |g|, the fit and threshold, the selection and the packing."""
     from gradstat.compressors.payload import Payload
-    from gradstat.compressors.primitives import all_finite, select_at_least
+    from gradstat.compressors.primitives import all_finite, select_at_least, selects_signed
+    from gradstat.compressors.sidco import exceedances_above
     from gradstat.compressors.threshold import add_sparse
-    from gradstat.theory.estimators.moments import tail_moments
+    from gradstat.theory.estimators.moments import summary, tail_moments
     from gradstat.theory.pot import multistage_threshold
 
     signed = tail_moments.compiled_for(g)
     x = g if signed else g.abs()
+    stats = summary(g, True) if signed else None
+    narrow = exceedances_above if signed and selects_signed(g) else None
 
-    def fit() -> torch.Tensor:
+    def fit():
         return multistage_threshold(
-            x, ratio, 3, first="exponential", first_ratio=0.25, signed=signed, final_count=False
-        ).threshold
+            x,
+            ratio,
+            3,
+            first="exponential",
+            first_ratio=0.25,
+            signed=signed,
+            final_count=False,
+            stats=stats,
+            narrow=narrow,
+        )
 
-    eta = fit()
-    idx = select_at_least(x, eta, signed=signed)
-    phases = {"check": time_ms(lambda: all_finite(g), repeats, dev)}
-    if not signed:
-        phases["abs"] = time_ms(lambda: g.abs(), repeats, dev)
+    pot = fit()
+    eta = pot.threshold
+
+    def select() -> torch.Tensor:
+        if pot.candidates is None or pot.candidate_magnitudes is None:
+            return select_at_least(x, eta, signed=signed)
+        return pot.candidates.index_select(0, select_at_least(pot.candidate_magnitudes, eta))
+
+    idx = select()
+    if signed:
+        phases = {"check + summary": time_ms(lambda: summary(g, True), repeats, dev)}
+    else:
+        phases = {"check": time_ms(lambda: all_finite(g), repeats, dev), "abs": time_ms(lambda: g.abs(), repeats, dev)}
     phases["fit + threshold"] = time_ms(fit, repeats, dev)
-    phases["select"] = time_ms(lambda: select_at_least(x, eta, signed=signed), repeats, dev)
+    phases["select"] = time_ms(select, repeats, dev)
     phases["pack"] = time_ms(lambda: add_sparse(Payload(shape=g.shape, dtype=g.dtype), g, idx), repeats, dev)
     return phases
 

@@ -197,3 +197,22 @@ def test_blocked_selection_off_the_cpu_path_equals_the_plain_mask():
         bound = P.positive_threshold(t, a)
         assert torch.equal(P._select_blocked(a, bound, False), reference)
         assert torch.equal(P._select_blocked(x, bound, True), reference)
+
+
+@pytest.mark.parametrize("name", ["laplace", "with_zeros", "denormal", "near_overflow", "float64", "short"])
+def test_scan_selects_and_reads_the_largest_magnitude_with_nan_and_inf_reaching_it(name, monkeypatch):
+    """``scan_at_least``: the selection plus max |x| of the whole vector from the same read (chunks of 61 here),
+    NaN when any element is NaN (wherever it lies, whatever the other chunks hold), +inf when any is infinite:
+    what lets a fixed-threshold encode skip its separate check pass."""
+    monkeypatch.setattr(P, "SELECT_CHUNK", 61)
+    x = CASES[name]
+    t = x.abs().max() / 3
+    indices, top = P.scan_at_least(x, t, signed=True)
+    assert torch.equal(indices, P.select_at_least_reference(x, t, signed=True))
+    assert top == float(x.abs().max())
+    for where in (0, x.numel() // 2, x.numel() - 1):
+        for bad, want in ((math.nan, math.isnan), (math.inf, math.isinf), (-math.inf, math.isinf)):
+            y = x.clone()
+            y[where] = bad
+            assert want(P.scan_at_least(y, t, signed=True)[1]), (where, bad)
+            assert want(P.scan_at_least(y.abs(), t)[1]), (where, bad)

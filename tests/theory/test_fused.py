@@ -335,3 +335,25 @@ def test_the_last_stage_on_the_gathered_exceedances_equals_the_stage_over_the_wh
             assert [int(s.survivors) for s in narrowed.stages] == [int(s.survivors) for s in whole.stages]
             dense = multistage_threshold(x, 0.01, 3, first=first, signed=signed, narrow=_narrow)
             assert dense.candidates is None
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_fixed_threshold_selection_is_its_own_finiteness_check(bad, monkeypatch):
+    """The fixed threshold's one read selects and proves g finite: the separate check is never called, the
+    selection equals the plain mask, and NaN or +-Inf raise the check's own error; an all-zero gradient sends
+    nothing with threshold +inf, as every threshold rule reports it."""
+    from gradstat.compressors import base
+
+    calls = []
+    monkeypatch.setattr(base, "all_finite", lambda x: calls.append(x) or bool(torch.isfinite(x).all()))
+    comp = compressors.create("threshold:eta=2.5")
+    g = _laplace(100_000, 8)
+    p = comp.encode(g)
+    assert torch.equal(p["indices"].long(), torch.nonzero(g.abs() >= 2.5).squeeze(1)) and calls == []
+    assert torch.equal(comp.decode(p), torch.where(g.abs() >= 2.5, g, 0.0))
+    zero = comp.encode(torch.zeros(1000))
+    assert zero.info["k_hat"] == 0 and math.isinf(float(zero.info["threshold"]))
+    g[4321] = bad
+    with pytest.raises(ValueError, match=r"threshold: the gradient holds 1 NaN/Inf value\(s\) out of 100000"):
+        comp.encode(g)
+    assert calls == []
