@@ -184,13 +184,19 @@ def block_max(blocks: torch.Tensor, absolute: bool) -> torch.Tensor:
     return (blocks.abs() if absolute else blocks).amax(dim=1)
 
 
+SPARSE_DENSITY = 2e-3
+"""Largest expected selected fraction for which a CPU selection searches block maxima first (blocks of
+:data:`SELECT_BLOCK`: at this density ~12 % of the blocks hold a selected element)."""
+
 SELECT_CHUNK = 1 << 18
 """Elements per chunk of the CPU selection (1 MB of float32: the magnitudes and mask of a chunk stay in cache)."""
 
 _NUMPY_DTYPES = (torch.float32, torch.float64)
 
 
-def select_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float, signed: bool = False) -> torch.Tensor:
+def select_at_least(
+    abs_g: torch.Tensor, threshold: torch.Tensor | float, signed: bool = False, density: float | None = None
+) -> torch.Tensor:
     """Indices (int64, 1-D, increasing) of the nonzero entries of ``abs_g`` with ``abs_g >= threshold``
     (of ``|abs_g| >= threshold`` when ``signed``: the magnitudes of a signed vector, never formed in full).
 
@@ -201,10 +207,13 @@ def select_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float, signed
     elements and compares only inside the blocks whose maximum reaches the threshold, and a dense one (more than
     :data:`DENSE_CANDIDATES` of the blocks) searches the whole mask. Same indices as
     :func:`select_at_least_reference`. The nonzero search needs the count on the host: that sync is inherent to
-    sending a variable number of elements."""
+    sending a variable number of elements. ``density``: the fraction the caller expects to select; at most
+    :data:`SPARSE_DENSITY`, on a CPU where the block maxima run compiled, the block search is used there too (it
+    reads the few candidate blocks only; measured at 26M and delta = 1e-3: ~2.1 read passes against ~2.6)."""
     t = positive_threshold(threshold, abs_g)
     flat = abs_g.reshape(-1)
-    if flat.device.type == "cpu" and flat.dtype in _NUMPY_DTYPES and flat.is_contiguous():
+    sparse = density is not None and density <= SPARSE_DENSITY and block_max.compiled_for(flat)
+    if flat.device.type == "cpu" and flat.dtype in _NUMPY_DTYPES and flat.is_contiguous() and not sparse:
         return _select_chunked(flat, t, signed)[0]  # (the condition of selects_signed)
     return _select_blocked(flat, t, signed)
 

@@ -38,7 +38,8 @@ from gradstat.compressors.stage_adaptation import StageState as SIDCoState
 from gradstat.compressors.stage_adaptation import record
 from gradstat.compressors.threshold import Narrowed, ThresholdSparsifier, threshold_properties
 from gradstat.theory.distributions.names import distribution_name
-from gradstat.theory.estimators.moments import tail_moments
+from gradstat.theory.estimators.moments import summary, tail_moments
+from gradstat.theory.estimators.registry import SHAPED
 from gradstat.theory.pot import PotResult, multistage_threshold
 
 
@@ -110,6 +111,10 @@ class SIDCo(ThresholdSparsifier):
         return 1 if self.stages == "adaptive" and self.ratio >= self.first_ratio else int(m)
 
     reads_summary = True
+
+    def _summary(self, g: torch.Tensor) -> torch.Tensor:
+        # the minima only for a shaped first stage (its spread check); the exponential needs max, count and sums
+        return summary(g, True, self.dist in SHAPED)
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         return self._fit(abs_g, ctx, payload, signed=False).threshold

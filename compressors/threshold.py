@@ -189,13 +189,17 @@ class ThresholdSparsifier(Compressor):
     def _validates_finite(self, flat: torch.Tensor) -> bool:
         return self.reads_summary and summary.compiled_for(flat)
 
+    def _summary(self, g: torch.Tensor) -> torch.Tensor:
+        """The fused summary of ``|g|`` the rule reads first (:attr:`reads_summary`); with its minima here."""
+        return summary(g, True)
+
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         # Thresholds are found on |g| 2^-e with 2^e the power of two at max |g| (exact): every threshold rule sees
         # the same numbers for g and for g scaled by any power of two, so the selection is exactly equivariant,
         # and fits never meet values near float32's overflow or denormal range.
         stats = None
         if self._validates_finite(g):  # the summary is the check (NaN and Inf reach its maximum) and gives max |g|
-            stats = summary(g, True)
+            stats = self._summary(g)
             top = stats[1]
             if not bool(torch.isfinite(top)):
                 raise nonfinite_error(g, self.name)
@@ -217,12 +221,12 @@ class ThresholdSparsifier(Compressor):
             eta = self._threshold(g_n, mags, ctx, payload)
             if self.absolute_threshold:
                 eta = scale_by_pow2(eta, -e)
+        ratio = getattr(self, "ratio", None)
         if narrowed is None:
-            indices = select_at_least(mags, eta, signed=signed)
+            indices = select_at_least(mags, eta, signed=signed, density=ratio)
         else:  # the rule narrowed the search to a superset of the selection
             indices = narrowed.indices.index_select(0, select_at_least(narrowed.magnitudes, eta))
         indices = self._refine(mags, indices, payload, ctx)
-        ratio = getattr(self, "ratio", None)
         if ratio is not None:
             indices = break_ties(mags, indices, math.ceil(ratio * mags.numel()))
         self._send(payload, g, indices, eta if signed else scale_by_pow2(eta, e))

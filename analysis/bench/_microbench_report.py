@@ -69,6 +69,8 @@ def goals_markdown(table: pd.DataFrame) -> str:
             f"{'a C++ compiler is available' if attrs['can_compile'] else 'no C++ compiler found (eager only)'}; "
             f"torch {attrs['torch']}"
         )
+        if "huge_pages" in attrs:
+            lines.append(f"- memory: {attrs['huge_pages']}")
         lines.append("")
     measured = table[table["group"] != "skipped"]
     for _, row in table[table["group"] == "skipped"].iterrows():

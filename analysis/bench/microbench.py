@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 from gradstat.analysis.bench.timing import Timing, progress, time_ms
+from gradstat.analysis.measure import huge_pages
 from gradstat.theory.fused import can_compile, forced, policy
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def _sidco_phases(g: torch.Tensor, ratio: float, repeats: int, dev: torch.device
 
     signed = tail_moments.compiled_for(g)
     x = g if signed else g.abs()
-    stats = summary(g, True) if signed else None
+    stats = summary(g, True, False) if signed else None
     narrow = exceedances_above if signed and selects_signed(g) else None
 
     def fit():
@@ -158,7 +159,7 @@ def _sidco_phases(g: torch.Tensor, ratio: float, repeats: int, dev: torch.device
 
     idx = select()
     if signed:
-        phases = {"check + summary": time_ms(lambda: summary(g, True), repeats, dev)}
+        phases = {"check + summary": time_ms(lambda: summary(g, True, False), repeats, dev)}
     else:
         phases = {"check": time_ms(lambda: all_finite(g), repeats, dev), "abs": time_ms(lambda: g.abs(), repeats, dev)}
     phases["fit + threshold"] = time_ms(fit, repeats, dev)
@@ -335,6 +336,7 @@ def run(
         compile_policy=policy(),
         can_compile=can_compile(),
         torch=torch.__version__,
+        huge_pages=huge_pages.describe(),
     )
     if out:
         write_outputs(table, Path(out))

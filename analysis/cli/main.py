@@ -13,9 +13,13 @@ import sys
 import warnings
 from typing import TextIO
 
-import click
+from gradstat.analysis.measure import huge_pages
 
-from gradstat.analysis.cli.options import HelpGroup
+huge_pages.request()  # before anything below imports torch and allocates (read once, at its first allocation)
+
+import click  # noqa: E402
+
+from gradstat.analysis.cli.options import HelpGroup  # noqa: E402
 
 COMMAND_MODULES = (
     "gradstat.analysis.cli.dump_cmds",

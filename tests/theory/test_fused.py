@@ -90,6 +90,11 @@ def test_compiled_kernels_equal_their_eager_reference(dtype, scale):
         assert torch.equal(got[:3], want[:3])  # min, max and count are exact
         # float64 sums of 1e5 terms in two orders: typical rounding ~sqrt(n) eps64 = 7e-14; 1e-12 is 15x that
         torch.testing.assert_close(got[3:], want[3:], rtol=1e-12, atol=0)
+    # without the minima (magnitudes only): the same max, count and sums, the minima at their bounds 0 and +inf
+    light, full = _compiled(summary, x, True, False), summary.reference(x, True)
+    assert torch.equal(light[1:3], full[1:3]) and light[0] == 0 and light[5] == math.inf
+    torch.testing.assert_close(light[3:5], full[3:5], rtol=1e-12, atol=0)
+    assert torch.equal(summary.reference(x, True, False)[[0, 5]], light[[0, 5]])
     above = torch.tensor(float(x.abs().median()), dtype=torch.float64)
     shift = above * 1.01
     inv_unit = torch.tensor(2.0 ** -torch.frexp(x.abs().max()).exponent.item(), dtype=torch.float64)
@@ -305,6 +310,21 @@ def test_the_summary_read_is_the_finiteness_check_of_a_fused_sidco(bad, monkeypa
         assert len(calls) == 1
 
 
+def test_a_summary_without_minima_is_refused_where_they_are_needed():
+    """Signed values need the minimum (the sign check), a spread check the smallest nonzero: a summary read
+    without them is refused there rather than passing a constant vector or a negative one."""
+    from gradstat.theory.estimators.magnitudes import check_magnitudes
+
+    with pytest.raises(ValueError, match="needs magnitudes"):
+        summary.reference(torch.ones(10), False, False)
+    x = torch.full((1000,), 2.0)  # constant: the spread check must reject it
+    with pytest.raises(ValueError, match="read without its minima"):
+        check_magnitudes(x, spread=True, signed=True, stats=summary.reference(x, True, False))
+    with pytest.raises(ValueError, match="constant"):
+        check_magnitudes(x, spread=True, signed=True, stats=summary.reference(x, True))
+    assert check_magnitudes(x, signed=True, stats=summary.reference(x, True, False)).n_nonzero == 1000
+
+
 def _narrow(x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The elements with |x| > t, plainly."""
     indices = torch.nonzero(x.abs() > t).squeeze(1)
@@ -357,3 +377,18 @@ def test_a_fixed_threshold_selection_is_its_own_finiteness_check(bad, monkeypatc
     with pytest.raises(ValueError, match=r"threshold: the gradient holds 1 NaN/Inf value\(s\) out of 100000"):
         comp.encode(g)
     assert calls == []
+
+
+@needs_compiler
+@pytest.mark.parametrize("signed", [False, True])
+def test_a_sparse_selection_through_compiled_block_maxima_equals_the_plain_mask(signed):
+    """With an expected density at most SPARSE_DENSITY the CPU selection searches compiled block maxima first (a
+    ragged tail, thresholds from sparse to dense and above the maximum): the same indices as the plain mask."""
+    from gradstat.compressors import primitives as P
+
+    x = _laplace(64 * 5000 + 21, 9)
+    a = x.abs()
+    with forced("always"):
+        for t in (0.5, 4.0, 7.0, float(a.max()), float(a.max()) * 2):
+            want = torch.nonzero(a >= t).squeeze(1)
+            assert torch.equal(P.select_at_least(x if signed else a, t, signed=signed, density=1e-3), want), t

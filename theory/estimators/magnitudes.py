@@ -101,8 +101,9 @@ def check_magnitudes(
         ``x`` holds signed values g and the magnitudes are |g|: checked and summarised by the fused kernel
         :func:`gradstat.theory.estimators.moments.summary` without forming |g| (compiled where possible).
     stats : Tensor, optional
-        That summary of exactly this ``x`` (same ``signed``) when the caller has already read it (its own
-        finiteness check): used in place of another pass.
+        That summary of exactly this ``x`` (same ``signed``; with its minima, ``extremes``, when ``spread`` is
+        checked or ``x`` holds magnitudes) when the caller has already read it (its own finiteness check): used in
+        place of another pass.
 
     Raises
     ------
@@ -115,9 +116,11 @@ def check_magnitudes(
         raise ValueError(f"{name} is empty; need at least one |g| value")
     sums, fused_min_nonzero = None, None
     if stats is not None or signed or summary.compiled_for(t):
-        if stats is None:
-            stats = summary(t, signed)  # one fused pass where compiled
+        if stats is None:  # one fused pass where compiled; the minima only where they are used
+            stats = summary(t, signed, spread or not signed)
         lo_f, hi_f, n_nonzero, fused_min_nonzero = stats[[0, 1, 2, 5]].tolist()
+        if spread and math.isinf(fused_min_nonzero) and n_nonzero > 0:
+            raise ValueError(f"{name}: the summary given was read without its minima; the spread check needs them")
         sums = stats[3:5] if t.dtype == torch.float32 else None
     else:
         lo, hi = torch.aminmax(t)

@@ -1,0 +1,68 @@
+"""The ``gradstat`` command asks torch's CPU allocator for huge pages before torch allocates anything, keeps a
+value the environment gives, and the benchmark header says which setting a run had."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from gradstat.analysis.measure import huge_pages
+
+PROBE = (
+    "import sys, os; import gradstat.analysis.cli.main; "
+    "print(os.environ.get('THP_MEM_ALLOC_ENABLE'), 'torch' in sys.modules)"
+)
+
+
+def _probe(env_value: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != huge_pages.VARIABLE}
+    if env_value is not None:
+        env[huge_pages.VARIABLE] = env_value
+    return subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True).stdout
+
+
+def test_the_command_requests_huge_pages_unless_the_environment_decides():
+    assert _probe(None).split()[0] == "1"
+    assert _probe("0").split()[0] == "0"
+
+
+def test_the_request_comes_before_torch_is_imported(monkeypatch):
+    """torch reads the variable once, at its first allocation: the request must precede torch's import."""
+    monkeypatch.delenv(huge_pages.VARIABLE, raising=False)
+    code = (
+        "import sys, builtins; real = builtins.__import__\n"
+        "def spy(name, *a, **k):\n"
+        "    if name == 'torch' and 'torch' not in sys.modules:\n"
+        "        import os; print('at torch import:', os.environ.get('THP_MEM_ALLOC_ENABLE'))\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = spy\n"
+        "import gradstat.analysis.cli.main\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[0] == "at torch import: 1"
+
+
+def test_kernel_mode_reads_the_bracketed_setting(tmp_path):
+    setting = tmp_path / "enabled"
+    setting.write_text("always [madvise] never\n")
+    assert huge_pages.kernel_mode(setting) == "madvise"
+    setting.write_text("[always] madvise never\n")
+    assert huge_pages.kernel_mode(setting) == "always"
+    assert huge_pages.kernel_mode(tmp_path / "missing") == "unknown"
+
+
+def test_describe_names_the_variable_and_the_kernel_mode(monkeypatch):
+    monkeypatch.setattr(huge_pages, "kernel_mode", lambda: "madvise")
+    monkeypatch.setenv(huge_pages.VARIABLE, "1")
+    assert huge_pages.describe() == (
+        "huge pages for large CPU tensors on (THP_MEM_ALLOC_ENABLE=1; kernel transparent huge pages: madvise)"
+    )
+    monkeypatch.setenv(huge_pages.VARIABLE, "0")
+    assert huge_pages.describe().startswith("huge pages for large CPU tensors off (THP_MEM_ALLOC_ENABLE=0;")
+    monkeypatch.delenv(huge_pages.VARIABLE)
+    monkeypatch.setattr(huge_pages, "kernel_mode", lambda: "always")
+    assert huge_pages.describe().startswith("huge pages for large CPU tensors on (THP_MEM_ALLOC_ENABLE unset;")
+    monkeypatch.setattr(huge_pages, "kernel_mode", lambda: "never")
+    monkeypatch.setenv(huge_pages.VARIABLE, "1")
+    assert huge_pages.describe().startswith("huge pages for large CPU tensors off")
