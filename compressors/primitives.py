@@ -29,6 +29,8 @@ from gradstat.theory.fused import fused
 
 __all__ = [
     "abs_scratch",
+    "at_least_zero",
+    "plus_minus",
     "block_max",
     "flat_nonzero",
     "gather_at_least",
@@ -218,6 +220,38 @@ def select_at_least(
     return _select_blocked(flat, t, signed)
 
 
+def _numpy_ready(x: torch.Tensor) -> bool:
+    """Whether numpy can work on ``x``'s own memory: a contiguous CPU tensor of a dtype numpy shares."""
+    return x.device.type == "cpu" and x.is_contiguous() and x.dtype in _NUMPY_DTYPES + (torch.bool,)
+
+
+def at_least_zero(x: torch.Tensor) -> torch.Tensor:
+    """``x >= 0`` (bool, ``x``'s shape; -0.0 counts as >= 0). On a CPU numpy's vectorised comparison on the same
+    memory: one read pass, where torch's CPU comparison takes ~2.5 (measured at 26M, one thread: 8 ms vs 20 ms)."""
+    if _numpy_ready(x) and x.dtype != torch.bool:
+        return torch.from_numpy(np.greater_equal(x.detach().numpy(), x.detach().numpy().dtype.type(0)))
+    return x >= 0
+
+
+_HALF_MAX32 = float(np.finfo(np.float32).max) / 2
+
+
+def plus_minus(bits: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """float32 ``+scale`` where ``bits`` is set and ``-scale`` elsewhere (``scale`` a 0-d or 1-element tensor, or
+    None for 1), computed as ``b * (2 scale) - scale``: exact, since doubling is exact and ``2s - s = s`` (Sterbenz),
+    ``0 - s = -s``. On a CPU two numpy loops into one fresh tensor (~2x the four passes of the plain form)."""
+    v = np.float32(1.0 if scale is None else scale.reshape(()).float().item()) if bits.device.type == "cpu" else None
+    if _numpy_ready(bits) and bits.dtype == torch.bool and v is not None and abs(v) <= _HALF_MAX32:
+        out = torch.empty(bits.shape, dtype=torch.float32)  # (2 s overflows for s > max/2: the plain form below)
+        o, b = out.numpy(), bits.detach().numpy().view(np.uint8)
+        np.multiply(b, np.float32(2) * v, out=o)
+        np.subtract(o, v, out=o)
+        return out
+    out = torch.empty(bits.shape, dtype=torch.float32, device=bits.device).copy_(bits)
+    out.mul_(2.0).sub_(1.0)
+    return out if scale is None else out.mul_(scale)
+
+
 def selects_signed(x: torch.Tensor) -> bool:
     """Whether :func:`select_at_least` with ``signed`` reads the magnitudes of ``x`` without forming them: on a
     CPU (its numpy chunks) or where the block maxima run compiled."""
@@ -377,9 +411,23 @@ def l2_norm(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
 
 def mean_abs(x: torch.Tensor) -> torch.Tensor:
     """``mean |x|`` over all elements (0-d) without overflow of the sum: ``2^e mean |x 2^-e|``; never exceeds
-    ``max |x|``, so finite for finite x."""
+    ``max |x|``, so finite for finite x. A large float32 ``x`` where the fused kernels run compiled takes one read
+    instead: the float64 sum of |x| (no float32 value can overflow it), divided by d and rounded once to float32."""
+    fused_mean = _fused_mean_abs(x)
+    if fused_mean is not None:
+        return fused_mean
     e = pow2_exponent(max_abs(x))
     return scale_by_pow2(torch.linalg.vector_norm(scale_by_pow2(x.reshape(-1), -e), 1) / x.numel(), e)
+
+
+def _fused_mean_abs(x: torch.Tensor) -> torch.Tensor | None:
+    """:func:`mean_abs` of a float32 ``x`` from one fused read (:func:`count_excess` at 0: the sum of |x|), where
+    that kernel runs compiled; else None."""
+    flat = x.reshape(-1)
+    if flat.dtype != torch.float32 or not count_excess.compiled_for(flat):
+        return None
+    total = count_excess(flat, torch.zeros((), dtype=torch.float64, device=flat.device))[1]
+    return (total / flat.numel()).to(torch.float32)
 
 
 def to_float32_wire(x: torch.Tensor, who: str, what: str) -> torch.Tensor:
@@ -412,6 +460,9 @@ def l2_norm_rows(x: torch.Tensor, slot: str = "scaled") -> torch.Tensor:
 
 def mean_abs_scratch(x: torch.Tensor, slot: str = "scaled") -> torch.Tensor:
     """:func:`mean_abs`, bit for bit, with the power-of-two-scaled copy of ``x`` in a :func:`scratch` buffer."""
+    fused_mean = _fused_mean_abs(x)
+    if fused_mean is not None:
+        return fused_mean
     e = pow2_exponent(max_abs(x))
     scaled = scale_by_pow2_scratch(x.reshape(-1), -e, slot)
     return scale_by_pow2(torch.linalg.vector_norm(scaled, 1) / x.numel(), e)

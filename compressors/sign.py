@@ -19,21 +19,19 @@ import torch
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import mean_abs_scratch, to_float32_wire
+from gradstat.compressors.primitives import at_least_zero, mean_abs_scratch, plus_minus, to_float32_wire
 from gradstat.compressors.registry import register
 
 
 def sign_bits(g: torch.Tensor) -> torch.Tensor:
     """One bit per element, ``g >= 0`` (bool tensor, sent at 1 bit each)."""
-    return g >= 0
+    return at_least_zero(g)
 
 
 def signs(bits: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
-    """+1 where the bit is set, -1 elsewhere (float32), times ``scale`` when given: ``scale * (2 b - 1)``, one fresh
-    tensor written in place (the plain form ``scale * (bits.float() * 2 - 1)`` makes three)."""
-    out = torch.empty(bits.shape, dtype=torch.float32, device=bits.device).copy_(bits)
-    out.mul_(2.0).sub_(1.0)
-    return out if scale is None else out.mul_(scale)
+    """+1 where the bit is set, -1 elsewhere (float32), times ``scale`` when given: ``scale * (2 b - 1)``
+    (:func:`gradstat.compressors.primitives.plus_minus`, the same values in fewer passes)."""
+    return plus_minus(bits, scale)
 
 
 @register("signsgd")

@@ -216,3 +216,27 @@ def test_scan_selects_and_reads_the_largest_magnitude_with_nan_and_inf_reaching_
             y[where] = bad
             assert want(P.scan_at_least(y, t, signed=True)[1]), (where, bad)
             assert want(P.scan_at_least(y.abs(), t)[1]), (where, bad)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_at_least_zero_equals_the_plain_comparison(name):
+    x = CASES[name].clone()
+    x[:3] = torch.tensor([-0.0, 0.0, -TINY], dtype=x.dtype)[: min(3, x.numel())]
+    assert torch.equal(P.at_least_zero(x), x >= 0)
+    m = x[: (x.numel() // 3) * 3].reshape(-1, 3)
+    assert torch.equal(P.at_least_zero(m), m >= 0)
+    assert torch.equal(P.at_least_zero(m.t()), m.t() >= 0)  # not contiguous: torch's comparison
+
+
+@pytest.mark.parametrize("scale", [None, 1.0, 0.7310586, 3e-39, 1e-45, 1e30, FMAX / 2, FMAX])
+def test_plus_minus_equals_the_plain_signed_scale_bit_for_bit(scale):
+    """``b (2s) - s`` against ``s (2b - 1)``: the same float32 values at every scale, the denormal ones and
+    those whose double overflows (which take the plain form) included; 2-D and non-contiguous bits too."""
+    bits = _laplace(10_007) >= 0
+    s = None if scale is None else torch.tensor([scale], dtype=torch.float32)
+    plain = bits.float() * 2 - 1
+    want = plain if s is None else plain * s
+    assert torch.equal(P.plus_minus(bits, s), want)
+    rows = bits[:10_000].reshape(100, 100)
+    assert torch.equal(P.plus_minus(rows.t(), s), want[:10_000].reshape(100, 100).t())
+    assert torch.isfinite(P.plus_minus(bits, s)).all()
