@@ -23,12 +23,14 @@ from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
 from gradstat.compressors.payload import Payload
 from gradstat.compressors.primitives import (
+    choose_by_bits,
     max_abs,
     max_abs_rows,
     pow2_exponent,
     scale_by_pow2,
     scale_by_pow2_scratch,
     scratch_like,
+    sign_split_sums,
     to_float32_wire,
 )
 from gradstat.compressors.registry import register
@@ -44,6 +46,13 @@ def _class_means(groups: torch.Tensor, bits: torch.Tensor) -> tuple[torch.Tensor
     largest magnitude) is finite. The plain form's products and sums over whole rows, in place on scratch
     buffers (:meth:`OneBit._encode_reference`)."""
     m = groups.shape[1]
+    if groups.shape[0] == 1 and groups.dtype == torch.float32 and sign_split_sums.compiled_for(groups):
+        # one group (a flat gradient): its counts and sums from one fused read, in float64 (cannot overflow),
+        # each mean rounded once to float32 (the same means as below up to the rounding of the sums)
+        n_pos, sum_pos, sum_neg = sign_split_sums(groups.reshape(-1))
+        mean_pos = (sum_pos / n_pos.clamp(min=1)).float().reshape(1)
+        mean_neg = (sum_neg / (m - n_pos).clamp(min=1)).float().reshape(1)
+        return mean_neg, mean_pos
     e = pow2_exponent(max_abs_rows(groups))
     unit = scale_by_pow2_scratch(groups, -e[:, None])  # (groups, m)
     pos = scratch_like(groups, "onebit_flags").copy_(bits)
@@ -129,5 +138,5 @@ class OneBit(Compressor):
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         values = payload["values"]  # (groups, 2): [mean of b=0, mean of b=1]
         bits = payload["bits"].reshape(values.shape[0], -1)
-        groups = torch.where(bits, values[:, 1:2], values[:, 0:1])
+        groups = choose_by_bits(bits, values[:, 0], values[:, 1])
         return (groups.T if self.axis == "column" else groups).reshape(-1)

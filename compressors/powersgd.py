@@ -31,7 +31,14 @@ from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.dither import check_int
 from gradstat.compressors.payload import Payload, float_width
-from gradstat.compressors.primitives import max_abs, normalise_by_pow2, pow2_exponent, scale_by_pow2, to_float32_wire
+from gradstat.compressors.primitives import (
+    max_abs,
+    normalise_by_pow2,
+    pow2_exponent,
+    scale_by_pow2,
+    scratch,
+    to_float32_wire,
+)
 from gradstat.compressors.registry import register
 
 
@@ -79,9 +86,12 @@ class PowerSGD(Compressor):
         # The power iteration runs on M 2^-e (2^e the power of two at max |g|), so that M Q and M^T P never overflow
         # or underflow whatever the gradient's scale; Q is scaled back exactly before it is sent.
         e = pow2_exponent(max_abs(g))
-        matrix = g.new_zeros(n * m)
-        matrix[:d] = g
-        matrix = normalise_by_pow2(matrix, e).reshape(n, m)
+        # M 2^-e written once into a reused buffer (the zero padding only where n m > d): the same two
+        # multiplications as normalise_by_pow2, without a fresh zeroed matrix and a copy
+        matrix = scratch(n * m, g.dtype, g.device, "powersgd matrix")
+        normalise_by_pow2(g, e, out=matrix[:d])
+        matrix[d:].zero_()
+        matrix = matrix.reshape(n, m)
         state = ctx.state if isinstance(ctx.state, PowerSGDState) else None
         q = state.q if state is not None and self.warm_start and state.q is not None else None
         if q is None or q.shape != (m, r) or q.device != g.device:

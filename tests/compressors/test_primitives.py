@@ -240,3 +240,18 @@ def test_plus_minus_equals_the_plain_signed_scale_bit_for_bit(scale):
     rows = bits[:10_000].reshape(100, 100)
     assert torch.equal(P.plus_minus(rows.t(), s), want[:10_000].reshape(100, 100).t())
     assert torch.isfinite(P.plus_minus(bits, s)).all()
+
+
+def test_choose_by_bits_equals_where_bit_for_bit():
+    """The bit-pattern choice against ``torch.where``: per-row values of every kind a float32 holds (signed
+    zeros, denormals, the largest finite, infinities), several rows, and non-contiguous bits (the plain path)."""
+    special = torch.tensor([0.0, -0.0, 1e-45, -3e-39, FMAX, -FMAX, math.inf, -math.inf, 1.5, -2.25])
+    gen = torch.Generator().manual_seed(11)
+    f = special[torch.randint(0, 10, (10,), generator=gen)]
+    t = special[torch.randint(0, 10, (10,), generator=gen)]
+    bits = _laplace(10 * 997, 12).reshape(10, 997) >= 0
+    want = torch.where(bits, t[:, None], f[:, None])
+    got = P.choose_by_bits(bits, f, t)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))  # bit patterns: -0.0 kept apart from 0.0
+    cols = bits.t().contiguous().t()  # the same values, column-major
+    assert torch.equal(P.choose_by_bits(cols, f, t).view(torch.int32), want.view(torch.int32))

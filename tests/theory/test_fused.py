@@ -412,3 +412,30 @@ def test_fused_mean_abs_is_the_float64_mean_rounded_once(scale):
         if scale == 1.0:
             for e in (-100, -30, 30, 100):
                 assert torch.equal(P.mean_abs(x * 2.0**e), got * 2.0**e), e
+
+
+@needs_compiler
+@pytest.mark.parametrize("scale", [1e-30, 1.0, 1e30, 3e38])
+def test_one_bit_class_means_of_one_group_from_one_fused_read(scale):
+    """1-bit SGD on a flat float32 gradient (one group) takes its class counts and sums from one fused float64 read:
+    each mean is the exact class mean rounded once to float32 (within half an ulp of a float64 reference, at
+    every scale, the near-overflow one included), the bits are the plain ones, and the decode puts each class's
+    mean back exactly. The plain path's means (float32 sums) agree within their own rounding."""
+    from gradstat.compressors import primitives as P
+
+    g = (_laplace(200_003, 13) * scale).clamp(-torch.finfo(torch.float32).max, torch.finfo(torch.float32).max)
+    comp = compressors.create("onebit")
+    with forced("always"):
+        p = comp.encode(g)
+        assert bool(P.sign_split_sums.compiled_for(g)) and not P.sign_split_sums._broken
+        decoded = comp.decode(p)
+    mean_neg, mean_pos = p["values"][0].double()
+    pos = g >= 0
+    exact_pos, exact_neg = g.double()[pos].mean(), g.double()[~pos].mean()
+    assert abs(float(mean_pos / exact_pos) - 1) <= 2.0**-24 + 1e-12
+    assert abs(float(mean_neg / exact_neg) - 1) <= 2.0**-24 + 1e-12
+    assert torch.equal(p["bits"], pos)
+    assert torch.equal(decoded, torch.where(pos, p["values"][0, 1], p["values"][0, 0]))
+    with forced("never"):
+        plain = comp.encode(g)
+    torch.testing.assert_close(plain["values"], p["values"], rtol=1e-5, atol=0)
