@@ -10,7 +10,9 @@ genpareto -> genpareto (the paper's labels for the last two differ between Sec. 
 
 Every stage is a masked reduction over the full vector on its device; the stages run without reading anything back
 (except the generalized Pareto MLE, which compacts its exceedances), and one synchronisation at the end reads the
-survivor counts and diagnostics. A degenerate stage (fewer than two survivors, zero variance, non-finite fit) keeps
+survivor counts and diagnostics. A caller that selects afterwards may pass ``narrow``: the last stage then runs on
+the exceedances of eta_{M-1}, gathered once, and the caller selects among them (one pass over the whole vector in
+place of two). A degenerate stage (fewer than two survivors, zero variance, non-finite fit) keeps
 the previous threshold, ends the recursion and is reported in ``stopped_reason``.
 """
 

@@ -74,7 +74,7 @@ def goals_markdown(table: pd.DataFrame) -> str:
         lines.append("")
     measured = table[table["group"] != "skipped"]
     for _, row in table[table["group"] == "skipped"].iterrows():
-        lines.append(f"- size {int(row['size']):,} skipped: {row['name']}")
+        lines.append(f"- size {int(row['size']):,}, threads {row['threads']}: skipped, {row['name']}")
     if measured.empty:
         return "\n".join(lines) + "\n"
     big = int(measured["size"].max())
