@@ -246,8 +246,8 @@ def plus_minus(bits: torch.Tensor, scale: torch.Tensor | None = None) -> torch.T
     if _numpy_ready(bits) and bits.dtype == torch.bool and v is not None and abs(v) <= _HALF_MAX32:
         out = torch.empty(bits.shape, dtype=torch.float32)  # (2 s overflows for s > max/2: the plain form below)
         o, b = out.numpy(), bits.detach().numpy().view(np.uint8)
-        np.multiply(b, np.float32(2) * v, out=o)
-        np.subtract(o, v, out=o)
+        np.multiply(b, np.float32(2) * v, out=o, dtype=np.float32)  # (a float32 loop under numpy 1's scalar rules)
+        np.subtract(o, v, out=o, dtype=np.float32)
         return out
     out = torch.empty(bits.shape, dtype=torch.float32, device=bits.device).copy_(bits)
     out.mul_(2.0).sub_(1.0)
