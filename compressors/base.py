@@ -75,7 +75,7 @@ class Compressor(ABC):
     def encode(self, g: torch.Tensor, ctx: Context | None = None) -> Payload:
         """Encode ``g`` (any shape, floating dtype, finite). Returns the payload; ``payload.bits`` is exact."""
         ctx = ctx or Context()
-        flat = check_gradient(g, self.name, finite=False)
+        flat = check_gradient(g, self.name, finite=False).detach()  # compression is not differentiable
         x = flat.float() if flat.dtype != torch.float64 else flat
         if not self._validates_finite(x) and not all_finite(x):
             raise nonfinite_error(x, self.name)

@@ -108,7 +108,11 @@ def scratch(numel: int, dtype: torch.dtype, device: torch.device, slot: str) -> 
     The general form of :func:`abs_scratch` for a pass that writes a d-element temporary (a fresh 104 MB CPU tensor
     page-faults ~15 read passes' worth on every call). The contents are undefined; the buffer is valid until the
     next ``scratch`` call of the same thread with the same ``slot``, dtype and device: use it inside one encode or
-    decode, return nothing that views it. :func:`release_scratch` frees it."""
+    decode, return nothing that views it. :func:`release_scratch` frees it. Off the CPU a fresh tensor is returned:
+    the device's caching allocator already reuses memory without faults, and a kept buffer would pin device memory
+    per thread and slot."""
+    if torch.device(device).type != "cpu":
+        return torch.empty(numel, dtype=dtype, device=device)
     cache = getattr(_SCRATCH, "buffers", None)
     if cache is None:
         cache = _SCRATCH.buffers = {}
@@ -198,6 +202,11 @@ SELECT_CHUNK = 1 << 18
 _NUMPY_DTYPES = (torch.float32, torch.float64)
 
 
+def _numpy_ready(x: torch.Tensor, dtypes: tuple[torch.dtype, ...] = _NUMPY_DTYPES) -> bool:
+    """Whether numpy can work on ``x``'s own memory: a contiguous CPU tensor of one of ``dtypes``."""
+    return x.device.type == "cpu" and x.dtype in dtypes and x.is_contiguous()
+
+
 def select_at_least(
     abs_g: torch.Tensor, threshold: torch.Tensor | float, signed: bool = False, density: float | None = None
 ) -> torch.Tensor:
@@ -217,20 +226,15 @@ def select_at_least(
     t = positive_threshold(threshold, abs_g)
     flat = abs_g.reshape(-1)
     sparse = density is not None and density <= SPARSE_DENSITY and block_max.compiled_for(flat)
-    if flat.device.type == "cpu" and flat.dtype in _NUMPY_DTYPES and flat.is_contiguous() and not sparse:
+    if _numpy_ready(flat) and not sparse:
         return _select_chunked(flat, t, signed)[0]  # (the condition of selects_signed)
     return _select_blocked(flat, t, signed)
-
-
-def _numpy_ready(x: torch.Tensor) -> bool:
-    """Whether numpy can work on ``x``'s own memory: a contiguous CPU tensor of a dtype numpy shares."""
-    return x.device.type == "cpu" and x.is_contiguous() and x.dtype in _NUMPY_DTYPES + (torch.bool,)
 
 
 def at_least_zero(x: torch.Tensor) -> torch.Tensor:
     """``x >= 0`` (bool, ``x``'s shape; -0.0 counts as >= 0). On a CPU numpy's vectorised comparison on the same
     memory: one read pass, where torch's CPU comparison takes ~2.5 (measured at 26M, one thread: 8 ms vs 20 ms)."""
-    if _numpy_ready(x) and x.dtype != torch.bool:
+    if _numpy_ready(x):
         return torch.from_numpy(np.greater_equal(x.detach().numpy(), x.detach().numpy().dtype.type(0)))
     return x >= 0
 
@@ -243,7 +247,7 @@ def plus_minus(bits: torch.Tensor, scale: torch.Tensor | None = None) -> torch.T
     None for 1), computed as ``b * (2 scale) - scale``: exact, since doubling is exact and ``2s - s = s`` (Sterbenz),
     ``0 - s = -s``. On a CPU two numpy loops into one fresh tensor (~2x the four passes of the plain form)."""
     v = np.float32(1.0 if scale is None else scale.reshape(()).float().item()) if bits.device.type == "cpu" else None
-    if _numpy_ready(bits) and bits.dtype == torch.bool and v is not None and abs(v) <= _HALF_MAX32:
+    if _numpy_ready(bits, (torch.bool,)) and v is not None and abs(v) <= _HALF_MAX32:
         out = torch.empty(bits.shape, dtype=torch.float32)  # (2 s overflows for s > max/2: the plain form below)
         o, b = out.numpy(), bits.detach().numpy().view(np.uint8)
         np.multiply(b, np.float32(2) * v, out=o, dtype=np.float32)  # (a float32 loop under numpy 1's scalar rules)
@@ -260,7 +264,7 @@ def choose_by_bits(bits: torch.Tensor, if_false: torch.Tensor, if_true: torch.Te
     (torch's ``where`` with broadcast values runs at ~15 read passes on one CPU thread): the same bits exactly."""
     f32 = if_false.reshape(-1, 1).float()
     t32 = if_true.reshape(-1, 1).float()
-    if _numpy_ready(bits) and bits.dtype == torch.bool and bits.dim() == 2 and f32.device.type == "cpu":
+    if _numpy_ready(bits, (torch.bool,)) and bits.dim() == 2 and f32.device.type == "cpu":
         f = f32.contiguous().numpy().view(np.uint32)
         flip = np.bitwise_xor(f, t32.contiguous().numpy().view(np.uint32))
         out = torch.empty(bits.shape, dtype=torch.float32)
@@ -286,9 +290,7 @@ def selects_signed(x: torch.Tensor) -> bool:
     """Whether :func:`select_at_least` with ``signed`` reads the magnitudes of ``x`` without forming them: on a
     CPU (its numpy chunks) or where the block maxima run compiled."""
     flat = x.reshape(-1)
-    return (flat.device.type == "cpu" and flat.dtype in _NUMPY_DTYPES and flat.is_contiguous()) or bool(
-        block_max.compiled_for(flat)
-    )
+    return _numpy_ready(flat) or bool(block_max.compiled_for(flat))
 
 
 def _select_chunked(
@@ -331,7 +333,7 @@ def scan_at_least(
     any is infinite): on a CPU in the same read (the chunks' maxima are taken in cache), so that the selection is
     also the finiteness check; elsewhere one more pass."""
     flat = abs_g.reshape(-1)
-    if flat.device.type == "cpu" and flat.dtype in _NUMPY_DTYPES and flat.is_contiguous():
+    if _numpy_ready(flat):
         indices, _, top = _select_chunked(flat, positive_threshold(threshold, abs_g), signed, extreme=True)
         return indices, top
     return select_at_least(flat, threshold, signed), float(max_abs(flat))  # (aminmax: NaN propagates)
@@ -343,7 +345,7 @@ def gather_at_least(
     """:func:`select_at_least` and the magnitudes it selects (``|abs_g|`` there when ``signed``), in one read on a
     CPU (each chunk's selected magnitudes are taken while it is in cache); elsewhere a gather after the selection."""
     flat = abs_g.reshape(-1)
-    if flat.device.type == "cpu" and flat.dtype in _NUMPY_DTYPES and flat.is_contiguous():
+    if _numpy_ready(flat):
         indices, values, _ = _select_chunked(flat, positive_threshold(threshold, abs_g), signed, gather=True)
         assert values is not None
         return indices, values

@@ -23,7 +23,6 @@ Without a state (``ctx.state is None``) an adaptive SIDCo runs with ``initial_st
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -177,6 +176,6 @@ class SIDCo(ThresholdSparsifier):
 
 
 def exceedances_above(x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Increasing indices and magnitudes of the elements with ``|x| > t`` (``t`` in x's dtype): ``|x| >=`` the
-    next value up."""
-    return gather_at_least(x, torch.nextafter(t, torch.full_like(t, math.inf)), signed=True)
+    """Increasing indices and magnitudes of the nonzero elements with ``|x| >= t`` (``t`` in x's dtype): the
+    exceedances of ``t`` and the ties at it, which a last stage that keeps ``t`` selects (``|x| >= eta``)."""
+    return gather_at_least(x, t, signed=True)

@@ -41,13 +41,26 @@ FIRST_RATIO = 0.25
 """delta_1 of the anchor threshold (SIDCo Sec. 4: the first stage's ratio)."""
 
 
-def count_and_excess(values: torch.Tensor, eta: torch.Tensor) -> tuple[int, torch.Tensor]:
+def count_and_excess(values: torch.Tensor, eta: torch.Tensor, signed: bool = False) -> tuple[int, torch.Tensor]:
     """The number n of nonzero ``|values| >= eta`` (host int: the search decides on it) and the sum of
-    ``|values| - eta`` over them (0-d float64 tensor), in one fused pass where compiled. ``values``: the
-    magnitudes or the signed vector; ``eta`` is rounded to their dtype first, as the selection compares."""
-    t = positive_threshold(eta, values).double()  # eta in the values' dtype, at least their smallest positive value
-    stats = count_excess(values, t)
-    return int(stats[0]), stats[1]
+    ``|values| - eta`` over them (0-d float64 tensor). ``values``: the magnitudes, or the signed vector when
+    ``signed``; ``eta`` is rounded to their dtype first, as the selection compares. One fused read where compiled;
+    else a comparison, a count and a masked sum (the fused kernel's eager reference would cost float64
+    temporaries: ~4x slower on 1M elements)."""
+    t = positive_threshold(eta, values)  # eta in the values' dtype, at least their smallest positive value
+    if count_excess.compiled_for(values):
+        stats = count_excess(values, t.double())
+        return int(stats[0]), stats[1]
+    a = values.abs() if signed else values
+    mask = a >= t
+    return int(torch.count_nonzero(mask)), torch.where(mask, a - t, 0.0).sum().double()
+
+
+def mean_magnitude(values: torch.Tensor, signed: bool = False) -> torch.Tensor:
+    """mean |values| (0-d): a float64 sum from one fused read where compiled, else torch's float32 mean."""
+    if count_excess.compiled_for(values):
+        return count_excess(values, torch.zeros((), dtype=torch.float64, device=values.device))[1] / values.numel()
+    return (values.abs() if signed else values).mean()
 
 
 def interpolate(low: tuple[torch.Tensor, int], high: tuple[torch.Tensor, int], k: int) -> torch.Tensor:
@@ -86,15 +99,18 @@ class TailCount(ThresholdSparsifier):
         self, g: torch.Tensor, ctx: Context, payload: Payload, stats: torch.Tensor | None = None
     ) -> torch.Tensor | None:
         # every statistic is a float64 sum of |g| (exactly 2^e times the normalised one): the same threshold
-        return self._threshold(g, g, ctx, payload) if count_excess.compiled_for(g) else None
+        return self._search(g, payload, signed=True) if count_excess.compiled_for(g) else None
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
-        d = g.numel()
+        return self._search(abs_g, payload, signed=False)
+
+    def _search(self, abs_g: torch.Tensor, payload: Payload, signed: bool) -> torch.Tensor:
+        """The count-corrected threshold over the magnitudes ``abs_g`` (of the signed vector when ``signed``)."""
+        d = abs_g.numel()
         check_ratio(self.ratio, d, who="tailcount ratio")
         k = math.ceil(self.ratio * d)
         lo_n, hi_n = min((1.0 - self.tol) * k, k - 1.0), max((1.0 + self.tol) * k, k + 1.0)
-        eta = count_excess(abs_g, torch.zeros((), dtype=torch.float64, device=abs_g.device))[1] / d  # mean |g|
-        eta = eta * math.log(1.0 / max(self.ratio, FIRST_RATIO))
+        eta = mean_magnitude(abs_g, signed) * math.log(1.0 / max(self.ratio, FIRST_RATIO))
         if not bool(eta > 0):  # all zeros: nothing to send
             payload.info.update(counts=0, in_band=False)
             return torch.full((), math.inf, dtype=abs_g.dtype, device=abs_g.device)
@@ -104,7 +120,7 @@ class TailCount(ThresholdSparsifier):
         counts, in_band, last_side, repeats = 0, False, 0, 0
         for attempt in range(1, int(self.max_counts) + 1):
             counts = attempt
-            n, excess = count_and_excess(abs_g, eta)
+            n, excess = count_and_excess(abs_g, eta, signed)
             tried.append((eta, n))
             if lo_n <= n <= hi_n:
                 in_band = True

@@ -197,15 +197,12 @@ class ThresholdSparsifier(Compressor):
         # Thresholds are found on |g| 2^-e with 2^e the power of two at max |g| (exact): every threshold rule sees
         # the same numbers for g and for g scaled by any power of two, so the selection is exactly equivariant,
         # and fits never meet values near float32's overflow or denormal range.
-        stats = None
-        if self._validates_finite(g):  # the summary is the check (NaN and Inf reach its maximum) and gives max |g|
-            stats = self._summary(g)
-            top = stats[1]
-            if not bool(torch.isfinite(top)):
-                raise nonfinite_error(g, self.name)
-        else:
-            top = max_abs(g)
-        if not bool(top > 0):  # an all-zero gradient: no rule selects a zero, so nothing is sent
+        stats = self._summary(g) if self._validates_finite(g) else None
+        top = max_abs(g) if stats is None else stats[1]  # the summary is the check: NaN and Inf reach its maximum
+        largest = float(top)  # one host sync for the finiteness and all-zero decisions
+        if not math.isfinite(largest):
+            raise nonfinite_error(g, self.name)
+        if not largest > 0:  # an all-zero gradient: no rule selects a zero, so nothing is sent
             self._send(payload, g, torch.zeros(0, dtype=torch.int64, device=g.device), None)
             return
         found = self._signed_threshold(g, ctx, payload, stats)

@@ -61,8 +61,9 @@ class PotResult:
     stages: list[StageResult]
     stopped_reason: str | None
     candidates: torch.Tensor | None = None
-    """With ``narrow``: the indices (increasing) of every element above the last stage's anchor threshold
-    eta_{M-1}, a superset of those above the final threshold; None when the stages ran on the whole vector."""
+    """With ``narrow``: the indices (increasing) of every nonzero element at or above the last stage's anchor
+    threshold eta_{M-1}, a superset of those at or above the final threshold; None when the stages ran on the whole
+    vector."""
     candidate_magnitudes: torch.Tensor | None = None
     """With ``candidates``: the magnitudes of those elements, in the same order."""
 
@@ -178,7 +179,8 @@ def multistage_threshold(
         the caller has read it already (see :func:`gradstat.theory.estimators.magnitudes.check_magnitudes`).
     narrow : callable ``(x, t) -> (indices, magnitudes)``, optional
         With M >= 2 stages (and at most :data:`NARROW_FRACTION` of the elements expected above eta_{M-1}): the
-        increasing indices of the elements with ``|x| > t`` (``t`` in x's dtype) and their magnitudes. The
+        increasing indices of the nonzero elements with ``|x| >= t`` (``t`` in x's dtype) and their magnitudes: the
+        exceedances and the ties at ``t``, which a final threshold equal to eta_{M-1} selects. The
         elements above eta_{M-1} are then gathered once (one selection in place of the last stage's pass over the
         whole vector) and the last stage runs on them; their indices are returned as ``candidates`` (and their
         magnitudes as ``candidate_magnitudes``), from which the caller selects. Same statistics up to the order

@@ -79,39 +79,64 @@ def goals_markdown(table: pd.DataFrame) -> str:
         return "\n".join(lines) + "\n"
     big = int(measured["size"].max())
     one = _pick(measured, size=big, threads="1")
-    lines += ["", f"## Goals (CPU, one thread, d = {big:,})", "", "| goal | measured | met |", "|---|---|---|"]
+    lines += ["", "## Goals", "", "| goal | measured | met |", "|---|---|---|"]
+    if not one.empty:
+        lines += _one_thread_goals(measured, one, big)
+    # the one goal over every size from 2.6M and every thread count (or the device); the eager rows are the
+    # fallback's reference, not a variant
+    slower = _pick(measured, group="sparsifier")
+    slower = slower[
+        (slower["size"] >= 2_600_000)
+        & (slower["speedup_vs_topk"] < 1.0)
+        & slower["name"].str.match(r"^(sidco|dgc)")
+        & ~slower["name"].str.endswith("(eager)")
+    ]
+    scope = ", ".join(str(t) for t in measured["threads"].unique())
+    lines.append(
+        f"| every SIDCo variant and DGC faster than torch.topk, every size from 2.6M up, threads {scope} | "
+        f"{len(slower)} rows slower | {'yes' if slower.empty else 'no'} |"
+    )
+    lines += ["", "## Table", "", markdown_table(measured), ""]
+    return "\n".join(lines)
+
+
+def _one_thread_goals(measured: pd.DataFrame, one: pd.DataFrame, big: int) -> list[str]:
+    """The issue's goal rows judged on one CPU thread at the largest size ``big`` (``one``: those rows)."""
+    at = f"CPU, one thread, d = {big:,}"
+    lines = []
     for ratio in (0.001, 0.01):
         for name in ("sidco:dist=exp,stages=3", "sidco:dist=exp,stages=3 (eager)"):
             r = _pick(one, ratio=ratio, name=name)
             if not r.empty:
                 s = float(r["speedup_vs_topk"].iloc[0])
-                what = name.replace("sidco:dist=exp,stages=3", "sidco exp 3 stages")
-                lines.append(f"| {what} >= 10x torch.topk, delta={ratio} | {s:.2f}x | {'yes' if s >= 10 else 'no'} |")
+                if name.endswith("(eager)"):  # the fallback's reference: shown beside the goal, not judged
+                    lines.append(
+                        f"| ({at}) sidco exp 3 stages, fused kernels off: reference, no goal, "
+                        f"delta={ratio} | {s:.2f}x | - |"
+                    )
+                else:
+                    met = "yes" if s >= 10 else "no"
+                    lines.append(f"| ({at}) sidco exp 3 stages >= 10x torch.topk, delta={ratio} | {s:.2f}x | {met} |")
     for ratio in sorted(one["ratio"].dropna().unique()):
         r = _pick(one, ratio=ratio, name="threshold")
         if not r.empty:
             p = float(r["read_passes"].iloc[0])
             met = "yes" if p <= 4 else "no"
-            lines.append(f"| threshold selection <= 4 read passes, delta={ratio} | {p:.1f} passes | {met} |")
+            lines.append(f"| ({at}) threshold selection <= 4 read passes, delta={ratio} | {p:.1f} passes | {met} |")
     for _, r in _pick(one, group="quantizer").iterrows():
         gb = float(r["GB/s"])
         goal = 4.0 if r["name"] == "qcs:k=64,Q=4,block=256" else 2.0
-        lines.append(f"| {r['name']} {r['op']} >= {goal:g} GB/s | {gb:.2f} GB/s | {'yes' if gb >= goal else 'no'} |")
+        met = "yes" if gb >= goal else "no"
+        lines.append(f"| ({at}) {r['name']} {r['op']} >= {goal:g} GB/s | {gb:.2f} GB/s | {met} |")
     both = _pick(measured, size=big, group="quantizer", name="qcs:k=64,Q=4,block=256", op="encode")
     for _, r in both[both["threads"] != "1"].iterrows():
         gb = float(r["GB/s"])
         met = "yes" if gb >= 8 else "no"
-        lines.append(f"| qcs:k=64,Q=4,block=256 encode, threads {r['threads']} >= 8 GB/s | {gb:.2f} GB/s | {met} |")
-    slower = _pick(measured, group="sparsifier")
-    slower = slower[
-        (slower["size"] >= 2_600_000) & (slower["speedup_vs_topk"] < 1.0) & slower["name"].str.match(r"^(sidco|dgc)")
-    ]
-    lines.append(
-        f"| every SIDCo variant and DGC faster than torch.topk from 2.6M up | "
-        f"{len(slower)} rows slower | {'yes' if slower.empty else 'no'} |"
-    )
-    lines += ["", "## Table", "", markdown_table(measured), ""]
-    return "\n".join(lines)
+        lines.append(
+            f"| (CPU, threads {r['threads']}, d = {big:,}) qcs:k=64,Q=4,block=256 encode >= 8 GB/s | "
+            f"{gb:.2f} GB/s | {met} |"
+        )
+    return lines
 
 
 def markdown_table(table: pd.DataFrame) -> str:

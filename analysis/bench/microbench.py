@@ -124,42 +124,35 @@ def _sidco_phases(g: torch.Tensor, ratio: float, repeats: int, dev: torch.device
     later stages (the second over the whole vector, then the elements above its threshold gathered once and the
     third stage on them, where few enough lie there), the selection and the packing. Eagerly: the input check,
     forming |g|, the fit and threshold, the selection and the packing."""
+    from gradstat import compressors
+    from gradstat.compressors.context import Context
     from gradstat.compressors.payload import Payload
     from gradstat.compressors.primitives import all_finite, select_at_least, selects_signed
-    from gradstat.compressors.sidco import exceedances_above
+    from gradstat.compressors.sidco import SIDCo
     from gradstat.compressors.threshold import add_sparse
-    from gradstat.theory.estimators.moments import summary, tail_moments
-    from gradstat.theory.pot import multistage_threshold
+    from gradstat.theory.estimators.moments import tail_moments
 
-    signed = tail_moments.compiled_for(g)
+    comp = compressors.create("sidco:dist=exp,stages=3", ratio=ratio)  # its own methods: the phases of its encode
+    assert isinstance(comp, SIDCo)
+    signed = tail_moments.compiled_for(g)  # where SIDCo's signed path runs (SIDCo._signed_threshold)
     x = g if signed else g.abs()
-    stats = summary(g, True, False) if signed else None
-    narrow = exceedances_above if signed and selects_signed(g) else None
+    stats = comp._summary(g) if signed else None
 
     def fit():
-        return multistage_threshold(
-            x,
-            ratio,
-            3,
-            first="exponential",
-            first_ratio=0.25,
-            signed=signed,
-            final_count=False,
-            stats=stats,
-            narrow=narrow,
-        )
+        payload = Payload(shape=g.shape, dtype=g.dtype)
+        return comp._fit(x, Context(), payload, signed=signed, stats=stats, narrow=signed and selects_signed(g))
 
     pot = fit()
     eta = pot.threshold
 
-    def select() -> torch.Tensor:
+    def select() -> torch.Tensor:  # as ThresholdSparsifier._encode selects
         if pot.candidates is None or pot.candidate_magnitudes is None:
-            return select_at_least(x, eta, signed=signed)
+            return select_at_least(x, eta, signed=signed, density=ratio)
         return pot.candidates.index_select(0, select_at_least(pot.candidate_magnitudes, eta))
 
     idx = select()
     if signed:
-        phases = {"check + summary": time_ms(lambda: summary(g, True, False), repeats, dev)}
+        phases = {"check + summary": time_ms(lambda: comp._summary(g), repeats, dev)}
     else:
         phases = {"check": time_ms(lambda: all_finite(g), repeats, dev), "abs": time_ms(lambda: g.abs(), repeats, dev)}
     phases["fit + threshold"] = time_ms(fit, repeats, dev)

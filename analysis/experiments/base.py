@@ -33,6 +33,9 @@ import torch
 
 from gradstat.analysis.measure.tables import atomic_write_text, to_markdown, write_table
 
+VERDICT = "**Verdict:** "
+"""How an experiment's README opens its overall verdict line (the experiments index reads it back)."""
+
 Kind = Literal["value", "at_most", "at_least", "claim"]
 
 
@@ -170,7 +173,7 @@ def write_result(exp: Experiment, result: ExperimentResult, out: str | os.PathLi
         "## Paper vs ours",
         "",
         to_markdown(comp) if len(comp) else "No published number to compare with (see the source above).\n",
-        f"**Verdict:** {overall_verdict(result.comparisons)}.",
+        f"{VERDICT}{overall_verdict(result.comparisons)}.",
         "",
     ]
     if result.notes:

@@ -15,10 +15,10 @@ import os
 import sys
 from pathlib import Path
 
+from gradstat.analysis.experiments.base import VERDICT
 from gradstat.analysis.experiments.registry import experiments
 from gradstat.analysis.measure.tables import atomic_write_text
 
-VERDICT = "**Verdict:** "
 HEAD = """# The papers' experiments, reproduced side by side
 
 Written by `gradstat experiment NAME --out reports/experiments/NAME` (full size; per-workload runs write one folder

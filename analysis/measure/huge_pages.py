@@ -16,15 +16,23 @@ as a library (a training script with its DDP hooks) sets the variable itself, in
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 VARIABLE = "THP_MEM_ALLOC_ENABLE"
 KERNEL_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
+_LATE: list[bool] = []
+"""Set by :func:`request` when it set the variable itself: whether torch had been imported already (then torch
+may have read the variable before it was set)."""
+
+
 def request() -> None:
     """Ask torch's CPU allocator for huge pages on large tensors, unless the environment says otherwise."""
-    os.environ.setdefault(VARIABLE, "1")
+    if VARIABLE not in os.environ:
+        os.environ[VARIABLE] = "1"
+        _LATE[:] = ["torch" in sys.modules]
 
 
 def kernel_mode(setting: Path = KERNEL_SETTING) -> str:
@@ -42,8 +50,11 @@ def describe() -> str:
     """One line on whether large CPU tensors get huge pages in this process, for a benchmark's header."""
     value = os.environ.get(VARIABLE)
     mode = kernel_mode()
-    requested = value == "1"
-    effective = requested and mode in ("always", "madvise")
-    state = "on" if effective or mode == "always" else "off"
     variable = f"{VARIABLE}={value}" if value is not None else f"{VARIABLE} unset"
+    if _LATE and _LATE[0] and mode != "always":
+        return (
+            f"huge pages for large CPU tensors unknown ({variable} was set after torch was imported, so torch may "
+            f"have read it unset; kernel transparent huge pages: {mode})"
+        )
+    state = "on" if mode == "always" or (value == "1" and mode == "madvise") else "off"
     return f"huge pages for large CPU tensors {state} ({variable}; kernel transparent huge pages: {mode})"

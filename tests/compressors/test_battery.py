@@ -195,6 +195,20 @@ def test_shape_and_dtype_preserved(name, dtype, device):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_a_gradient_that_requires_grad_is_compressed_like_its_values(name, device):
+    """A tensor still attached to autograd (a parameter's .grad under create_graph, a hook's input): the payload
+    and the reconstruction equal those of its detached values, and nothing is recorded for autograd."""
+    c = compressors.create(name)
+    g = laplace(2000, seed=5, device=device)
+    attached = g.clone().requires_grad_(True)
+    plain, attached_payload = c.encode(g, Context(seed=2)), c.encode(attached, Context(seed=2))
+    assert attached_payload.bits == plain.bits
+    out = c.decode(attached_payload, Context(seed=2), side=g if c.properties.needs_side else None)
+    want = c.decode(plain, Context(seed=2), side=g if c.properties.needs_side else None)
+    assert torch.equal(out, want) and not out.requires_grad
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_named_tensors_are_compressed_per_layer_and_decoded_back(name, device):
     c = compressors.create(name)
     if c.properties.needs_side:

@@ -52,3 +52,13 @@ def test_scratch_reuses_one_buffer_per_slot_and_release_frees_it():
     P.release_scratch()
     d = P.scratch(1000, torch.float32, torch.device("cpu"), "test-a")
     assert d.numel() == 1000
+
+
+def test_scratch_keeps_no_buffer_off_the_cpu():
+    """Off the CPU (here the meta device, standing in for CUDA) every call gets a fresh tensor and nothing is kept:
+    the device's caching allocator reuses memory itself, and a kept buffer would pin device memory."""
+    P.release_scratch()
+    a = P.scratch(1000, torch.float32, torch.device("meta"), "test-a")
+    b = P.scratch(1000, torch.float32, torch.device("meta"), "test-a")
+    assert a.device.type == "meta" and a.numel() == b.numel() == 1000 and a is not b
+    assert not getattr(P._SCRATCH, "buffers", {})

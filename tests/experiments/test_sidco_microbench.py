@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import pathlib
 
 import pandas as pd
 import pytest
@@ -89,7 +90,7 @@ def test_trend_notes_count_the_cells_from_the_table(quick):
         grows = 0
         for _, grp in et.groupby("ratio"):
             v = list(grp.sort_values("size")["speedup"])
-            grows += all(a <= b for a, b in zip(v[:-1], v[1:], strict=True))
+            grows += all(a < b for a, b in zip(v[:-1], v[1:], strict=True))
         line = (
             f"Trend, CPU, threads {threads}: SIDCo-E is faster than Top-k in {faster} of {len(et)} (size, ratio) "
             f"cells, and its speed-up grows with every size step at {grows} of 3 ratios."
@@ -199,3 +200,14 @@ def test_the_bench_page_of_the_same_run_is_written_beside_the_experiment(quick):
     assert "## Goals" in page and "1-minute load average" in page
     bench = quick[0].tables["bench"]
     assert (out / "bench" / "bench.csv").read_text().count("\n") == len(bench) + 1  # the same table, every row
+
+
+def test_the_committed_experiments_index_is_the_one_its_folders_give():
+    """reports/experiments/README.md is generated from the committed experiment READMEs: regenerating it must give
+    the committed text (an experiment rerun without rewriting the index leaves a stale verdict there)."""
+    from gradstat.analysis.experiments.index import render
+
+    root = pathlib.Path(__file__).resolve().parents[2] / "reports" / "experiments"
+    if not (root / "README.md").is_file():
+        pytest.skip("no committed experiments index in this tree")
+    assert (root / "README.md").read_text() == render(index_rows(root))
