@@ -19,13 +19,13 @@ def _probe(env_value: str | None) -> str:
     return subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True).stdout
 
 
-def test_the_command_requests_huge_pages_unless_the_environment_decides():
-    assert _probe(None).strip() == "1"
+def test_the_command_keeps_a_value_the_environment_gives():
     assert _probe("0").strip() == "0"
 
 
-def test_the_request_comes_before_torch_is_imported(monkeypatch):
-    """torch reads the variable once, at its first allocation: the request must precede torch's import."""
+def test_the_command_requests_huge_pages_before_torch_is_imported(monkeypatch):
+    """Unset in the environment, the command sets it to 1; torch reads the variable once, at its first allocation,
+    so the request must precede torch's import."""
     monkeypatch.delenv(huge_pages.VARIABLE, raising=False)
     code = (
         "import sys, builtins; real = builtins.__import__\n"
