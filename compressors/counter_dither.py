@@ -13,8 +13,9 @@ int32 with wrapping multiplication and logical shifts written as arithmetic shif
 uint32 arithmetic): AVX2 has 32-bit but no 64-bit vector multiplies, so int64 arithmetic runs ~4x slower on a CPU.
 Indices are int32, so one call quantizes at most 2^31 - 1 elements.
 
-Eager torch is the reference and the fallback (no compiler, ``GRADSTAT_COMPILE=never``, or a compile error): the same
-functions, run op by op over chunks of rows so that the temporaries stay in cache. Compiled and eager results are
+It is the quantizers' default dither. Eager torch is the reference and the fallback (no compiler, vectors below
+the compile threshold, ``GRADSTAT_COMPILE=never``, a GPU, or a compile error): the same functions, run op by op
+(on a CPU over chunks of rows, so that the temporaries stay in cache). Compiled and eager results are
 equal bit for bit (``tests/compressors/test_counter_dither.py``); the first compiled call of a process pays the
 compile (seconds), later calls of any size reuse it (``dynamic=True``).
 """
@@ -101,10 +102,10 @@ def reconstruct_rows_into(out: torch.Tensor, *args: object) -> torch.Tensor:
     return out.copy_(reconstruct_rows(*args))  # type: ignore[arg-type]
 
 
-KERNELS = {f.__name__: Fused(f, min_elements=0) for f in (quantize_rows_into, reconstruct_rows_into)}
+KERNELS = {f.__name__: Fused(f) for f in (quantize_rows_into, reconstruct_rows_into)}
 """The fused forms (one generated loop each where compiled; :mod:`gradstat.theory.fused`, whose policy
-``GRADSTAT_COMPILE`` they follow): an explicit ``dither=counter`` is compiled at every size on a CPU with a C++
-compiler, since the fused loop is its point."""
+``GRADSTAT_COMPILE`` they follow: under ``auto``, CPU vectors from ``MIN_ELEMENTS`` up, where the loop saves
+tens of milliseconds per call and a build of seconds pays for itself; smaller ones run the eager tiles)."""
 
 
 def run_rows(
@@ -135,8 +136,14 @@ def run_rows(
     if compiled and kernel.compiled_for(out):
         kernel(out, block, row_factor, at(0), key, *rest)  # a failed build or run warns once and runs eagerly
         return out
-    # eager: tiles of about CHUNK_ELEMENTS (whole rows, or pieces of one long row), so temporaries stay in cache
-    rstep, cstep = (max(1, CHUNK_ELEMENTS // max(size, 1)), size) if size <= CHUNK_ELEMENTS else (1, CHUNK_ELEMENTS)
+    # eager: on a CPU, tiles of about CHUNK_ELEMENTS (whole rows, or pieces of one long row), so temporaries stay in
+    # cache; elsewhere one tile (a GPU reads at its bandwidth, and each tile costs a launch per operation)
+    if device.type != "cpu":
+        rstep, cstep = max(rows, 1), max(size, 1)
+    elif size <= CHUNK_ELEMENTS:
+        rstep, cstep = max(1, CHUNK_ELEMENTS // max(size, 1)), size
+    else:
+        rstep, cstep = 1, CHUNK_ELEMENTS
     for r in range(0, rows, rstep):
         for c in range(0, size, cstep):
             tile = (slice(r, r + rstep), slice(c, c + cstep))

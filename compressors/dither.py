@@ -9,7 +9,7 @@ One step, in units of the quantizer step (so the step is 1):
 
     scale   s_b = ||x_b|| per bucket b (l2 or l_inf), sent as one 32-bit value per bucket
     y       = L x / s_b                         L = number of positive levels (y in [-L, L])
-    dither  u ~ U[-1/2, 1/2)                    from the ctx-seeded generator (stream DITHER_STREAM)
+    dither  u ~ U[-1/2, 1/2)                    keyed by (call seed, index), or from the seeded generator
     code    c = round(y + u) in {-L..L}         (midtread, 2L + 1 codes)
     value   y_tilde = c - u (dithered)  or  c (half-dithered)  ->  x_tilde = s_b y_tilde / L
 
@@ -33,7 +33,7 @@ from typing import Callable, Literal
 import torch
 
 from gradstat.compressors import counter_dither
-from gradstat.compressors.base import Compressor
+from gradstat.compressors.base import Compressor, nonfinite_error
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.payload import Payload, code_width
 from gradstat.compressors.primitives import (
@@ -198,9 +198,11 @@ class ScaledQuantizer:
         sent), False for half-dithered (codes and scales only).
     onebit : QCS's 1-bit variant (5): midrise points +-1/2 at scale ``2 s_b`` (one bit per code); needs
         ``norm="linf"`` and ``levels=1``.
-    dither : where the dither comes from: ``torch`` (default: the ctx-seeded torch generator, stream
-        DITHER_STREAM) or ``counter`` (:mod:`gradstat.compressors.counter_dither`: keyed by (seed, index), the same
-        numbers on every device, drawn inside one fused pass). Both are U[-1/2, 1/2); the payloads differ.
+    dither : where the dither comes from: ``counter`` (default; :mod:`gradstat.compressors.counter_dither`: keyed
+        by (seed, index), the same numbers on every device, drawn inside one fused pass) or ``torch`` (the
+        ctx-seeded torch generator, stream DITHER_STREAM: a separate draw of d uniforms, ~60-100 ms per 26M on one
+        CPU thread, and other numbers on CUDA than on a CPU). Both are U[-1/2, 1/2) in multiples of 2^-24; the
+        payloads differ.
     """
 
     levels: int
@@ -208,7 +210,7 @@ class ScaledQuantizer:
     norm: Norm = "linf"
     subtract: bool = True
     onebit: bool = False
-    dither: DitherSource = "torch"
+    dither: DitherSource = "counter"
 
     def __post_init__(self) -> None:
         if not isinstance(self.levels, int) or self.levels < 1:
@@ -233,23 +235,53 @@ class ScaledQuantizer:
         """Bits per code on the wire."""
         return 1 if self.onebit else code_width(2 * self.levels + 1)
 
+    @property
+    def reach(self) -> float:
+        """Largest reconstruction in units of the bucket scale: 1 half-dithered (a code), and half a step beyond
+        the outermost lattice point dithered (``c + offset - u`` with ``u`` down to -1/2): (L + 1/2) / L midtread,
+        2 for the 1-bit quantizer."""
+        if not self.subtract:
+            return 1.0
+        lo, hi, offset, gain = self._range
+        return (max(abs(lo + offset), abs(hi + offset)) + 0.5) / gain
+
+    def _check_wire(self, wire: torch.Tensor) -> None:
+        """A clear error, before anything is sent, for scales whose values or reconstructions float32 cannot carry
+        (one host sync: the check of the few scales)."""
+        reach = self.reach
+        if all_finite(wire if reach == 1.0 else wire * reach):
+            return
+        hint = "scale the gradient down (e.g. by a power of two) before compressing"
+        if not all_finite(wire):
+            raise ValueError(
+                f"quantizer: the {self.norm} norm of a bucket exceeds float32's range (3.4e38) and cannot be sent; "
+                + hint
+            )
+        raise ValueError(
+            f"quantizer: a dithered reconstruction reaches {reach:g} times its bucket scale (largest scale "
+            f"{float(wire.max()):.4g}), beyond float32's range (3.4e38); {hint}"
+        )
+
     def bucket_size(self, d: int) -> int:
         return self.bucket if 0 < self.bucket < d else d
 
-    def encode(self, x: torch.Tensor, payload: Payload, seed: int) -> None:
+    def encode(
+        self, x: torch.Tensor, payload: Payload, seed: int, source: torch.Tensor | None = None, who: str = "quantizer"
+    ) -> None:
         """Add ``codes`` (d at :attr:`code_width` bits) and ``scales`` (one float32 per bucket) for flat ``x``.
 
         The dither comes from ``(seed, DITHER_STREAM)``; the caller sends the seed when :attr:`subtract` is set.
+        The scales are the finiteness check of ``source`` (the gradient ``x`` was prepared from; NaN and Inf
+        reach every norm): a non-finite scale of a ``source`` holding NaN/Inf raises
+        :func:`gradstat.compressors.base.nonfinite_error` naming ``who``, of a finite one the range error below.
         """
         d = x.numel()
         head, tail = bucket_rows(x, self.bucket_size(d))
         scale = _row_scales(head, tail, self.norm)
+        if source is not None and not all_finite(scale) and not all_finite(source):
+            raise nonfinite_error(source, who)
         wire = to_float32_wire(scale, "quantizer", f"{self.norm} bucket scale")
-        if not all_finite(wire):
-            raise ValueError(
-                f"quantizer: the {self.norm} norm of a bucket exceeds float32's range (3.4e38) and cannot be sent; "
-                "scale the gradient down (e.g. by a power of two) before compressing"
-            )
+        self._check_wire(wire)
         lo, hi, offset, gain = self._range
         if self.dither == "counter":
             codes = torch.empty(d, dtype=code_dtype(lo, hi), device=x.device)
@@ -288,11 +320,10 @@ class ScaledQuantizer:
         blocks = to_buckets(x, self.bucket_size(d))
         scale = bucket_norm(blocks, self.norm)
         wire = to_float32_wire(scale, "quantizer", f"{self.norm} bucket scale")
-        if not all_finite(wire):
-            raise ValueError(f"quantizer: the {self.norm} norm of a bucket exceeds float32's range (3.4e38)")
+        self._check_wire(wire)
         lo, hi, offset, gain = self._range
         y = (blocks / _safe(scale)[:, None]).mul_(gain).reshape(-1)[:d]
-        codes = torch.floor(y + draw_dither(d, seed, x.device) + (0.5 - offset)).clamp_(lo, hi)
+        codes = torch.floor(y + self._dither_reference(d, seed, x.device) + (0.5 - offset)).clamp_(lo, hi)
         payload.add("codes", codes.to(code_dtype(lo, hi)), self.code_width, "code")
         payload.add("scales", wire, 32, "scale")
 
@@ -301,9 +332,17 @@ class ScaledQuantizer:
         codes, scale = payload["codes"], payload["scales"]
         lo, hi, offset, gain = self._range
         value = codes.float() + offset if offset else codes.float()
-        y = value - draw_dither(d, seed, codes.device) if self.subtract else value
+        y = value - self._dither_reference(d, seed, codes.device) if self.subtract else value
         blocks = to_buckets(y, self.bucket_size(d))
         return (blocks / gain).mul_(scale[:, None]).reshape(-1)[:d]
+
+    def _dither_reference(self, d: int, seed: int, device: torch.device) -> torch.Tensor:
+        """All ``d`` dithers of the plain forms at once: torch's draw, or the counter uniforms of indices 0..d-1."""
+        if self.dither == "torch":
+            return draw_dither(d, seed, device)
+        key = counter_dither.keys(seed, DITHER_STREAM, device)
+        base = torch.zeros((), dtype=torch.int32, device=device)
+        return counter_dither.uniform_rows(1, d, base, key, device).reshape(-1) - 0.5
 
     def expected_error(self, x: torch.Tensor) -> torch.Tensor:
         """Exact ``E[||x_tilde - x||^2 | x]`` (0-d float64 tensor) over the dither, for flat ``x``.
@@ -355,9 +394,14 @@ class ScaledQuantizerCompressor(Compressor):
         flat = g.reshape(-1)
         return self.quantizer(flat.numel()).expected_error(self.prepare(flat.float()))
 
+    def _validates_finite(self, flat: torch.Tensor) -> bool:
+        """The bucket scales are the check: NaN and Inf in ``g`` reach them through :meth:`prepare` (see
+        :meth:`ScaledQuantizer.encode`)."""
+        return True
+
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         q = self.quantizer(g.numel())
-        q.encode(self.prepare(g), payload, ctx.call_seed)
+        q.encode(self.prepare(g), payload, ctx.call_seed, source=g, who=self.name)
         if q.subtract:
             payload.add_seed(ctx.call_seed)
 

@@ -28,12 +28,12 @@ from gradstat.compressors.registry import register
 class DQSG(ScaledQuantizerCompressor):
     """M: levels per sign (Delta = 1/M, codes in {-M..M}), >= 1. partitions: K >= 1, each with its own kappa.
     half: half-dithered (do not subtract the dither; no seed sent).
-    dither: ``torch`` or ``counter`` (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
+    dither: ``counter`` (default) or ``torch`` (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
 
     M: int = 2
     partitions: int = 1
     half: bool = False
-    dither: DitherSource = "torch"
+    dither: DitherSource = "counter"
 
     properties = Properties(
         kind="quantizer",

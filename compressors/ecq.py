@@ -22,11 +22,11 @@ from gradstat.compressors.registry import register
 @dataclass
 class ECQ(ScaledQuantizerCompressor):
     """s: non-zero levels (codes in {-s..s}). norm: the scale, ``l2`` or ``linf`` (the paper's experiments: l2, s=4).
-    dither: ``torch`` or ``counter`` (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
+    dither: ``counter`` (default) or ``torch`` (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
 
     s: int = 4
     norm: Literal["l2", "linf"] = "l2"
-    dither: DitherSource = "torch"
+    dither: DitherSource = "counter"
 
     properties = Properties(
         kind="quantizer",

@@ -8,10 +8,11 @@ function below does its job in the fewest read passes, with no host synchronisat
 a host value by definition (a count, a yes/no).
 
 Scale safety lives here too: products and sums of squares of finite float32 values overflow from |x| ~ 1.8e19
-(squares) or ~3e38 / n (sums), and reciprocals of denormal scales overflow. The scale computations below factor
-out a power of two first (exact in binary floating point), so they are exactly equivariant to scaling the input
-by any power of two that keeps it finite (Higham, Accuracy and Stability of Numerical Algorithms, Sec. 2.1:
-multiplication by a power of the base is exact unless it under/overflows).
+(squares) or ~3e38 / n (sums), and reciprocals of denormal scales overflow. The scale computations below either
+sum float32 squares in float64, where each is exact and nothing can overflow, or factor out a power of two first
+(exact in binary floating point); either way they are exactly equivariant to scaling the input by any power of
+two that keeps it finite (Higham, Accuracy and Stability of Numerical Algorithms, Sec. 2.1: multiplication by a
+power of the base is exact unless it under/overflows).
 
 Every function has a plain reference in ``tests/compressors/test_primitives.py`` that it must match.
 """
@@ -56,6 +57,8 @@ __all__ = [
     "to_float32_wire",
     "scratch",
     "l2_norm_rows",
+    "sum_squares_rows",
+    "wide_sum_squares",
     "max_abs_rows",
     "mean_abs_scratch",
     "scale_by_pow2_scratch",
@@ -434,13 +437,45 @@ def normalise_by_pow2(x: torch.Tensor, e: torch.Tensor, out: torch.Tensor | None
 
 
 def l2_norm(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Euclidean norm (over ``dim``, or all elements) free of intermediate overflow and underflow:
-    ``||x|| = 2^e ||x 2^-e||`` with ``2^e`` the power of two at ``max |x|``. Inf only where the norm itself
-    exceeds the dtype's range; exactly equivariant to power-of-two scalings of ``x``."""
+    """Euclidean norm (over ``dim``, or all elements) free of intermediate overflow and underflow; Inf only where
+    the norm itself exceeds the dtype's range, and exactly equivariant to power-of-two scalings of ``x``.
+
+    float32 and narrower: the square root of the float64 sum of squares (:func:`sum_squares_rows`), rounded once.
+    Every square of a float32 value is exact in float64 and lies far inside its range (2^-298 to 2^256), so
+    nothing overflows or underflows, and scaling ``x`` by 2^k scales every partial sum by exactly 4^k.
+    float64: ``2^e ||x 2^-e||`` with ``2^e`` the power of two at ``max |x|``."""
+    if x.dtype.itemsize <= 4:
+        rows = x.reshape(1, -1) if dim is None else x.movedim(dim, -1).reshape(-1, x.shape[dim])
+        norms = wide_sum_squares(rows).sqrt_().to(x.dtype)
+        return norms.reshape(()) if dim is None else norms.reshape(x.movedim(dim, -1).shape[:-1])
     m = max_abs(x, dim)
     e = pow2_exponent(m)
     scaled = scale_by_pow2(x, -(e if dim is None else e.unsqueeze(dim)))
     return scale_by_pow2(torch.linalg.vector_norm(scaled, 2, dim=dim), e)
+
+
+@fused
+def sum_squares_rows(rows: torch.Tensor) -> torch.Tensor:
+    """float64 sums of squares of the rows of a 2-D float32 (or narrower) tensor: one fused read where compiled."""
+    return rows.double().square().sum(dim=1)
+
+
+def wide_sum_squares(rows: torch.Tensor) -> torch.Tensor:
+    """:func:`sum_squares_rows` (shape ``(rows,)``, float64): compiled where the policy allows, else eagerly in
+    pieces of about :data:`SELECT_CHUNK` elements, so that the float64 copy stays in cache (whole rows, or parts
+    of one long row summed in order)."""
+    if sum_squares_rows.compiled_for(rows):
+        return sum_squares_rows(rows)
+    n, size = rows.shape
+    out = torch.zeros(n, dtype=torch.float64, device=rows.device)
+    if size <= SELECT_CHUNK:
+        step = max(1, SELECT_CHUNK // max(size, 1))
+        for r in range(0, n, step):
+            out[r : r + step] = rows[r : r + step].double().square_().sum(dim=1)
+        return out
+    for c in range(0, size, SELECT_CHUNK):
+        out += rows[:, c : c + SELECT_CHUNK].double().square_().sum(dim=1)
+    return out
 
 
 def mean_abs(x: torch.Tensor) -> torch.Tensor:
@@ -485,8 +520,10 @@ def to_float32_wire(x: torch.Tensor, who: str, what: str) -> torch.Tensor:
 
 
 def l2_norm_rows(x: torch.Tensor, slot: str = "scaled") -> torch.Tensor:
-    """:func:`l2_norm` of each row of a 2-D ``x`` (shape ``(rows,)``), bit for bit, with the power-of-two-scaled
-    copy written into a :func:`scratch` buffer instead of two fresh x-sized tensors."""
+    """:func:`l2_norm` of each row of a 2-D ``x`` (shape ``(rows,)``), bit for bit; for float64 rows with the
+    power-of-two-scaled copy written into a :func:`scratch` buffer instead of two fresh x-sized tensors."""
+    if x.dtype.itemsize <= 4:
+        return l2_norm(x, dim=1)
     e = pow2_exponent(max_abs_rows(x))
     scaled = scale_by_pow2_scratch(x, -e.unsqueeze(1), slot)
     return scale_by_pow2(torch.linalg.vector_norm(scaled, 2, dim=1), e)
@@ -512,9 +549,12 @@ def scale_by_pow2_scratch(x: torch.Tensor, e: torch.Tensor, slot: str = "scaled"
 
 
 def max_abs_rows(x: torch.Tensor) -> torch.Tensor:
-    """:func:`max_abs` over the last dimension of a 2-D ``x`` (shape ``(rows,)``), the same values, as two row
-    reductions ``amin`` and ``amax``: torch's CPU ``aminmax(dim=1)`` runs ~10x slower than either (measured on
-    26M float32 in rows of 512: 72 ms against 7 ms each, one thread)."""
+    """:func:`max_abs` over the last dimension of a 2-D ``x`` (shape ``(rows,)``), the same values: one fused read
+    (:func:`block_max`) where compiled, else two row reductions ``amin`` and ``amax``: torch's CPU
+    ``aminmax(dim=1)`` runs ~10x slower than either (measured on 26M float32 in rows of 512: 72 ms against 7 ms
+    each, one thread)."""
+    if block_max.compiled_for(x):
+        return block_max(x, True)
     return torch.maximum(-x.amin(dim=1), x.amax(dim=1))
 
 

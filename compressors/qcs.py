@@ -94,7 +94,7 @@ class QCS(Compressor):
     block: int = 256
     alpha: Literal["unbiased", "mmse"] = "unbiased"
     onebit: bool = False
-    dither: DitherSource = "torch"
+    dither: DitherSource = "counter"
 
     properties = Properties(
         kind="sketch",

@@ -20,11 +20,11 @@ from gradstat.compressors.registry import register
 @dataclass
 class QSGD(ScaledQuantizerCompressor):
     """s: positive levels (codes in {-s..s}), >= 1. bucket: elements per l2 scale (0 = whole tensor).
-    dither: ``torch`` or ``counter`` (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
+    dither: ``counter`` (default) or ``torch`` (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
 
     s: int = 4
     bucket: int = 512
-    dither: DitherSource = "torch"
+    dither: DitherSource = "counter"
 
     properties = Properties(
         kind="quantizer",

@@ -23,11 +23,11 @@ from gradstat.compressors.registry import register
 class TernGrad(ScaledQuantizerCompressor):
     """clip: c of the clipping at ``c * std(g)`` (0 = no clipping; the paper's value is 2.5).
     bucket: elements per scale (0 = one scale for the whole tensor, as the paper's per-layer scaler).
-    dither: ``torch`` or ``counter`` (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
+    dither: ``counter`` (default) or ``torch`` (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
 
     clip: float = 0.0
     bucket: int = 0
-    dither: DitherSource = "torch"
+    dither: DitherSource = "counter"
 
     properties = Properties(
         kind="quantizer",

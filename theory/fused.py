@@ -76,13 +76,10 @@ class Fused:
     """A pure torch function ``fn(x, *scalars)`` run compiled (one fused pass) or eagerly (its own reference).
 
     ``x`` is the large vector; the other arguments are 0-d tensors or Python constants that select a variant
-    (each constant value compiles its own kernel). Shapes are dynamic: one kernel serves every length.
-    ``min_elements``: the smallest ``x`` compiled under ``auto`` (:data:`MIN_ELEMENTS` by default; 0 for a kernel
-    the user asked for by name, such as the counter dither)."""
+    (each constant value compiles its own kernel). Shapes are dynamic: one kernel serves every length."""
 
-    def __init__(self, fn: Callable[..., torch.Tensor], min_elements: int = MIN_ELEMENTS) -> None:
+    def __init__(self, fn: Callable[..., torch.Tensor]) -> None:
         self.fn = fn
-        self.min_elements = min_elements
         self.name = fn.__name__
         self._compiled: Callable[..., torch.Tensor] | None = None
         self._broken = False
@@ -97,7 +94,7 @@ class Fused:
             return False
         if mode == "always":
             return True
-        return x.device.type == "cpu" and x.numel() >= self.min_elements and can_compile()
+        return x.device.type == "cpu" and x.numel() >= MIN_ELEMENTS and can_compile()
 
     def __call__(self, x: torch.Tensor, *args: object) -> torch.Tensor:
         if self.compiled_for(x):

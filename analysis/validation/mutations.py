@@ -64,25 +64,54 @@ def _qcs_alpha(value: Callable[[QCS], float]) -> list:
     return [mock.patch.object(QCS, "reconstruction_scale", value)]
 
 
+def _eager() -> contextlib.AbstractContextManager[None]:
+    """The fused kernels off for the mutation's run: a compiled counter-dither loop was traced from the functions
+    before they were patched, so the patch must run eagerly to take effect."""
+    from gradstat.theory.fused import forced
+
+    return forced("never")
+
+
+def _counter_quantize(dither_gain: float) -> object:
+    """The counter dither's quantization step with the dither scaled by ``dither_gain`` (the encoder's bug)."""
+    import gradstat.compressors.counter_dither as cd
+
+    def quantize_rows(x, scale, base, key, gain, lo, hi, shift, dtype):  # noqa: ANN001, ANN202
+        u = (cd.uniform_rows(x.shape[0], x.shape[1], base, key, x.device) - 0.5) * dither_gain
+        return torch.floor(x / scale * gain + u + shift).clamp(lo, hi).to(dtype)
+
+    return mock.patch.object(cd, "quantize_rows", quantize_rows)
+
+
 def _dither_not_subtracted() -> list:
+    import gradstat.compressors.counter_dither as cd
     import gradstat.compressors.dither as dither
 
-    orig = dither.reconstruct
-    return [mock.patch.object(dither, "reconstruct", lambda codes, u, offset=0.0: orig(codes, None, offset))]
+    orig, rows = dither.reconstruct, cd.reconstruct_rows
+    return [
+        _eager(),
+        mock.patch.object(dither, "reconstruct", lambda codes, u, offset=0.0: orig(codes, None, offset)),
+        mock.patch.object(cd, "reconstruct_rows", lambda c, s, b, k, g, o, subtract: rows(c, s, b, k, g, o, False)),
+    ]
+
+
+def _dither_scaled(factor: float) -> list:
+    import gradstat.compressors.dither as dither
+
+    orig = dither.quantize
+    return [
+        _eager(),
+        _counter_quantize(factor),
+        mock.patch.object(dither, "quantize", lambda y, u, lo, hi, offset=0.0: orig(y, factor * u, lo, hi, offset)),
+    ]
 
 
 def _dither_doubled() -> list:
-    import gradstat.compressors.dither as dither
-
-    orig = dither.quantize
-    return [mock.patch.object(dither, "quantize", lambda y, u, lo, hi, offset=0.0: orig(y, 2 * u, lo, hi, offset))]
+    return _dither_scaled(2.0)
 
 
 def _no_dither() -> list:
-    import gradstat.compressors.dither as dither
-
-    orig = dither.quantize
-    return [mock.patch.object(dither, "quantize", lambda y, u, lo, hi, offset=0.0: orig(y, 0 * u, lo, hi, offset))]
+    return _dither_scaled(0.0)
 
 
 def _levels_off_by_one_at_decoder() -> list:
@@ -104,10 +133,10 @@ def _scale_squared() -> list:
     state = {"encoding": False}
     enc = dither.ScaledQuantizer.encode
 
-    def encode(self, x, payload, seed):
+    def encode(self, x, payload, seed, *args, **kwargs):
         state["encoding"] = True
         try:
-            return enc(self, x, payload, seed)
+            return enc(self, x, payload, seed, *args, **kwargs)
         finally:
             state["encoding"] = False
 

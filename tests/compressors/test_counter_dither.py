@@ -61,10 +61,12 @@ def test_qsgd_with_counter_dither_is_unbiased(eager):
     assert check_unbiased(create("qsgd:s=2,bucket=100,dither=counter"), laplace(1000, 4), trials=400) == []
 
 
-def test_the_default_dither_is_unchanged_by_the_option(eager):
+@pytest.mark.parametrize("name", ["qsgd", "terngrad", "ecq", "dqsg", "qcs"])
+def test_the_default_is_the_counter_dither_and_torch_s_generator_remains_an_option(eager, name):
     g = laplace(3000, 1)
-    plain, counter = create("dqsg"), create("dqsg:dither=counter")
-    assert plain.dither == "torch" and not torch.equal(plain.encode(g)["codes"], counter.encode(g)["codes"])
+    default, counter, plain = create(name), create(f"{name}:dither=counter"), create(f"{name}:dither=torch")
+    assert default.dither == "counter" and torch.equal(default.encode(g)["codes"], counter.encode(g)["codes"])
+    assert not torch.equal(plain.encode(g)["codes"], counter.encode(g)["codes"])
 
 
 QUANTIZERS = [

@@ -86,3 +86,28 @@ def test_invalid_quantizer_settings_are_rejected():
         ScaledQuantizer(levels=1, norm="l3")
     with pytest.raises(ValueError, match="1-bit"):
         ScaledQuantizer(levels=2, onebit=True)
+
+
+@pytest.mark.parametrize("source", ["counter", "torch"])
+def test_a_dithered_reconstruction_beyond_float32_is_refused_before_anything_is_sent(source):
+    """Dithered values ``c - u`` reach half a step past the outermost code: (L + 1/2)/L times the scale (1.25 for
+    L = 2), 2 for the 1-bit quantizer. A scale whose reach float32 cannot carry is refused at encode with a clear
+    error; just inside the reach, every seed decodes finite; the half-dithered quantizer never passes its scale."""
+    fmax = torch.finfo(torch.float32).max
+    q = ScaledQuantizer(levels=2, bucket=0, norm="linf", subtract=True, dither=source)
+    onebit = ScaledQuantizer(levels=1, bucket=0, norm="linf", subtract=True, onebit=True, dither=source)
+    assert q.reach == 1.25 and onebit.reach == 2.0
+    x = torch.tensor([3.0e38, -1.0e38, 2.0e37, 0.0])
+    for quantizer in (q, onebit):
+        with pytest.raises(ValueError, match=r"dithered reconstruction reaches .* beyond float32's range"):
+            quantizer.encode(x, Payload(shape=x.shape, dtype=x.dtype), seed=0)
+    half = ScaledQuantizer(levels=2, bucket=0, norm="linf", subtract=False, dither=source)
+    p = Payload(shape=x.shape, dtype=x.dtype)
+    half.encode(x, p, seed=0)
+    assert bool(torch.isfinite(half.decode(p, 4, seed=0)).all())
+    edge = torch.full((64,), fmax / 1.25 * (1 - 2**-20))
+    edge[1::2] *= -1
+    for seed in range(50):
+        p = Payload(shape=edge.shape, dtype=edge.dtype)
+        q.encode(edge, p, seed=seed)
+        assert bool(torch.isfinite(q.decode(p, 64, seed=seed)).all()), seed

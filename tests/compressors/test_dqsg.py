@@ -6,6 +6,7 @@ import pytest
 import torch
 from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 
+import gradstat.compressors.counter_dither as counter_dither
 import gradstat.compressors.dither as dither
 from gradstat.compressors import Context, create
 from gradstat.compressors.dqsg import DQSG
@@ -28,10 +29,16 @@ def test_error_variance_equals_linf2_n_delta2_over_12(M, K):
     assert check_exact_variance(DQSG(M=M, partitions=K), laplace(2000, M + K)) == []
 
 
-def test_not_subtracting_the_dither_fails_the_exact_variance_check(monkeypatch):
-    """A DQSG whose decoder forgets to subtract the dither (half-dithered in disguise) is caught."""
+@pytest.mark.parametrize("source", ["counter", "torch"])
+def test_not_subtracting_the_dither_fails_the_exact_variance_check(monkeypatch, source):
+    """A DQSG whose decoder forgets to subtract the dither (half-dithered in disguise) is caught, on either
+    dither's decoding path (the counter one eager here: 2000 elements are below the compile threshold)."""
     monkeypatch.setattr(dither, "reconstruct", lambda codes, u, offset=0.0: codes.float() + offset)
-    assert check_exact_variance(DQSG(M=2), laplace(2000, 1)) != []
+    whole = counter_dither.reconstruct_rows
+    monkeypatch.setattr(
+        counter_dither, "reconstruct_rows", lambda c, s, b, k, g, o, subtract: whole(c, s, b, k, g, o, False)
+    )
+    assert check_exact_variance(DQSG(M=2, dither=source), laplace(2000, 1)) != []
 
 
 def test_half_dithered_is_caught_by_the_exact_check_but_matches_its_own_variance():
@@ -61,15 +68,22 @@ def test_bits_hand_count(M, K, half, expected):
     assert DQSG(M=M, partitions=K, half=half).encode(torch.randn(1000)).bits == expected
 
 
-def test_reconstruction_is_the_dithered_formula_of_algorithm_1():
-    """g_tilde = kappa (Delta q - u) with q = round(g/kappa/Delta + u/Delta), u regenerated from the seed."""
+@pytest.mark.parametrize("source", ["counter", "torch"])
+def test_reconstruction_is_the_dithered_formula_of_algorithm_1(source):
+    """g_tilde = kappa (Delta q - u) with q = round(g/kappa/Delta + u/Delta), u regenerated from the seed: element
+    i's counter uniform of (seed, i), or torch's i-th draw."""
     g = torch.tensor([0.3, -1.2, 0.05, 0.9])
     ctx = Context(seed=4)
-    p = DQSG(M=2).encode(g, ctx)
-    u = dither.draw_dither(4, ctx.call_seed, torch.device("cpu")) / 2  # U[-Delta/2, Delta/2], Delta = 1/2
+    p = DQSG(M=2, dither=source).encode(g, ctx)
+    if source == "torch":
+        unit = dither.draw_dither(4, ctx.call_seed, torch.device("cpu"))
+    else:
+        key = counter_dither.keys(ctx.call_seed, dither.DITHER_STREAM, "cpu")
+        unit = counter_dither.uniform_rows(1, 4, torch.tensor(0, dtype=torch.int32), key, torch.device("cpu"))[0] - 0.5
+    u = unit / 2  # U[-Delta/2, Delta/2], Delta = 1/2
     q = torch.floor((g / 1.2 + u) * 2 + 0.5)
     assert torch.equal(p["codes"].float(), q)
-    assert torch.allclose(DQSG(M=2).decode(p, ctx), 1.2 * (0.5 * q - u))
+    assert torch.allclose(DQSG(M=2, dither=source).decode(p, ctx), 1.2 * (0.5 * q - u))
 
 
 def test_partitions_reduce_the_error_of_a_vector_with_one_large_part():

@@ -1,8 +1,10 @@
 """The in-place quantizer paths (scratch buffers, no padded copy, integer clamp) give the same payloads and the same
-reconstructions, bit for bit, as their plain reference forms (same dither draws in the same order), at every size
+reconstructions, bit for bit, as their plain reference forms (the same dithers: counter or torch's draws), at every size
 (ragged last bucket included), scale and dtype."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
@@ -19,6 +21,7 @@ QUANTIZERS = [
     ScaledQuantizer(levels=200, bucket=33, norm="linf", subtract=False),  # int16 codes
     ScaledQuantizer(levels=1, bucket=64, norm="linf", subtract=True, onebit=True),  # 1-bit QCS
 ]
+QUANTIZERS += [replace(q, dither="torch") for q in QUANTIZERS]  # the default counter dither, then torch's draws
 SIZES = [1, 7, 512, 513, 4099, 70_001]
 SCALES = [1.0, 1e-30, 1e30, 1e-40, 3e37]
 
@@ -35,7 +38,7 @@ def _payload(d: int) -> Payload:
 
 
 @pytest.mark.parametrize(
-    "q", QUANTIZERS, ids=lambda q: f"L{q.levels}-b{q.bucket}-{q.norm}-s{q.subtract:d}-1b{q.onebit:d}"
+    "q", QUANTIZERS, ids=lambda q: f"L{q.levels}-b{q.bucket}-{q.norm}-s{q.subtract:d}-1b{q.onebit:d}-{q.dither}"
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_encode_and_decode_equal_the_plain_reference_bit_for_bit(q, dtype):

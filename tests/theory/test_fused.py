@@ -442,3 +442,29 @@ def test_one_bit_class_means_of_one_group_from_one_fused_read(scale):
     with forced("never"):
         plain = comp.encode(g)
     torch.testing.assert_close(plain["values"], p["values"], rtol=1e-5, atol=0)
+
+
+@needs_compiler
+@pytest.mark.parametrize("scale", [1e-40, 1e-30, 1.0, 1e30, 1e36])
+def test_compiled_row_scales_equal_the_eager_ones_and_the_float64_norm(scale):
+    """The quantizers' bucket scales from one fused read: the l2 norms are the float64 sums of squares rounded
+    once, so compiled and eager agree with each other and with a float64 norm within half an ulp (1e-36 rows of
+    512 reach ~2e37, near float32's top; 1e-40 is denormal), and the max-abs rows are exactly the eager ones."""
+    from gradstat.compressors import primitives as P
+
+    rows = (_laplace(512 * 301, 11) * scale).view(301, 512)
+    rows[7] = 0.0
+    exact = torch.linalg.vector_norm(rows.double(), dim=1)
+    with forced("always"):
+        got, rows_max = P.l2_norm_rows(rows), P.max_abs_rows(rows)
+    assert not P.sum_squares_rows._broken and not P.block_max._broken
+    with forced("never"):
+        want, want_max = P.l2_norm_rows(rows), P.max_abs_rows(rows)
+    assert torch.equal(rows_max, want_max) and got[7] == 0
+    assert bool(torch.isfinite(got).all())
+    # both rounded once from float64 sums that differ by ~1e-16: equal unless a sum lies that close to a tie
+    assert int((got != want).sum()) <= 1
+    nonzero = exact > 0
+    ulps = ((got.double() - exact).abs() / torch.finfo(torch.float32).eps / exact.clamp_min(1e-45))[nonzero]
+    half_ulp = 0.5 if scale >= 1e-30 else 2.0**-150 / float(exact[nonzero].min()) / torch.finfo(torch.float32).eps
+    assert float(ulps.max()) <= max(half_ulp, 0.5) + 1e-6
