@@ -342,7 +342,7 @@ class ScaledQuantizer:
             return draw_dither(d, seed, device)
         key = counter_dither.keys(seed, DITHER_STREAM, device)
         base = torch.zeros((), dtype=torch.int32, device=device)
-        return counter_dither.uniform_rows(1, d, base, key, device).reshape(-1) - 0.5
+        return counter_dither.dither_rows(1, d, base, key, device).reshape(-1)
 
     def expected_error(self, x: torch.Tensor) -> torch.Tensor:
         """Exact ``E[||x_tilde - x||^2 | x]`` (0-d float64 tensor) over the dither, for flat ``x``.

@@ -127,7 +127,7 @@ class NDQSG(Compressor):
         x = torch.div(g, torch.where(kappa > 0, kappa, torch.ones_like(kappa)), out=scratch_like(g, "scaled"))
         u = draw_dither_scratch(g.numel(), seed, g.device).mul_(self.fine_step)
         s = nested_encode(x, u, self.fine_step, k, self.alpha)
-        payload.add("nested", s.to(torch.int8 if k <= 255 else torch.int32), code_width(k), "code")
+        payload.add("nested", s, code_width(k), "code")  # int8 (k <= 255) or int32 already
         payload.add("scales", to_float32_wire(kappa.reshape(1), "ndqsg", "scale"), 32, "scale")
         payload.add_seed(seed)
 

@@ -125,6 +125,9 @@ def _one_thread_goals(measured: pd.DataFrame, one: pd.DataFrame, big: int) -> li
             lines.append(f"| ({at}) threshold selection <= 4 read passes, delta={ratio} | {p:.1f} passes | {met} |")
     for _, r in _pick(one, group="quantizer").iterrows():
         gb = float(r["GB/s"])
+        if "dither=torch" in r["name"]:  # torch's generator instead of the default dither: shown, not judged
+            lines.append(f"| ({at}) {r['name']} {r['op']}: torch's generator, reference, no goal | {gb:.2f} GB/s | - |")
+            continue
         goal = 4.0 if r["name"] == "qcs:k=64,Q=4,block=256" else 2.0
         met = "yes" if gb >= goal else "no"
         lines.append(f"| ({at}) {r['name']} {r['op']} >= {goal:g} GB/s | {gb:.2f} GB/s | {met} |")

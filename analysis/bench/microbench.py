@@ -46,7 +46,9 @@ max_elements : int -- skip sizes above this many elements, saying so (default 0:
 EXTRA_SPARSIFIERS = ("sidco:dist=exp,stages=3", "sidco:dist=gamma,stages=3", "sidco:dist=gp,stages=3")
 EAGER_TOO = ("sidco:dist=exp,stages=3",)
 """Also timed with the fused kernels off (``GRADSTAT_COMPILE=never``), rows named ``... (eager)``."""
-EXTRA_QUANTIZERS = ("qcs:k=64,Q=4,block=256", "qcs:k=256,Q=1")
+EXTRA_QUANTIZERS = ("qcs:k=64,Q=4,block=256", "qcs:k=256,Q=1", "dqsg:dither=torch")
+"""Beyond the registered defaults: the issue's QCS settings, and DQSG with torch's generator instead of the default
+counter dither (what the draw of d uniforms costs, in encode and in decode)."""
 WORKING_COPIES = 12
 
 

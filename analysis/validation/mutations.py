@@ -77,7 +77,7 @@ def _counter_quantize(dither_gain: float) -> object:
     import gradstat.compressors.counter_dither as cd
 
     def quantize_rows(x, scale, base, key, gain, lo, hi, shift, dtype):  # noqa: ANN001, ANN202
-        u = (cd.uniform_rows(x.shape[0], x.shape[1], base, key, x.device) - 0.5) * dither_gain
+        u = cd.dither_rows(x.shape[0], x.shape[1], base, key, x.device) * dither_gain
         return torch.floor(x / scale * gain + u + shift).clamp(lo, hi).to(dtype)
 
     return mock.patch.object(cd, "quantize_rows", quantize_rows)

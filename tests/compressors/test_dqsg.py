@@ -79,7 +79,7 @@ def test_reconstruction_is_the_dithered_formula_of_algorithm_1(source):
         unit = dither.draw_dither(4, ctx.call_seed, torch.device("cpu"))
     else:
         key = counter_dither.keys(ctx.call_seed, dither.DITHER_STREAM, "cpu")
-        unit = counter_dither.uniform_rows(1, 4, torch.tensor(0, dtype=torch.int32), key, torch.device("cpu"))[0] - 0.5
+        unit = counter_dither.dither_rows(1, 4, torch.tensor(0, dtype=torch.int32), key, torch.device("cpu"))[0]
     u = unit / 2  # U[-Delta/2, Delta/2], Delta = 1/2
     q = torch.floor((g / 1.2 + u) * 2 + 0.5)
     assert torch.equal(p["codes"].float(), q)
