@@ -69,14 +69,34 @@ def _fold(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shift_right(x, 16)
 
 
+def counter_bits(rows: int, size: int, base: torch.Tensor, key: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The hash (int32 bit patterns) of the elements ``base + r size + c`` of a ``(rows, size)`` block; ``base``
+    a 0-d int32 tensor."""
+    index = base + torch.arange(rows, device=device, dtype=torch.int32)[:, None] * size
+    index = index + torch.arange(size, device=device, dtype=torch.int32)
+    return _round(_fold(_round(index ^ key[0])) ^ key[1])
+
+
 def dither_rows(rows: int, size: int, base: torch.Tensor, key: torch.Tensor, device: torch.device) -> torch.Tensor:
     """Counter dithers in [-1/2, 1/2) (float32, multiples of 2^-24) of the elements ``base + r size + c`` of a
     ``(rows, size)`` block; ``base`` a 0-d int32 tensor. The top 24 bits of the hash read as a signed number
     (an arithmetic shift), times 2^-24: uniform over the 2^24 multiples of 2^-24 in [-1/2, 1/2)."""
-    index = base + torch.arange(rows, device=device, dtype=torch.int32)[:, None] * size
-    index = index + torch.arange(size, device=device, dtype=torch.int32)
-    h = _round(_fold(_round(index ^ key[0])) ^ key[1])
-    return (h >> 8).to(torch.float32) * (2.0**-24)
+    return (counter_bits(rows, size, base, key, device) >> 8).to(torch.float32) * (2.0**-24)
+
+
+def sign_rows(rows: int, size: int, base: torch.Tensor, key: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Counter Rademacher signs (float32 +-1, each with probability 1/2): -1 where the hash's top bit is set."""
+    h = counter_bits(rows, size, base, key, device)
+    return torch.where(h < 0, -1.0, 1.0)
+
+
+def signed_rows_into(
+    out: torch.Tensor, x: torch.Tensor, row_factor: torch.Tensor, base: torch.Tensor, key: torch.Tensor
+) -> torch.Tensor:
+    """``out = (r * x) / row_factor`` of a ``(rows, size)`` block, ``r`` the :func:`sign_rows` of its elements
+    (``r * x`` as a negation where r = -1: the same bits), ``row_factor`` of shape (rows, 1)."""
+    h = counter_bits(x.shape[0], x.shape[1], base, key, x.device)
+    return out.copy_(torch.where(h < 0, -x, x) / row_factor)
 
 
 def quantize_rows(
@@ -112,39 +132,41 @@ def reconstruct_rows_into(out: torch.Tensor, *args: object) -> torch.Tensor:
     return out.copy_(reconstruct_rows(*args))  # type: ignore[arg-type]
 
 
-KERNELS = {f.__name__: Fused(f) for f in (quantize_rows_into, reconstruct_rows_into)}
+KERNELS = {f.__name__: Fused(f) for f in (quantize_rows_into, reconstruct_rows_into, signed_rows_into)}
 """The fused forms (one generated loop each where compiled; :mod:`gradstat.theory.fused`, whose policy
 ``GRADSTAT_COMPILE`` they follow: under ``auto``, CPU vectors from ``MIN_ELEMENTS`` up, where the loop saves
 tens of milliseconds per call and a build of seconds pays for itself; smaller ones run the eager tiles)."""
 
 
 def run_rows(
-    fn: Callable[..., torch.Tensor],
+    fn: Callable[..., torch.Tensor] | Fused,
     out: torch.Tensor,
-    block: torch.Tensor,
+    block: torch.Tensor | tuple[torch.Tensor, ...],
     row_factor: torch.Tensor,
     base: int,
     key: torch.Tensor,
     *rest: object,
     compiled: bool = True,
 ) -> torch.Tensor:
-    """``fn(out, block, row_factor, base, key, *rest)`` over a 2-D ``block`` (and ``out`` of its shape) whose
-    first element has index ``base``, ``row_factor`` of shape (rows, 1): compiled where the policy allows (a
-    failed build or run warns once and computes eagerly), else eager over chunks of rows."""
-    rows, size = block.shape
+    """``fn(out, *blocks, row_factor, base, key, *rest)`` over 2-D ``block`` (one tensor, or a tuple of tensors of
+    one shape, each tiled alike) and ``out`` of that shape, whose first element has index ``base``, ``row_factor``
+    of shape (rows, 1): compiled where the policy allows (a failed build or run warns once and computes eagerly),
+    else eager over tiles. ``fn``: a function of :data:`KERNELS` or a :class:`Fused` kernel of another module."""
+    blocks = block if isinstance(block, tuple) else (block,)
+    rows, size = blocks[0].shape
     if base + rows * size > MAX_ELEMENTS:
         raise ValueError(
             f"counter dither: indices run to {base + rows * size:,}, beyond {MAX_ELEMENTS:,} (int32 counters); "
             "compress the tensor in parts or use dither=torch"
         )
-    device = block.device
+    device = blocks[0].device
 
     def at(r: int, c: int = 0) -> torch.Tensor:
         return torch.tensor(base + r * size + c, dtype=torch.int32, device=device)
 
-    kernel = KERNELS[fn.__name__]
+    kernel = fn if isinstance(fn, Fused) else KERNELS[fn.__name__]
     if compiled and kernel.compiled_for(out):
-        kernel(out, block, row_factor, at(0), key, *rest)  # a failed build or run warns once and runs eagerly
+        kernel(out, *blocks, row_factor, at(0), key, *rest)  # a failed build or run warns once and runs eagerly
         return out
     # eager: on a CPU, tiles of about CHUNK_ELEMENTS (whole rows, or pieces of one long row), so temporaries stay in
     # cache; elsewhere one tile (a GPU reads at its bandwidth, and each tile costs a launch per operation)
@@ -157,5 +179,5 @@ def run_rows(
     for r in range(0, rows, rstep):
         for c in range(0, size, cstep):
             tile = (slice(r, r + rstep), slice(c, c + cstep))
-            fn(out[tile], block[tile], row_factor[r : r + rstep], at(r, c), key, *rest)
+            kernel.reference(out[tile], *(b[tile] for b in blocks), row_factor[r : r + rstep], at(r, c), key, *rest)
     return out

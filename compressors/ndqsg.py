@@ -19,6 +19,11 @@ NDQSG Delta1 = 1/3, Delta2 = 1, indices in {-1, 0, 1}) makes sense; the side inf
 kappa. Sent by a P2 worker: d codes of ``ceil(log2 k)`` bits (s / Delta1 taken modulo k: ``r - Q2(r)`` only
 depends on s modulo Delta2, and for even k, ``Q1(t) - Q2(t)`` takes k + 1 values whose two extremes coincide
 modulo Delta2), the scale, the seed.
+
+The dither: by default the counter dither of (seed, index) (:mod:`gradstat.compressors.counter_dither`), with a
+P2 worker's encode and decode each one fused loop (:func:`nested_rows_into`, :func:`nested_reconstruct_rows_into`:
+the operations of :func:`nested_encode` and :func:`nested_decode`, in their order); ``dither=torch`` draws it from
+torch's seeded generator.
 """
 
 from __future__ import annotations
@@ -29,13 +34,15 @@ from typing import Any, Sequence
 
 import torch
 
+from gradstat.compressors import counter_dither
 from gradstat.compressors.base import Compressor, Properties, RoundResult
 from gradstat.compressors.context import Context
-from gradstat.compressors.dither import check_int, draw_dither_scratch
+from gradstat.compressors.dither import DITHER_STREAM, DitherSource, check_int, draw_dither_scratch
 from gradstat.compressors.dqsg import DQSG
 from gradstat.compressors.payload import Payload, code_width
 from gradstat.compressors.primitives import all_finite, max_abs, scratch, scratch_like, to_float32_wire
 from gradstat.compressors.registry import register
+from gradstat.theory.fused import Fused
 
 
 def nested_encode(x: torch.Tensor, u: torch.Tensor, delta1: float, k: int, alpha: float = 1.0) -> torch.Tensor:
@@ -68,18 +75,77 @@ def nested_decode(
     return r.sub_(coarse).mul_(alpha * delta1).add_(y)  # y + alpha Delta1 (r - Q2(r)): addition commutes
 
 
+def nested_rows_into(
+    out: torch.Tensor, g: torch.Tensor, kappa: torch.Tensor, base: torch.Tensor, key: torch.Tensor, alpha: float,
+    delta1: float, k: int,
+) -> torch.Tensor:  # fmt: skip
+    """:func:`nested_encode` of ``g / kappa`` (``kappa`` nonzero, shape (rows, 1)) with the counter dither of
+    ``(key, index)`` times Delta1, over a ``(rows, size)`` block whose first element has index ``base``, into
+    ``out``: one generated loop where compiled."""
+    u = counter_dither.dither_rows(g.shape[0], g.shape[1], base, key, g.device) * delta1
+    return out.copy_(nested_index(g / kappa, u, delta1, k, alpha))
+
+
+def nested_index(x: torch.Tensor, u: torch.Tensor, delta1: float, k: int, alpha: float = 1.0) -> torch.Tensor:
+    """The arithmetic of :func:`nested_encode` (the same operations in the same order) as one pure expression, the
+    index as integer-valued floats."""
+    t = (x * alpha + u) / delta1
+    coarse = torch.floor(t / k + 0.5) * k
+    h = (k - 1) // 2
+    return _small_remainder(torch.floor(t + 0.5) - coarse + h, k) - h
+
+
+def _small_remainder(v: torch.Tensor, k: int) -> torch.Tensor:
+    """``remainder(v, k)`` of integer-valued ``v`` in [-2k, 3k), as two conditional additions and subtractions of
+    k (a generated CPU loop vectorises these; its float remainder costs ~3x the whole encode). Here v - h =
+    round(t) - k round(t/k) lies within k/2 + 1/2 of 0 in exact arithmetic, each rounded float ``floor`` moves it
+    by at most 1 (the outer one by k), and 0 <= h < k/2: so v lies in [-(k + 2), 3k/2 + 2], inside [-2k, 3k)."""
+    for _ in range(2):
+        v = torch.where(v < 0, v + k, v)
+    for _ in range(2):
+        v = torch.where(v >= k, v - k, v)
+    return v
+
+
+def nested_reconstruct_rows_into(
+    out: torch.Tensor, s: torch.Tensor, side: torch.Tensor, kappa: torch.Tensor, base: torch.Tensor,
+    key: torch.Tensor, alpha: float, delta1: float, k: int,
+) -> torch.Tensor:  # fmt: skip
+    """``kappa`` times :func:`nested_decode` of the codes ``s`` with side information ``side / kappa`` (``kappa``
+    of shape (rows, 1), possibly 0) and the counter dither of ``(key, index)`` times Delta1, into ``out``
+    (float32): one generated loop where compiled."""
+    u = counter_dither.dither_rows(s.shape[0], s.shape[1], base, key, s.device) * delta1
+    y = side / torch.where(kappa > 0, kappa, torch.ones_like(kappa))
+    return out.copy_(nested_estimate(s.to(torch.float32), u, y, delta1, k, alpha) * kappa)
+
+
+def nested_estimate(
+    s: torch.Tensor, u: torch.Tensor, y: torch.Tensor, delta1: float, k: int, alpha: float = 1.0
+) -> torch.Tensor:
+    """The arithmetic of :func:`nested_decode` (the same operations in the same order) as one pure expression."""
+    r = (s * delta1 - u - (y if alpha == 1.0 else y * alpha)) / delta1
+    coarse = torch.floor(r / k + 0.5) * k
+    return (r - coarse) * (alpha * delta1) + y
+
+
+NESTED_KERNELS = (Fused(nested_rows_into), Fused(nested_reconstruct_rows_into))
+"""The counter-dither P2 encode and decode as fused kernels (:mod:`gradstat.compressors.counter_dither`)."""
+
+
 @register("ndqsg")
 @dataclass
 class NDQSG(Compressor):
     """p1: workers 0..p1-1 form the group P1 and send DQSG with step 1/M; the others (P2) send nested indices.
     delta1, delta2: fine and coarse steps of P2 (delta2/delta1 an integer k > 1, up to 1e-5 relative, so that
-    spec strings may write 1/3 as 0.333333). alpha: shrinkage factor in (0, 1]."""
+    spec strings may write 1/3 as 0.333333). alpha: shrinkage factor in (0, 1]. dither: ``counter`` (default) or
+    ``torch``, for both groups (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
 
     p1: int = 1
     M: int = 2
     delta1: float = 1.0 / 3.0
     delta2: float = 1.0
     alpha: float = 1.0
+    dither: DitherSource = "counter"
 
     properties = Properties(
         kind="quantizer",
@@ -103,6 +169,7 @@ class NDQSG(Compressor):
             )
         if not (0.0 < self.alpha <= 1.0):
             raise ValueError(f"ndqsg alpha must lie in (0, 1], got {self.alpha}")
+        self._dqsg()  # checks M and the dither source
 
     @property
     def nesting(self) -> int:
@@ -115,7 +182,7 @@ class NDQSG(Compressor):
         return self.delta2 / self.nesting
 
     def _dqsg(self) -> DQSG:
-        return DQSG(M=self.M)
+        return DQSG(M=self.M, dither=self.dither)
 
     # -- one worker ------------------------------------------------------------------------------------------
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
@@ -124,9 +191,16 @@ class NDQSG(Compressor):
             return
         seed, k = ctx.call_seed, self.nesting
         kappa = max_abs(g).abs()  # = |g|.amax() without the |g| tensor (abs: +0, not -0, for an all-zero g)
-        x = torch.div(g, torch.where(kappa > 0, kappa, torch.ones_like(kappa)), out=scratch_like(g, "scaled"))
-        u = draw_dither_scratch(g.numel(), seed, g.device).mul_(self.fine_step)
-        s = nested_encode(x, u, self.fine_step, k, self.alpha)
+        safe = torch.where(kappa > 0, kappa, torch.ones_like(kappa))
+        if self.dither == "counter":
+            s = torch.empty(g.shape, dtype=torch.int8 if k <= 255 else torch.int32, device=g.device)
+            key = counter_dither.keys(seed, DITHER_STREAM, g.device)
+            rows = (s.view(1, -1), g.view(1, -1), safe.reshape(1, 1))
+            counter_dither.run_rows(NESTED_KERNELS[0], *rows, 0, key, self.alpha, self.fine_step, k)
+        else:
+            x = torch.div(g, safe, out=scratch_like(g, "scaled"))
+            u = draw_dither_scratch(g.numel(), seed, g.device).mul_(self.fine_step)
+            s = nested_encode(x, u, self.fine_step, k, self.alpha)
         payload.add("nested", s, code_width(k), "code")  # int8 (k <= 255) or int32 already
         payload.add("scales", to_float32_wire(kappa.reshape(1), "ndqsg", "scale"), 32, "scale")
         payload.add_seed(seed)
@@ -148,9 +222,16 @@ class NDQSG(Compressor):
         kappa = payload["scales"]
         safe = torch.where(kappa > 0, kappa, torch.ones_like(kappa))
         s = payload["nested"].reshape(-1)  # integer codes: s * Delta1 converts them exactly
-        u = draw_dither_scratch(payload.numel, payload.seed, s.device).mul_(self.fine_step)
-        y = torch.div(side.to(s.device), safe, out=scratch(payload.numel, torch.float32, s.device, "scaled"))
-        out = nested_decode(s, u, y, self.fine_step, self.nesting, self.alpha).mul_(kappa)
+        if self.dither == "counter":
+            out = torch.empty(payload.numel, dtype=torch.float32, device=s.device)
+            key = counter_dither.keys(payload.seed, DITHER_STREAM, s.device)
+            blocks = (s.view(1, -1), side.to(s.device).view(1, -1))
+            args = (0, key, self.alpha, self.fine_step, self.nesting)
+            counter_dither.run_rows(NESTED_KERNELS[1], out.view(1, -1), blocks, kappa.reshape(1, 1), *args)
+        else:
+            u = draw_dither_scratch(payload.numel, payload.seed, s.device).mul_(self.fine_step)
+            y = torch.div(side.to(s.device), safe, out=scratch(payload.numel, torch.float32, s.device, "scaled"))
+            out = nested_decode(s, u, y, self.fine_step, self.nesting, self.alpha).mul_(kappa)
         if not all_finite(out):  # x_hat may exceed 1 in units of kappa: near float32's limit that overflows
             raise ValueError(
                 "ndqsg: the reconstruction exceeds float32's range (3.4e38) although each input was finite; "

@@ -28,12 +28,13 @@ from typing import Literal
 
 import torch
 
+from gradstat.compressors import counter_dither
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.dither import DitherSource, ScaledQuantizer, check_int, to_buckets
 from gradstat.compressors.hadamard import factor, first_rows, first_rows_transpose
 from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import scratch_like
+from gradstat.compressors.primitives import scratch, scratch_like
 from gradstat.compressors.registry import register
 from gradstat.theory.qcs import gamma as theory_gamma
 
@@ -86,8 +87,9 @@ class QCS(Compressor):
     """k: rows kept per block (1 <= k <= block). Q: quantizer range (codes in {-Q..Q}), >= 1; ignored by 1-bit.
     block: block length n (a power of two, or m 2^a with a Paley order m: 96, 100, 192, 200, 288, 320, 384, ...).
     alpha: ``unbiased`` (alpha = 1) or ``mmse`` (alpha = 1/(gamma + 1)). onebit: the 1-bit variant (5).
-    dither: source of the quantizer's dither, ``torch`` or ``counter`` (see
-    :class:`gradstat.compressors.dither.ScaledQuantizer`); the Rademacher signs always come from torch."""
+    dither: source of the quantizer's dither and of the Rademacher signs: ``counter`` (default; keyed by (seed,
+    index), the signs applied in one fused pass) or ``torch`` (torch's seeded generator; see
+    :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
 
     k: int = 64
     Q: int = 4
@@ -148,7 +150,15 @@ class QCS(Compressor):
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         seed = ctx.call_seed
         blocks = to_buckets(g, self.block)
-        v = mix(blocks, rademacher(tuple(blocks.shape), seed, g.device), self.k)
+        if self.dither == "counter":  # r * g in one fused pass into the scratch buffer, then mix's transform
+            key = counter_dither.keys(seed, SIGN_STREAM, g.device)
+            ones = torch.ones(blocks.shape[0], 1, dtype=blocks.dtype, device=g.device)  # / 1: the same bits
+            signed = counter_dither.run_rows(
+                counter_dither.signed_rows_into, scratch_like(blocks, "qcs_mix"), blocks, ones, 0, key
+            )
+            v = first_rows(signed, self.k) / math.sqrt(self.k)
+        else:
+            v = mix(blocks, rademacher(tuple(blocks.shape), seed, g.device), self.k)
         self._quantizer().encode(v.reshape(-1), payload, seed)
         payload.add_seed(seed)
 
@@ -157,8 +167,18 @@ class QCS(Compressor):
         rows = math.ceil(payload.numel / self.block)
         v_hat = self._quantizer().decode(payload, rows * self.k, seed).reshape(rows, self.k)
         # unmix(v_hat, r) times alpha, in place on the output (alpha = 1 is skipped: 1 * x is x exactly)
-        out = first_rows_transpose(v_hat, self.block, out=v_hat.new_empty(rows, self.block))
-        out.mul_(rademacher((rows, self.block), seed, v_hat.device)).div_(math.sqrt(self.k))
+        if self.dither == "counter":  # H^T v_hat in scratch, then r * (.) / sqrt(k) in one fused pass
+            key = counter_dither.keys(seed, SIGN_STREAM, v_hat.device)
+            t = first_rows_transpose(
+                v_hat,
+                self.block,
+                out=scratch(rows * self.block, v_hat.dtype, v_hat.device, "qcs_mix").view(rows, self.block),
+            )
+            root = torch.full((rows, 1), math.sqrt(self.k), dtype=t.dtype, device=t.device)
+            out = counter_dither.run_rows(counter_dither.signed_rows_into, torch.empty_like(t), t, root, 0, key)
+        else:
+            out = first_rows_transpose(v_hat, self.block, out=v_hat.new_empty(rows, self.block))
+            out.mul_(rademacher((rows, self.block), seed, v_hat.device)).div_(math.sqrt(self.k))
         alpha = self.reconstruction_scale()
         if alpha != 1.0:
             out.mul_(alpha)
@@ -168,14 +188,22 @@ class QCS(Compressor):
         """Plain form of :meth:`_encode` (fresh tensors): the same payload, bit for bit."""
         seed = ctx.call_seed
         blocks = to_buckets(g, self.block)
-        v = first_rows(blocks * _rademacher_reference(tuple(blocks.shape), seed, g.device), self.k) / math.sqrt(self.k)
+        v = first_rows(blocks * self._signs_reference(tuple(blocks.shape), seed, g.device), self.k) / math.sqrt(self.k)
         self._quantizer().encode_reference(v.reshape(-1), payload, seed)
         payload.add_seed(seed)
+
+    def _signs_reference(self, shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
+        """All Rademacher signs of the padded blocks at once: the counter signs of (seed, index), or torch's."""
+        if self.dither == "torch":
+            return _rademacher_reference(shape, seed, device)
+        key = counter_dither.keys(seed, SIGN_STREAM, device)
+        rows, size = shape
+        return counter_dither.sign_rows(rows, size, torch.zeros((), dtype=torch.int32, device=device), key, device)
 
     def _decode_reference(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         """Plain form of :meth:`_decode`: the same values, bit for bit."""
         seed = payload.seed
         rows = math.ceil(payload.numel / self.block)
         v_hat = self._quantizer().decode_reference(payload, rows * self.k, seed).reshape(rows, self.k)
-        r = _rademacher_reference((rows, self.block), seed, v_hat.device)
+        r = self._signs_reference((rows, self.block), seed, v_hat.device)
         return (self.reconstruction_scale() * unmix(v_hat, r)).reshape(-1)[: payload.numel]

@@ -164,10 +164,21 @@ def _mix_scale(factor: Callable[[int, int], float]) -> list:
 
 
 def _signs_01() -> list:
+    import gradstat.compressors.counter_dither as cd
     import gradstat.compressors.qcs as qcs
 
     orig = qcs.rademacher
-    return [mock.patch.object(qcs, "rademacher", lambda shape, seed, device: (orig(shape, seed, device) + 1) / 2)]
+    kernel = cd.KERNELS["signed_rows_into"]
+
+    def signed_01(out, x, factor, base, key):  # noqa: ANN001, ANN202 - r in {0, 1}: (r + 1) / 2
+        h = cd.counter_bits(x.shape[0], x.shape[1], base, key, x.device)
+        return out.copy_(torch.where(h < 0, torch.zeros_like(x), x) / factor)
+
+    return [
+        _eager(),
+        mock.patch.object(qcs, "rademacher", lambda shape, seed, device: (orig(shape, seed, device) + 1) / 2),
+        mock.patch.object(kernel, "fn", signed_01),
+    ]
 
 
 def _topk_encode(k_of: Callable[[int, int], int], largest: bool = True, sign: float = 1.0) -> list:
@@ -241,7 +252,7 @@ def _qcs_signs_wrong_seed() -> list:
         seed = payload.seed
         rows = math.ceil(payload.numel / self.block)
         v_hat = self._quantizer().decode(payload, rows * self.k, seed).reshape(rows, self.k)
-        r = qcs.rademacher((rows, self.block), seed + 1, v_hat.device)  # the bug: seed + 1
+        r = self._signs_reference((rows, self.block), seed + 1, v_hat.device)  # the bug: seed + 1
         return (self.reconstruction_scale() * qcs.unmix(v_hat, r)).reshape(-1)[: payload.numel]
 
     return [mock.patch.object(qcs.QCS, "_decode", decode)]
@@ -263,10 +274,18 @@ def _nested(encode_u: float = 1.0, decode_u: float = 1.0, side: float = 1.0, k_s
     import gradstat.compressors.ndqsg as nd
 
     enc, dec = nd.nested_encode, nd.nested_decode
+    index, estimate = nd.nested_index, nd.nested_estimate  # the counter dither's fused forms, run eagerly
     return [
+        _eager(),
         mock.patch.object(nd, "nested_encode", lambda x, u, d1, k, a=1.0: enc(x, encode_u * u, d1, k, a)),
         mock.patch.object(
             nd, "nested_decode", lambda s, u, y, d1, k, a=1.0: dec(s, decode_u * u, side * y, d1, k + k_shift, a)
+        ),
+        mock.patch.object(nd, "nested_index", lambda x, u, d1, k, a=1.0: index(x, encode_u * u, d1, k, a)),
+        mock.patch.object(
+            nd,
+            "nested_estimate",
+            lambda s, u, y, d1, k, a=1.0: estimate(s, decode_u * u, side * y, d1, k + k_shift, a),
         ),
     ]
 

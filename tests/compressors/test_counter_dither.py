@@ -9,7 +9,7 @@ import torch
 from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 from scipy import stats
 
-from gradstat.compressors import Context, counter_dither, create
+from gradstat.compressors import Context, counter_dither, create, ndqsg
 from gradstat.compressors.dither import ScaledQuantizer
 from gradstat.compressors.payload import Payload
 from gradstat.theory.dqsg import conditional_error
@@ -136,6 +136,49 @@ def test_compiled_fused_quantizer_equals_eager_bit_for_bit(monkeypatch):
     cases = [torch.randn(d, generator=gen) for d in (5000, 70_001)]
     q = ScaledQuantizer(levels=2, bucket=3000, norm="linf", subtract=True, dither="counter")
     _compiled_equals_eager(monkeypatch, [q], cases)
+
+
+def test_compiled_nested_kernels_equal_eager_bit_for_bit(monkeypatch):
+    """NDQSG's nested worker with the counter dither: the fused encode and decode (one compile each) give the eager
+    tiles' codes and reconstructions at ordinary, tiny and huge scales and for an all-zero gradient (kappa = 0)."""
+    for kernel in ndqsg.NESTED_KERNELS:
+        monkeypatch.setattr(kernel, "_compiled", None)
+        monkeypatch.setattr(kernel, "_broken", False)
+    monkeypatch.setattr(counter_dither, "CHUNK_ELEMENTS", 1000)  # eager tiles split the vector
+    c, ctx = create("ndqsg:alpha=0.7"), Context(seed=3, worker=1)
+    gen = torch.Generator().manual_seed(2)
+    for scale in (1.0, 1e-30, 1e30, 0.0):
+        g = torch.randn(5001, generator=gen) * scale
+        side = g + 0.05 * scale * torch.randn(5001, generator=gen)
+        runs = []
+        for mode in ("1", "0"):
+            monkeypatch.setenv("GRADSTAT_COMPILE", mode)
+            p = c.encode(g, ctx)
+            runs.append((p["nested"], c.decode(p, ctx, side=side)))
+        assert all(k._compiled is not None and not k._broken for k in ndqsg.NESTED_KERNELS)
+        (codes, out), (ref_codes, ref_out) = runs
+        assert torch.equal(codes, ref_codes) and torch.equal(out, ref_out), scale
+
+
+def test_compiled_signed_rows_equal_eager_and_the_plain_signs(monkeypatch):
+    """QCS's counter Rademacher signs applied in one fused pass: compiled and eager tiles give ``r * x / f`` bit
+    for bit, with ``r`` the plain :func:`counter_dither.sign_rows` (+-1, about half each)."""
+    kernel = counter_dither.KERNELS["signed_rows_into"]
+    monkeypatch.setattr(kernel, "_compiled", None)
+    monkeypatch.setattr(kernel, "_broken", False)
+    monkeypatch.setattr(counter_dither, "CHUNK_ELEMENTS", 1000)
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(37, 256, generator=gen) * torch.logspace(-30, 30, 37)[:, None]
+    factor = torch.full((37, 1), 8.0**0.5)
+    key, base = counter_dither.keys(9, 2, "cpu"), 512
+    outs = []
+    for mode in ("1", "0"):
+        monkeypatch.setenv("GRADSTAT_COMPILE", mode)
+        outs.append(counter_dither.run_rows(counter_dither.signed_rows_into, torch.empty_like(x), x, factor, base, key))
+    assert kernel._compiled is not None and not kernel._broken
+    r = counter_dither.sign_rows(37, 256, torch.tensor(base, dtype=torch.int32), key, torch.device("cpu"))
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[1], r * x / factor)
+    assert set(r.unique().tolist()) == {-1.0, 1.0} and abs(float(r.mean())) < 4 / r.numel() ** 0.5  # 4 sigma
 
 
 @pytest.mark.slow

@@ -128,3 +128,13 @@ def test_bad_parameters_are_rejected(spec, msg):
 def test_spec_strings_may_write_one_third_approximately():
     c = create("ndqsg:delta1=0.333333,delta2=1")
     assert c.nesting == 3 and c.fine_step == 1 / 3
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 7, 255])
+def test_the_small_remainder_is_torch_s_remainder_over_its_whole_range(k):
+    """The fused encode's modulo (two conditional additions and subtractions) equals ``torch.remainder`` on every
+    integer of [-2k, 3k), the range the nested index can reach after rounding."""
+    from gradstat.compressors.ndqsg import _small_remainder
+
+    v = torch.arange(-2 * k, 3 * k, dtype=torch.float32)
+    assert torch.equal(_small_remainder(v, k), torch.remainder(v, k))

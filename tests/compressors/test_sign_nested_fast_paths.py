@@ -1,5 +1,5 @@
 """signSGD, 1-bit SGD and NDQSG: the in-place encode/decode give the same payloads and reconstructions, bit for bit,
-as plain reference forms written with fresh tensors (the same dither draws in the same order), for 1-D and 2-D
+as plain reference forms written with fresh tensors (the same dithers: counter or torch's draws), for 1-D and 2-D
 gradients (1-bit's column groups are a transposed view: the reductions must keep its layout), all-zero gradients
 and extreme scales."""
 
@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from gradstat import compressors
+from gradstat.compressors import counter_dither
 from gradstat.compressors.context import Context
-from gradstat.compressors.dither import draw_dither
+from gradstat.compressors.dither import DITHER_STREAM, draw_dither
 from gradstat.compressors.hadamard import first_rows, first_rows_transpose
 from gradstat.compressors.payload import Payload
 from gradstat.compressors.primitives import mean_abs, to_float32_wire
@@ -101,7 +102,12 @@ def _ndqsg_reference(
     flat = g.reshape(-1)
     kappa = flat.abs().amax()
     x = flat / torch.where(kappa > 0, kappa, torch.ones_like(kappa))
-    u = draw_dither(flat.numel(), ctx.call_seed, flat.device) * c.fine_step
+    if c.dither == "torch":
+        u = draw_dither(flat.numel(), ctx.call_seed, flat.device) * c.fine_step
+    else:  # element i's counter dither of (seed, i)
+        key = counter_dither.keys(ctx.call_seed, DITHER_STREAM, flat.device)
+        zero = torch.zeros((), dtype=torch.int32)
+        u = counter_dither.dither_rows(1, flat.numel(), zero, key, flat.device)[0] * c.fine_step
     s = nested_encode_reference(x, u, c.fine_step, c.nesting, c.alpha)
     codes = s.to(torch.int8 if c.nesting <= 255 else torch.int32)
     safe = torch.where(kappa > 0, kappa, torch.ones_like(kappa))
@@ -109,7 +115,16 @@ def _ndqsg_reference(
     return codes, kappa, kappa * x_hat
 
 
-@pytest.mark.parametrize("spec", ["ndqsg", "ndqsg:alpha=0.7", "ndqsg:delta1=0.25,delta2=1.0,alpha=0.9"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "ndqsg",
+        "ndqsg:alpha=0.7",
+        "ndqsg:delta1=0.25,delta2=1.0,alpha=0.9",
+        "ndqsg:dither=torch",
+        "ndqsg:alpha=0.7,dither=torch",
+    ],
+)
 def test_ndqsg_nested_worker_equals_the_plain_reference(spec):
     c = compressors.create(spec)
     ctx = Context(seed=4, worker=1)  # a P2 worker: nested indices
