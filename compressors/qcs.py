@@ -31,7 +31,7 @@ import torch
 from gradstat.compressors import counter_dither
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context, generator
-from gradstat.compressors.dither import DitherSource, ScaledQuantizer, check_int, to_buckets
+from gradstat.compressors.dither import DitherSource, ScaledQuantizer, bucket_rows, check_int, to_buckets
 from gradstat.compressors.hadamard import factor, first_rows, first_rows_transpose
 from gradstat.compressors.payload import Payload
 from gradstat.compressors.primitives import scratch, scratch_like
@@ -149,18 +149,28 @@ class QCS(Compressor):
 
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         seed = ctx.call_seed
-        blocks = to_buckets(g, self.block)
-        if self.dither == "counter":  # r * g in one fused pass into the scratch buffer, then mix's transform
-            key = counter_dither.keys(seed, SIGN_STREAM, g.device)
-            ones = torch.ones(blocks.shape[0], 1, dtype=blocks.dtype, device=g.device)  # / 1: the same bits
-            signed = counter_dither.run_rows(
-                counter_dither.signed_rows_into, scratch_like(blocks, "qcs_mix"), blocks, ones, 0, key
-            )
-            v = first_rows(signed, self.k) / math.sqrt(self.k)
+        if self.dither == "counter":
+            v = first_rows(self._signed_blocks(g, seed), self.k) / math.sqrt(self.k)
         else:
+            blocks = to_buckets(g, self.block)
             v = mix(blocks, rademacher(tuple(blocks.shape), seed, g.device), self.k)
         self._quantizer().encode(v.reshape(-1), payload, seed)
         payload.add_seed(seed)
+
+    def _signed_blocks(self, g: torch.Tensor, seed: int) -> torch.Tensor:
+        """``r * g`` over the zero-padded blocks, ``r`` the counter signs, in one fused pass from the full blocks of
+        flat ``g`` (a view) and its padded last one into this thread's scratch buffer (no padded copy of g)."""
+        n = self.block
+        head, tail = bucket_rows(g, n)
+        full = head.shape[0]
+        signed = scratch((full + (tail is not None)) * n, g.dtype, g.device, "qcs_mix").view(-1, n)
+        key = counter_dither.keys(seed, SIGN_STREAM, g.device)
+        ones = torch.ones(signed.shape[0], 1, dtype=g.dtype, device=g.device)  # / 1: the same bits
+        kernel = counter_dither.signed_rows_into
+        counter_dither.run_rows(kernel, signed[:full], head, ones[:full], 0, key)
+        if tail is not None:
+            counter_dither.run_rows(kernel, signed[full:], tail, ones[full:], full * n, key)
+        return signed
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         seed = payload.seed
