@@ -321,6 +321,8 @@ def run(
                 ("threads", thread_counts),
                 ("repeats", repeats),
                 ("device", device),
+                ("memory_fraction", memory_fraction),
+                ("max_elements", max_elements),
                 ("seed", seed),
                 ("out", out),
             )
