@@ -91,12 +91,13 @@ def sign_rows(rows: int, size: int, base: torch.Tensor, key: torch.Tensor, devic
 
 
 def signed_rows_into(
-    out: torch.Tensor, x: torch.Tensor, row_factor: torch.Tensor, base: torch.Tensor, key: torch.Tensor
+    out: torch.Tensor, x: torch.Tensor, row_factor: torch.Tensor, base: torch.Tensor, key: torch.Tensor, divide: bool
 ) -> torch.Tensor:
-    """``out = (r * x) / row_factor`` of a ``(rows, size)`` block, ``r`` the :func:`sign_rows` of its elements
-    (``r * x`` as a negation where r = -1: the same bits), ``row_factor`` of shape (rows, 1)."""
+    """``out = r * x``, divided by ``row_factor`` (shape (rows, 1)) when ``divide``, of a ``(rows, size)`` block,
+    ``r`` the :func:`sign_rows` of its elements (``r * x`` as a negation where r = -1: the same bits)."""
     h = counter_bits(x.shape[0], x.shape[1], base, key, x.device)
-    return out.copy_(torch.where(h < 0, -x, x) / row_factor)
+    signed = torch.where(h < 0, -x, x)
+    return out.copy_(signed / row_factor if divide else signed)
 
 
 def quantize_rows(

@@ -245,10 +245,22 @@ class ScaledQuantizer:
         lo, hi, offset, gain = self._range
         return (max(abs(lo + offset), abs(hi + offset)) + 0.5) / gain
 
-    def _check_wire(self, wire: torch.Tensor) -> None:
-        """A clear error, before anything is sent, for scales whose values or reconstructions float32 cannot carry
-        (one host sync: the check of the few scales)."""
+    def _checked_wire(self, scale: torch.Tensor, source: torch.Tensor | None, who: str) -> torch.Tensor:
+        """The bucket scales as sent (float32), after one host sync for float32 scales: that they and the
+        reconstructions they reach are finite. Otherwise, before anything is sent: ``source`` (the gradient)
+        holding NaN/Inf raises :func:`gradstat.compressors.base.nonfinite_error` naming ``who``; a scale or a
+        reconstruction float32 cannot carry raises a clear range error."""
         reach = self.reach
+        if scale.dtype == torch.float32 and all_finite(scale if reach == 1.0 else scale * reach):
+            return scale
+        if source is not None and not all_finite(scale) and not all_finite(source):
+            raise nonfinite_error(source, who)
+        wire = to_float32_wire(scale, "quantizer", f"{self.norm} bucket scale")
+        self._check_wire(wire, reach)
+        return wire
+
+    def _check_wire(self, wire: torch.Tensor, reach: float) -> None:
+        """The range errors of :meth:`_checked_wire` for float32 scales ``wire`` (none when all is finite)."""
         if all_finite(wire if reach == 1.0 else wire * reach):
             return
         hint = "scale the gradient down (e.g. by a power of two) before compressing"
@@ -272,16 +284,12 @@ class ScaledQuantizer:
 
         The dither comes from ``(seed, DITHER_STREAM)``; the caller sends the seed when :attr:`subtract` is set.
         The scales are the finiteness check of ``source`` (the gradient ``x`` was prepared from; NaN and Inf
-        reach every norm): a non-finite scale of a ``source`` holding NaN/Inf raises
-        :func:`gradstat.compressors.base.nonfinite_error` naming ``who``, of a finite one the range error below.
+        reach every norm): see :meth:`_checked_wire`.
         """
         d = x.numel()
         head, tail = bucket_rows(x, self.bucket_size(d))
         scale = _row_scales(head, tail, self.norm)
-        if source is not None and not all_finite(scale) and not all_finite(source):
-            raise nonfinite_error(source, who)
-        wire = to_float32_wire(scale, "quantizer", f"{self.norm} bucket scale")
-        self._check_wire(wire)
+        wire = self._checked_wire(scale, source, who)
         lo, hi, offset, gain = self._range
         if self.dither == "counter":
             codes = torch.empty(d, dtype=code_dtype(lo, hi), device=x.device)
@@ -319,8 +327,7 @@ class ScaledQuantizer:
         d = x.numel()
         blocks = to_buckets(x, self.bucket_size(d))
         scale = bucket_norm(blocks, self.norm)
-        wire = to_float32_wire(scale, "quantizer", f"{self.norm} bucket scale")
-        self._check_wire(wire)
+        wire = self._checked_wire(scale, None, "quantizer")
         lo, hi, offset, gain = self._range
         y = (blocks / _safe(scale)[:, None]).mul_(gain).reshape(-1)[:d]
         codes = torch.floor(y + self._dither_reference(d, seed, x.device) + (0.5 - offset)).clamp_(lo, hi)

@@ -220,7 +220,6 @@ class NDQSG(Compressor):
                 f"{None if side is None else side.numel()}"
             )
         kappa = payload["scales"]
-        safe = torch.where(kappa > 0, kappa, torch.ones_like(kappa))
         s = payload["nested"].reshape(-1)  # integer codes: s * Delta1 converts them exactly
         if self.dither == "counter":
             out = torch.empty(payload.numel, dtype=torch.float32, device=s.device)
@@ -229,6 +228,7 @@ class NDQSG(Compressor):
             args = (0, key, self.alpha, self.fine_step, self.nesting)
             counter_dither.run_rows(NESTED_KERNELS[1], out.view(1, -1), blocks, kappa.reshape(1, 1), *args)
         else:
+            safe = torch.where(kappa > 0, kappa, torch.ones_like(kappa))
             u = draw_dither_scratch(payload.numel, payload.seed, s.device).mul_(self.fine_step)
             y = torch.div(side.to(s.device), safe, out=scratch(payload.numel, torch.float32, s.device, "scaled"))
             out = nested_decode(s, u, y, self.fine_step, self.nesting, self.alpha).mul_(kappa)

@@ -165,11 +165,11 @@ class QCS(Compressor):
         full = head.shape[0]
         signed = scratch((full + (tail is not None)) * n, g.dtype, g.device, "qcs_mix").view(-1, n)
         key = counter_dither.keys(seed, SIGN_STREAM, g.device)
-        ones = torch.ones(signed.shape[0], 1, dtype=g.dtype, device=g.device)  # / 1: the same bits
+        unused = torch.ones((), dtype=g.dtype, device=g.device).expand(signed.shape[0], 1)  # no division
         kernel = counter_dither.signed_rows_into
-        counter_dither.run_rows(kernel, signed[:full], head, ones[:full], 0, key)
+        counter_dither.run_rows(kernel, signed[:full], head, unused[:full], 0, key, False)
         if tail is not None:
-            counter_dither.run_rows(kernel, signed[full:], tail, ones[full:], full * n, key)
+            counter_dither.run_rows(kernel, signed[full:], tail, unused[full:], full * n, key, False)
         return signed
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
@@ -185,7 +185,7 @@ class QCS(Compressor):
                 out=scratch(rows * self.block, v_hat.dtype, v_hat.device, "qcs_mix").view(rows, self.block),
             )
             root = torch.full((rows, 1), math.sqrt(self.k), dtype=t.dtype, device=t.device)
-            out = counter_dither.run_rows(counter_dither.signed_rows_into, torch.empty_like(t), t, root, 0, key)
+            out = counter_dither.run_rows(counter_dither.signed_rows_into, torch.empty_like(t), t, root, 0, key, True)
         else:
             out = first_rows_transpose(v_hat, self.block, out=v_hat.new_empty(rows, self.block))
             out.mul_(rademacher((rows, self.block), seed, v_hat.device)).div_(math.sqrt(self.k))

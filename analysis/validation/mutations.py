@@ -170,9 +170,10 @@ def _signs_01() -> list:
     orig = qcs.rademacher
     kernel = cd.KERNELS["signed_rows_into"]
 
-    def signed_01(out, x, factor, base, key):  # noqa: ANN001, ANN202 - r in {0, 1}: (r + 1) / 2
+    def signed_01(out, x, factor, base, key, divide):  # noqa: ANN001, ANN202 - r in {0, 1}: (r + 1) / 2
         h = cd.counter_bits(x.shape[0], x.shape[1], base, key, x.device)
-        return out.copy_(torch.where(h < 0, torch.zeros_like(x), x) / factor)
+        signed = torch.where(h < 0, torch.zeros_like(x), x)
+        return out.copy_(signed / factor if divide else signed)
 
     return [
         _eager(),

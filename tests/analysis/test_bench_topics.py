@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from gradstat.analysis.bench import microbench
+from gradstat.analysis.bench.timing import Timing
 from gradstat.analysis.cli.main import main
 
 TINY = {
@@ -94,18 +95,9 @@ def _goal_rows(rows: list[dict]) -> dict[str, list[str]]:
 
 
 def _row(size, threads, ratio, name, ms, speedup, group="sparsifier", passes=1.0):
-    return {
-        "size": size,
-        "threads": threads,
-        "ratio": ratio,
-        "group": group,
-        "name": name,
-        "op": "encode",
-        "ms": ms,
-        "GB/s": 1.0,
-        "read_passes": passes,
-        "speedup_vs_topk": speedup,
-    }
+    """A table row as the bench builds it (``microbench._row``), from one hand-made timing of ``ms``."""
+    t = Timing(ms, ms, ms)
+    return microbench._row(size, threads, ratio, group, name, "encode", t, read_passes=passes, speedup_vs_topk=speedup)
 
 
 def test_goal_rows_judge_what_their_labels_say():

@@ -174,10 +174,13 @@ def test_compiled_signed_rows_equal_eager_and_the_plain_signs(monkeypatch):
     outs = []
     for mode in ("1", "0"):
         monkeypatch.setenv("GRADSTAT_COMPILE", mode)
-        outs.append(counter_dither.run_rows(counter_dither.signed_rows_into, torch.empty_like(x), x, factor, base, key))
+        for divide in (True, False):
+            out = torch.empty_like(x)
+            outs.append(counter_dither.run_rows(counter_dither.signed_rows_into, out, x, factor, base, key, divide))
     assert kernel._compiled is not None and not kernel._broken
     r = counter_dither.sign_rows(37, 256, torch.tensor(base, dtype=torch.int32), key, torch.device("cpu"))
-    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[1], r * x / factor)
+    assert torch.equal(outs[0], outs[2]) and torch.equal(outs[2], r * x / factor)  # compiled, eager: divided
+    assert torch.equal(outs[1], outs[3]) and torch.equal(outs[3], r * x)  # and not
     assert set(r.unique().tolist()) == {-1.0, 1.0} and abs(float(r.mean())) < 4 / r.numel() ** 0.5  # 4 sigma
 
 
