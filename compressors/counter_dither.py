@@ -22,7 +22,8 @@ It is the quantizers' default dither. Eager torch is the reference and the fallb
 the compile threshold, ``GRADSTAT_COMPILE=never``, a GPU, or a compile error): the same functions, run op by op
 (on a CPU over chunks of rows, so that the temporaries stay in cache). Compiled and eager results are
 equal bit for bit (``tests/compressors/test_counter_dither.py``); the first compiled call of a process pays the
-compile (seconds), later calls of any size reuse it (``dynamic=True``).
+compile (seconds); later calls reuse it at any length (``dynamic=True``), each dtype, constant set and
+row count of 0 or 1 building its own variant once.
 """
 
 from __future__ import annotations
@@ -49,7 +50,13 @@ def keys(seed: int, stream: int, device: torch.device | str) -> torch.Tensor:
     so that a new seed does not recompile the fused kernels)."""
     k = derive_seed(seed, stream)
     words = [(k >> s) & 0xFFFFFFFF for s in (0, 32)]
-    return torch.tensor([w - (1 << 32) if w >= 1 << 31 else w for w in words], dtype=torch.int32, device=device)
+    # filled on the device (a copy from host memory would wait for the device's queue)
+    return torch.stack([_int32(w - (1 << 32) if w >= 1 << 31 else w, device) for w in words])
+
+
+def _int32(value: int, device: torch.device | str) -> torch.Tensor:
+    """A 0-d int32 tensor filled on ``device`` (no host-to-device copy, so no wait on a GPU's queue)."""
+    return torch.full((), value, dtype=torch.int32, device=device)
 
 
 def _shift_right(x: torch.Tensor, s: int) -> torch.Tensor:
@@ -163,7 +170,7 @@ def run_rows(
     device = blocks[0].device
 
     def at(r: int, c: int = 0) -> torch.Tensor:
-        return torch.tensor(base + r * size + c, dtype=torch.int32, device=device)
+        return _int32(base + r * size + c, device)
 
     kernel = fn if isinstance(fn, Fused) else KERNELS[fn.__name__]
     if compiled and kernel.compiled_for(out):

@@ -46,6 +46,7 @@ class DQSG(ScaledQuantizerCompressor):
     def __post_init__(self) -> None:
         check_int("dqsg M", self.M, 1)
         check_int("dqsg partitions", self.partitions, 1)
+        self.quantizer(1)  # checks the dither source
         if self.half:
             self.properties = replace(
                 type(self).properties,

@@ -92,14 +92,22 @@ def nested_index(x: torch.Tensor, u: torch.Tensor, delta1: float, k: int, alpha:
     t = (x * alpha + u) / delta1
     coarse = torch.floor(t / k + 0.5) * k
     h = (k - 1) // 2
-    return _small_remainder(torch.floor(t + 0.5) - coarse + h, k) - h
+    v = torch.floor(t + 0.5) - coarse + h
+    # |t| <= (1 + Delta1/2) / Delta1; below 2^22 the small remainder's range argument holds
+    return (_small_remainder(v, k) if 1.0 / delta1 + 1.0 < SMALL_T else torch.remainder(v, k)) - h
+
+
+SMALL_T = 2.0**22
+"""Bound on |t| (in units of Delta1) under which :func:`_small_remainder` is exact: float32 then holds t, t/k
+and their roundings to within 1 of the exact values."""
 
 
 def _small_remainder(v: torch.Tensor, k: int) -> torch.Tensor:
     """``remainder(v, k)`` of integer-valued ``v`` in [-2k, 3k), as two conditional additions and subtractions of
-    k (a generated CPU loop vectorises these; its float remainder costs ~3x the whole encode). Here v - h =
-    round(t) - k round(t/k) lies within k/2 + 1/2 of 0 in exact arithmetic, each rounded float ``floor`` moves it
-    by at most 1 (the outer one by k), and 0 <= h < k/2: so v lies in [-(k + 2), 3k/2 + 2], inside [-2k, 3k)."""
+    k (a generated CPU loop vectorises these; its float remainder costs ~3x the whole encode). For |t| below
+    :data:`SMALL_T`, v - h = round(t) - k round(t/k) lies within k/2 + 1/2 of 0 in exact arithmetic, each rounded
+    float ``floor`` moves it by at most 1 (the outer one by k), and 0 <= h < k/2: so v lies in
+    [-(k + 2), 3k/2 + 2], inside [-2k, 3k). Beyond, rounding t/k can move it by many multiples of k."""
     for _ in range(2):
         v = torch.where(v < 0, v + k, v)
     for _ in range(2):
@@ -169,7 +177,7 @@ class NDQSG(Compressor):
             )
         if not (0.0 < self.alpha <= 1.0):
             raise ValueError(f"ndqsg alpha must lie in (0, 1], got {self.alpha}")
-        self._dqsg()  # checks M and the dither source
+        self._dqsg()  # checks M and the dither source (DQSG builds its quantizer)
 
     @property
     def nesting(self) -> int:

@@ -461,12 +461,14 @@ def sum_squares_rows(rows: torch.Tensor) -> torch.Tensor:
 
 
 def wide_sum_squares(rows: torch.Tensor) -> torch.Tensor:
-    """:func:`sum_squares_rows` (shape ``(rows,)``, float64): compiled where the policy allows, else eagerly in
-    pieces of about :data:`SELECT_CHUNK` elements, so that the float64 copy stays in cache (whole rows, or parts
-    of one long row summed in order)."""
+    """:func:`sum_squares_rows` (shape ``(rows,)``, float64): compiled where the policy allows, else eagerly: on
+    a CPU in pieces of about :data:`SELECT_CHUNK` elements, so that the float64 copy stays in cache (whole rows,
+    or parts of one long row summed in order), elsewhere in one piece."""
     if sum_squares_rows.compiled_for(rows):
         return sum_squares_rows(rows)
     n, size = rows.shape
+    if rows.device.type != "cpu":  # a GPU reads at its bandwidth: one piece (each costs its launches)
+        return rows.double().square_().sum(dim=1)
     out = torch.zeros(n, dtype=torch.float64, device=rows.device)
     if size <= SELECT_CHUNK:
         step = max(1, SELECT_CHUNK // max(size, 1))

@@ -64,6 +64,15 @@ def rademacher(shape: tuple[int, ...], seed: int, device: torch.device) -> torch
     return torch.empty(shape, dtype=torch.float32, device=device).copy_(bits).mul_(2.0).sub_(1.0)
 
 
+def signs(shape: tuple[int, ...], seed: int, device: torch.device | str) -> torch.Tensor:
+    """The default QCS's Rademacher signs r of a ``(rows, n)`` matrix of blocks: the counter signs of
+    ``(seed, SIGN_STREAM)`` and each element's index, float32 +-1 (what its fused sign pass applies)."""
+    rows, size = shape
+    key = counter_dither.keys(seed, SIGN_STREAM, device)
+    zero = torch.zeros((), dtype=torch.int32, device=device)
+    return counter_dither.sign_rows(rows, size, zero, key, torch.device(device))
+
+
 def mix(blocks: torch.Tensor, r: torch.Tensor, k: int) -> torch.Tensor:
     """``v = T g = H_k (r * g) / sqrt(k)`` for each row of ``blocks`` (rows, n); returns (rows, k). Eq. (1)-(2).
     The product ``r * g`` is formed in this thread's scratch buffer; neither input is changed."""
@@ -204,11 +213,7 @@ class QCS(Compressor):
 
     def _signs_reference(self, shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
         """All Rademacher signs of the padded blocks at once: the counter signs of (seed, index), or torch's."""
-        if self.dither == "torch":
-            return _rademacher_reference(shape, seed, device)
-        key = counter_dither.keys(seed, SIGN_STREAM, device)
-        rows, size = shape
-        return counter_dither.sign_rows(rows, size, torch.zeros((), dtype=torch.int32, device=device), key, device)
+        return _rademacher_reference(shape, seed, device) if self.dither == "torch" else signs(shape, seed, device)
 
     def _decode_reference(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         """Plain form of :meth:`_decode`: the same values, bit for bit."""

@@ -44,6 +44,12 @@ MIN_ELEMENTS = 1 << 21
 millisecond and the build would not pay for itself in a short run."""
 
 
+RECOMPILE_LIMIT = 64
+"""Variants one kernel may build (torch's default is 8): each dtype, each Python constant and a row count of 0 or
+1 builds its own, and the quantizers' kernels serve several of each in one process. Past the limit torch raises,
+and the kernel would turn eager for the rest of the run."""
+
+
 _FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("gradstat_compile_forced", default=None)
 
 ALIASES = {"0": "never", "false": "never", "no": "never", "off": "never", "1": "always", "true": "always"}
@@ -73,10 +79,13 @@ def can_compile() -> bool:
 
 
 class Fused:
-    """A pure torch function ``fn(x, *scalars)`` run compiled (one fused pass) or eagerly (its own reference).
+    """A pure torch function ``fn(x, *args)`` run compiled (one fused pass) or eagerly (its own reference).
 
-    ``x`` is the large vector; the other arguments are 0-d tensors or Python constants that select a variant
-    (each constant value compiles its own kernel). Shapes are dynamic: one kernel serves every length."""
+    ``x`` is the large vector whose size and device decide (:meth:`compiled_for`); the other arguments are tensors
+    (more vectors of its length, or small ones such as 0-d scalars) or Python constants that select a variant
+    (each constant value compiles its own kernel). Shapes are dynamic: one kernel serves every length from 2 up
+    (a dimension of 0 or 1, each dtype and each constant build a variant of their own, up to
+    :data:`RECOMPILE_LIMIT`)."""
 
     def __init__(self, fn: Callable[..., torch.Tensor]) -> None:
         self.fn = fn
@@ -99,7 +108,8 @@ class Fused:
     def __call__(self, x: torch.Tensor, *args: object) -> torch.Tensor:
         if self.compiled_for(x):
             try:
-                return self._kernel()(x, *args)
+                with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                    return self._kernel()(x, *args)
             except Exception as exc:  # noqa: BLE001 - any build failure falls back to the reference
                 self._broken = True
                 warnings.warn(

@@ -56,5 +56,8 @@ def describe() -> str:
             f"huge pages for large CPU tensors unknown ({variable} was set after torch was imported, so torch may "
             f"have read it unset; kernel transparent huge pages: {mode})"
         )
-    state = "on" if mode == "always" or (value == "1" and mode == "madvise") else "off"
+    if mode == "always" or (value == "1" and mode == "madvise"):
+        state = "on"
+    else:  # with the variable set, the kernel's mode decides; an unreadable one leaves it open
+        state = "unknown" if value == "1" and mode == "unknown" else "off"
     return f"huge pages for large CPU tensors {state} ({variable}; kernel transparent huge pages: {mode})"

@@ -8,6 +8,11 @@ returns the context managers planting it. :func:`kill_table` runs them all (quic
 synthetic Laplace vectors) and :func:`write_kill_table` writes the Markdown table with the kill rate; a mutation
 that survives keeps its ``why`` (the reason the check cannot see it) in the table.
 
+The checks run the compressors at their defaults, so the bugs go where those run: the dithered quantizers'
+counter-dither forms (``counter_dither.quantize_rows`` and ``reconstruct_rows``, NDQSG's ``nested_index`` and
+``nested_estimate``, QCS's counter ``signs``), eagerly. The ``dither=torch`` forms have planted-bug tests of their
+own (``tests/compressors/test_dqsg.py``).
+
 Run ``python -m gradstat.analysis.validation.mutations --out reports/mutations.md`` to regenerate the table; the
 test suite (``tests/validation/test_mutations.py``) runs every mutation.
 """
@@ -65,15 +70,16 @@ def _qcs_alpha(value: Callable[[QCS], float]) -> list:
 
 
 def _eager() -> contextlib.AbstractContextManager[None]:
-    """The fused kernels off for the mutation's run: a compiled counter-dither loop was traced from the functions
-    before they were patched, so the patch must run eagerly to take effect."""
+    """The fused kernels off for the mutation's run: a patched function then runs at once, where a compiled
+    kernel would first be rebuilt (dynamo recompiles on a changed global) at seconds per variant."""
     from gradstat.theory.fused import forced
 
     return forced("never")
 
 
 def _counter_quantize(dither_gain: float) -> object:
-    """The counter dither's quantization step with the dither scaled by ``dither_gain`` (the encoder's bug)."""
+    """The counter dither's quantization step (``counter_dither.quantize_rows``, restated with one change) with
+    the dither scaled by ``dither_gain``: the encoder's bug. The decoder's dither stays right."""
     import gradstat.compressors.counter_dither as cd
 
     def quantize_rows(x, scale, base, key, gain, lo, hi, shift, dtype):  # noqa: ANN001, ANN202
@@ -85,25 +91,16 @@ def _counter_quantize(dither_gain: float) -> object:
 
 def _dither_not_subtracted() -> list:
     import gradstat.compressors.counter_dither as cd
-    import gradstat.compressors.dither as dither
 
-    orig, rows = dither.reconstruct, cd.reconstruct_rows
+    rows = cd.reconstruct_rows
     return [
         _eager(),
-        mock.patch.object(dither, "reconstruct", lambda codes, u, offset=0.0: orig(codes, None, offset)),
         mock.patch.object(cd, "reconstruct_rows", lambda c, s, b, k, g, o, subtract: rows(c, s, b, k, g, o, False)),
     ]
 
 
 def _dither_scaled(factor: float) -> list:
-    import gradstat.compressors.dither as dither
-
-    orig = dither.quantize
-    return [
-        _eager(),
-        _counter_quantize(factor),
-        mock.patch.object(dither, "quantize", lambda y, u, lo, hi, offset=0.0: orig(y, factor * u, lo, hi, offset)),
-    ]
+    return [_eager(), _counter_quantize(factor)]
 
 
 def _dither_doubled() -> list:
@@ -164,22 +161,10 @@ def _mix_scale(factor: Callable[[int, int], float]) -> list:
 
 
 def _signs_01() -> list:
-    import gradstat.compressors.counter_dither as cd
     import gradstat.compressors.qcs as qcs
 
-    orig = qcs.rademacher
-    kernel = cd.KERNELS["signed_rows_into"]
-
-    def signed_01(out, x, factor, base, key, divide):  # noqa: ANN001, ANN202 - r in {0, 1}: (r + 1) / 2
-        h = cd.counter_bits(x.shape[0], x.shape[1], base, key, x.device)
-        signed = torch.where(h < 0, torch.zeros_like(x), x)
-        return out.copy_(signed / factor if divide else signed)
-
-    return [
-        _eager(),
-        mock.patch.object(qcs, "rademacher", lambda shape, seed, device: (orig(shape, seed, device) + 1) / 2),
-        mock.patch.object(kernel, "fn", signed_01),
-    ]
+    orig = qcs.signs
+    return [mock.patch.object(qcs, "signs", lambda shape, seed, device: (orig(shape, seed, device) + 1) / 2)]
 
 
 def _topk_encode(k_of: Callable[[int, int], int], largest: bool = True, sign: float = 1.0) -> list:
@@ -274,14 +259,9 @@ def _wangni_not_rescaled() -> list:
 def _nested(encode_u: float = 1.0, decode_u: float = 1.0, side: float = 1.0, k_shift: int = 0) -> list:
     import gradstat.compressors.ndqsg as nd
 
-    enc, dec = nd.nested_encode, nd.nested_decode
-    index, estimate = nd.nested_index, nd.nested_estimate  # the counter dither's fused forms, run eagerly
+    index, estimate = nd.nested_index, nd.nested_estimate  # the nested worker's arithmetic, run eagerly
     return [
         _eager(),
-        mock.patch.object(nd, "nested_encode", lambda x, u, d1, k, a=1.0: enc(x, encode_u * u, d1, k, a)),
-        mock.patch.object(
-            nd, "nested_decode", lambda s, u, y, d1, k, a=1.0: dec(s, decode_u * u, side * y, d1, k + k_shift, a)
-        ),
         mock.patch.object(nd, "nested_index", lambda x, u, d1, k, a=1.0: index(x, encode_u * u, d1, k, a)),
         mock.patch.object(
             nd,

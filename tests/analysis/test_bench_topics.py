@@ -109,8 +109,9 @@ def test_goal_rows_judge_what_their_labels_say():
         _row(26_000_000, "1", 0.001, "sidco:dist=exp,stages=3 (eager)", 400.0, 0.5),  # slower, but a reference
         _row(26_000_000, "1", 0.001, "threshold", 20.0, 24.0, passes=3.5),
         _row(2_600_000, "all (2)", 0.01, "dgc", 9.0, 0.9),  # one slow DGC row at 2.6M on two threads
-        {**_row(26_000_000, "1", None, "dqsg", 50.0, None, group="quantizer"), "GB/s": 2.1},
-        {**_row(26_000_000, "1", None, "dqsg:dither=torch", 200.0, None, group="quantizer"), "GB/s": 0.5},
+        _row(26_000_000, "1", None, "dqsg", 4 * 26.0 / 2.1, None, group="quantizer"),  # 2.1 GB/s
+        _row(26_000_000, "1", None, "dqsg:dither=torch", 208.0, None, group="quantizer"),  # 0.5 GB/s
+        _row(26_000_000, "all (2)", None, "qcs:k=64,Q=4,block=256", 13.0, None, group="quantizer"),  # 8 GB/s
     ]
     goals = _goal_rows(cpu)
     at = "(CPU, one thread, d = 26,000,000)"
@@ -121,6 +122,22 @@ def test_goal_rows_judge_what_their_labels_say():
     assert goals[f"{at} dqsg:dither=torch encode: torch's generator, reference, no goal"] == ["0.50 GB/s", "-"]
     every = "every SIDCo variant and DGC faster than torch.topk, every size from 2.6M up, threads 1, all (2)"
     assert goals[every] == ["1 rows slower", "no"]
+    assert goals["(CPU, threads all (2), d = 26,000,000) qcs:k=64,Q=4,block=256 encode >= 8 GB/s"] == [
+        "8.00 GB/s",
+        "yes",
+    ]
+    # no one-thread rows: the two-thread QCS goal is still judged; no size from 2.6M: the last goal is not met
+    small = [
+        _row(260_000, "all (2)", 0.01, "dgc", 9.0, 0.2),
+        _row(260_000, "all (2)", None, "qcs:k=64,Q=4,block=256", 0.1, None, group="quantizer"),
+    ]
+    assert _goal_rows(small) == {
+        "every SIDCo variant and DGC faster than torch.topk, every size from 2.6M up, threads all (2)": [
+            "no size from 2.6M measured",
+            "-",
+        ],
+        "(CPU, threads all (2), d = 260,000) qcs:k=64,Q=4,block=256 encode >= 8 GB/s": ["10.40 GB/s", "yes"],
+    }
     cuda = [_row(26_000_000, "cuda", 0.001, "sidco:dist=exp,stages=3", 1.0, 6.0)]
     assert list(_goal_rows(cuda)) == [
         "every SIDCo variant and DGC faster than torch.topk, every size from 2.6M up, threads cuda"

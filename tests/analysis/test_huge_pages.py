@@ -64,12 +64,15 @@ def test_describe_names_the_variable_and_the_kernel_mode(monkeypatch):
     monkeypatch.setattr(huge_pages, "kernel_mode", lambda: "never")
     monkeypatch.setenv(huge_pages.VARIABLE, "1")
     assert huge_pages.describe().startswith("huge pages for large CPU tensors off")
+    monkeypatch.setattr(huge_pages, "kernel_mode", lambda: "unknown")  # no kernel setting to read
+    assert huge_pages.describe().startswith("huge pages for large CPU tensors unknown (THP_MEM_ALLOC_ENABLE=1;")
 
 
 def test_a_request_made_after_torch_was_imported_is_not_reported_as_in_effect(monkeypatch):
     """This process imported torch long ago: a request now may come after torch read the variable, and the
     header says it cannot tell rather than claiming huge pages."""
-    monkeypatch.delenv(huge_pages.VARIABLE, raising=False)
+    monkeypatch.setenv(huge_pages.VARIABLE, "unset")  # recorded, so the value request() writes is undone after
+    monkeypatch.delenv(huge_pages.VARIABLE)
     monkeypatch.setattr(huge_pages, "_LATE", [])
     monkeypatch.setattr(huge_pages, "kernel_mode", lambda: "madvise")
     huge_pages.request()

@@ -13,6 +13,9 @@ from gradstat.compressors import Context, counter_dither, create, ndqsg
 from gradstat.compressors.dither import ScaledQuantizer
 from gradstat.compressors.payload import Payload
 from gradstat.theory.dqsg import conditional_error
+from gradstat.theory.fused import can_compile
+
+needs_compiler = pytest.mark.skipif(not can_compile(), reason="no C++ compiler for torch.compile here")
 
 
 @pytest.fixture
@@ -129,6 +132,7 @@ def _compiled_equals_eager(monkeypatch, quantizers: list[ScaledQuantizer], cases
             assert torch.equal(out, ref_out)
 
 
+@needs_compiler
 def test_compiled_fused_quantizer_equals_eager_bit_for_bit(monkeypatch):
     """One compile per function (dynamic shapes): buckets of 3000 (the eager tiles of 1000 split them), full ones
     and a ragged last one, dither subtracted."""
@@ -138,6 +142,7 @@ def test_compiled_fused_quantizer_equals_eager_bit_for_bit(monkeypatch):
     _compiled_equals_eager(monkeypatch, [q], cases)
 
 
+@needs_compiler
 def test_compiled_nested_kernels_equal_eager_bit_for_bit(monkeypatch):
     """NDQSG's nested worker with the counter dither: the fused encode and decode (one compile each) give the eager
     tiles' codes and reconstructions at ordinary, tiny and huge scales and for an all-zero gradient (kappa = 0)."""
@@ -160,6 +165,7 @@ def test_compiled_nested_kernels_equal_eager_bit_for_bit(monkeypatch):
         assert torch.equal(codes, ref_codes) and torch.equal(out, ref_out), scale
 
 
+@needs_compiler
 def test_compiled_signed_rows_equal_eager_and_the_plain_signs(monkeypatch):
     """QCS's counter Rademacher signs applied in one fused pass: compiled and eager tiles give ``r * x / f`` bit
     for bit, with ``r`` the plain :func:`counter_dither.sign_rows` (+-1, about half each)."""
@@ -184,6 +190,7 @@ def test_compiled_signed_rows_equal_eager_and_the_plain_signs(monkeypatch):
     assert set(r.unique().tolist()) == {-1.0, 1.0} and abs(float(r.mean())) < 4 / r.numel() ** 0.5  # 4 sigma
 
 
+@needs_compiler
 @pytest.mark.slow
 def test_compiled_fused_quantizers_equal_eager_at_every_setting(monkeypatch):
     """Every kind of step (midtread half-dithered, dithered, 1-bit midrise), extreme scales, float64 input."""

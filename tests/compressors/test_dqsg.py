@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 
 import gradstat.compressors.counter_dither as counter_dither
 import gradstat.compressors.dither as dither
+from gradstat.analysis.validation.mutations import _dither_not_subtracted
 from gradstat.compressors import Context, create
 from gradstat.compressors.dqsg import DQSG
 from gradstat.theory.dqsg import conditional_error
@@ -32,13 +35,12 @@ def test_error_variance_equals_linf2_n_delta2_over_12(M, K):
 @pytest.mark.parametrize("source", ["counter", "torch"])
 def test_not_subtracting_the_dither_fails_the_exact_variance_check(monkeypatch, source):
     """A DQSG whose decoder forgets to subtract the dither (half-dithered in disguise) is caught, on either
-    dither's decoding path (the counter one eager here: 2000 elements are below the compile threshold)."""
+    dither's decoding path: torch's here, the counter one through the validation suite's own planted bug."""
     monkeypatch.setattr(dither, "reconstruct", lambda codes, u, offset=0.0: codes.float() + offset)
-    whole = counter_dither.reconstruct_rows
-    monkeypatch.setattr(
-        counter_dither, "reconstruct_rows", lambda c, s, b, k, g, o, subtract: whole(c, s, b, k, g, o, False)
-    )
-    assert check_exact_variance(DQSG(M=2, dither=source), laplace(2000, 1)) != []
+    with contextlib.ExitStack() as stack:
+        for patch in _dither_not_subtracted():
+            stack.enter_context(patch)
+        assert check_exact_variance(DQSG(M=2, dither=source), laplace(2000, 1)) != []
 
 
 def test_half_dithered_is_caught_by_the_exact_check_but_matches_its_own_variance():

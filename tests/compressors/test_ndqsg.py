@@ -138,3 +138,20 @@ def test_the_small_remainder_is_torch_s_remainder_over_its_whole_range(k):
 
     v = torch.arange(-2 * k, 3 * k, dtype=torch.float32)
     assert torch.equal(_small_remainder(v, k), torch.remainder(v, k))
+
+
+@pytest.mark.parametrize("source", ["counter", "torch"])
+def test_a_tiny_fine_step_keeps_the_codes_in_their_width(source):
+    """Delta1 = 1e-9 puts t near 1e9, where float32 rounds t/k by many multiples of k: the nested index must still
+    be taken modulo k exactly, so every code fits its ceil(log2 k) bits and the payload serialises."""
+    c = create(f"ndqsg:delta1=1e-9,delta2=3e-9,dither={source}")
+    payload = c.encode(laplace(5000, 8), Context(seed=2, worker=1))
+    codes = payload["nested"]
+    assert int(codes.min()) >= -1 and int(codes.max()) <= 1
+    payload.to_bytes()
+
+
+@pytest.mark.parametrize("cls", [DQSG, NDQSG])
+def test_an_unknown_dither_source_is_refused_at_construction(cls):
+    with pytest.raises(ValueError, match="dither must be 'torch' or 'counter'"):
+        cls(dither="Counter")

@@ -15,6 +15,7 @@ import torch
 
 from gradstat import compressors
 from gradstat.compressors.primitives import block_max
+from gradstat.compressors.sidco import exceedances_above
 from gradstat.theory import fused as fused_mod
 from gradstat.theory.estimators import exceedances as exc_mod
 from gradstat.theory.estimators.exceedances import Exceedances
@@ -328,18 +329,12 @@ def test_a_summary_without_minima_is_refused_where_they_are_needed():
     assert check_magnitudes(x, signed=True, stats=summary.reference(x, True, False)).n_nonzero == 1000
 
 
-def _narrow(x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The nonzero elements with |x| >= t, plainly."""
-    indices = torch.nonzero((x.abs() >= t) & (x != 0)).squeeze(1)
-    return indices, x.abs()[indices]
-
-
 @pytest.mark.parametrize("mode", ["never", "always"])
 @pytest.mark.parametrize("first", ["exponential", "genpareto"])
 def test_the_last_stage_on_the_gathered_exceedances_equals_the_stage_over_the_whole_vector(mode, first):
     """``narrow``: the last stage runs on the elements above eta_{M-1}, gathered once. Its threshold equals the
     whole-vector stage's up to the order of the sums (float32 pairwise sums of ~5e3 values eagerly, ~1e-6
-    relative at most; float64 sums compiled), and ``candidates`` are exactly the elements at or above eta_{M-1}. Where
+    relative at most; float64 sums compiled), and SIDCo's gather gives exactly the elements at or above eta_{M-1}. Where
     more than NARROW_FRACTION of the elements lie above eta_{M-1} (3 stages at delta = 0.01: 5 %), nothing is
     gathered."""
     if mode == "always" and not fused_mod.can_compile():
@@ -348,7 +343,7 @@ def test_the_last_stage_on_the_gathered_exceedances_equals_the_stage_over_the_wh
     with forced(mode):
         for signed, x in ((True, g), (False, g.abs())):
             whole = multistage_threshold(x, 0.001, 3, first=first, signed=signed)
-            narrowed = multistage_threshold(x, 0.001, 3, first=first, signed=signed, narrow=_narrow)
+            narrowed = multistage_threshold(x, 0.001, 3, first=first, signed=signed, narrow=exceedances_above)
             rtol = 0.0 if mode == "always" and signed else 1e-6
             torch.testing.assert_close(narrowed.threshold, whole.threshold, rtol=rtol, atol=0)
             above = torch.nonzero(g.abs() >= whole.stages[1].threshold.float()).squeeze(1)
@@ -356,7 +351,7 @@ def test_the_last_stage_on_the_gathered_exceedances_equals_the_stage_over_the_wh
             assert narrowed.candidate_magnitudes is not None
             assert torch.equal(narrowed.candidate_magnitudes, g.abs()[above])
             assert [int(s.survivors) for s in narrowed.stages] == [int(s.survivors) for s in whole.stages]
-            dense = multistage_threshold(x, 0.01, 3, first=first, signed=signed, narrow=_narrow)
+            dense = multistage_threshold(x, 0.01, 3, first=first, signed=signed, narrow=exceedances_above)
             assert dense.candidates is None
 
 
@@ -468,3 +463,25 @@ def test_compiled_row_scales_equal_the_eager_ones_and_the_float64_norm(scale):
     ulps = ((got.double() - exact).abs() / torch.finfo(torch.float32).eps / exact.clamp_min(1e-45))[nonzero]
     half_ulp = 0.5 if scale >= 1e-30 else 2.0**-150 / float(exact[nonzero].min()) / torch.finfo(torch.float32).eps
     assert float(ulps.max()) <= max(half_ulp, 0.5) + 1e-6
+
+
+def _flagged(x: torch.Tensor, double: bool, negate: bool) -> torch.Tensor:
+    y = x * 2 if double else x
+    return -y if negate else y
+
+
+@needs_compiler
+def test_a_kernel_builds_more_variants_than_torch_s_default_limit_and_stays_compiled():
+    """Each dtype and each Python flag builds a variant of its own; the quantizers' kernels serve more than
+    torch's default of 8 in one process (code dtypes, input dtypes, one row or many, constants). Twelve variants:
+    all compiled, none falls back (torch raises at its limit, which would turn the kernel eager for the rest of
+    the run)."""
+    kernel = Fused(_flagged)
+    with forced("always"), warnings.catch_warnings():
+        warnings.filterwarnings("error", message="gradstat")
+        for dtype in (torch.float32, torch.float64, torch.float16):
+            x = torch.arange(1000, dtype=dtype)
+            for double in (False, True):
+                for negate in (False, True):
+                    assert torch.equal(kernel(x, double, negate), _flagged(x, double, negate))
+    assert kernel._compiled is not None and not kernel._broken

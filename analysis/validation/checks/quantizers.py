@@ -34,16 +34,16 @@ def _qcs_unbiased(s: Setting) -> Measurement:
 
 def _lemma1(s: Setting) -> Measurement:
     """E[T^T T] = I: the mean of ||T x||^2 / ||x||^2 over the random signs r is 1 (Lemma 1, eq. (3)); the note
-    gives max |T T^T - (n/k) I| for one draw (exact identity)."""
-    from gradstat.compressors.qcs import mix, rademacher, unmix
+    gives max |T T^T - (n/k) I| for one draw (exact identity). The signs are the default QCS's (counter-based)."""
+    from gradstat.compressors.qcs import mix, signs, unmix
 
     k = 64
     x = block(s, N_QCS).double()[None, :]
     samples = []
     for t in range(s.trials):
-        r = rademacher((1, N_QCS), s.seed * 1_000_003 + t, s.device).double()
+        r = signs((1, N_QCS), s.seed * 1_000_003 + t, s.device).double()
         samples.append(float(mix(x, r, k).square().sum() / x.square().sum()))
-    r = rademacher((k, N_QCS), s.seed, s.device).double()[:1].expand(k, N_QCS)
+    r = signs((k, N_QCS), s.seed, s.device).double()[:1].expand(k, N_QCS)
     ttt = mix(unmix(torch.eye(k, dtype=torch.float64, device=s.device), r), r, k)  # rows: T T^T e_j
     dev = float((ttt - (N_QCS / k) * torch.eye(k, dtype=torch.float64, device=s.device)).abs().max())
     return Measurement(
