@@ -130,6 +130,14 @@ def reconstruct_rows(
     return value / gain * scale
 
 
+def widened(codes: torch.Tensor) -> torch.Tensor:
+    """The integer ``codes`` as a fresh float32 tensor (the conversion a decode reads them through; exact for
+    codes below 2^24 in magnitude), for a decode loop to rewrite in place. Compiled on a CPU, a loop that reads
+    int8 codes next to float32 values loads each group of 8 codes through a stack buffer (torch's partial vector
+    load): DQSG's decode at 26M went from 64-74 to ~41 ms with this conversion first."""
+    return torch.empty(codes.shape, dtype=torch.float32, device=codes.device).copy_(codes)
+
+
 def quantize_rows_into(out: torch.Tensor, *args: object) -> torch.Tensor:
     """``out.copy_(quantize_rows(*args))``: a compiled form writes the codes straight into ``out``."""
     return out.copy_(quantize_rows(*args))  # type: ignore[arg-type]
@@ -140,7 +148,16 @@ def reconstruct_rows_into(out: torch.Tensor, *args: object) -> torch.Tensor:
     return out.copy_(reconstruct_rows(*args))  # type: ignore[arg-type]
 
 
-KERNELS = {f.__name__: Fused(f) for f in (quantize_rows_into, reconstruct_rows_into, signed_rows_into)}
+def reconstruct_rows_in_place(out: torch.Tensor, *args: object) -> torch.Tensor:
+    """``out.copy_(reconstruct_rows(out, *args))``: ``out`` holds the codes (:func:`widened`) and receives the
+    values (one tensor: a compiled graph given two views of one buffer may write either back last)."""
+    return out.copy_(reconstruct_rows(out, *args))  # type: ignore[arg-type]
+
+
+KERNELS = {
+    f.__name__: Fused(f)
+    for f in (quantize_rows_into, reconstruct_rows_into, reconstruct_rows_in_place, signed_rows_into)
+}
 """The fused forms (one generated loop each where compiled; :mod:`gradstat.theory.fused`, whose policy
 ``GRADSTAT_COMPILE`` they follow: under ``auto``, CPU vectors from ``MIN_ELEMENTS`` up, where the loop saves
 tens of milliseconds per call and a build of seconds pays for itself; smaller ones run the eager tiles)."""
@@ -157,17 +174,18 @@ def run_rows(
     compiled: bool = True,
 ) -> torch.Tensor:
     """``fn(out, *blocks, row_factor, base, key, *rest)`` over 2-D ``block`` (one tensor, or a tuple of tensors of
-    one shape, each tiled alike) and ``out`` of that shape, whose first element has index ``base``, ``row_factor``
-    of shape (rows, 1): compiled where the policy allows (a failed build or run warns once and computes eagerly),
-    else eager over tiles. ``fn``: a function of :data:`KERNELS` or a :class:`Fused` kernel of another module."""
+    one shape, each tiled alike; an empty tuple for a kernel that reads ``out`` itself) and ``out`` of that shape,
+    whose first element has index ``base``, ``row_factor`` of shape (rows, 1): compiled where the policy allows (a
+    failed build or run warns once and computes eagerly), else eager over tiles. ``fn``: a function of
+    :data:`KERNELS` or a :class:`Fused` kernel of another module."""
     blocks = block if isinstance(block, tuple) else (block,)
-    rows, size = blocks[0].shape
+    rows, size = (blocks[0] if blocks else out).shape
     if base + rows * size > MAX_ELEMENTS:
         raise ValueError(
             f"counter dither: indices run to {base + rows * size:,}, beyond {MAX_ELEMENTS:,} (int32 counters); "
             "compress the tensor in parts or use dither=torch"
         )
-    device = blocks[0].device
+    device = out.device
 
     def at(r: int, c: int = 0) -> torch.Tensor:
         return _int32(base + r * size + c, device)

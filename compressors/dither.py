@@ -162,21 +162,26 @@ def _per_bucket(op: str, src: torch.Tensor, factor: torch.Tensor, size: int, out
 def _counter_rows(
     fn: Callable[..., torch.Tensor],
     out: torch.Tensor,
-    src: torch.Tensor,
+    src: torch.Tensor | None,
     size: int,
     factor: torch.Tensor,
     key: torch.Tensor,
     args: tuple[object, ...],
 ) -> torch.Tensor:
-    """``fn`` of :mod:`gradstat.compressors.counter_dither` over the full buckets of the flat ``src`` (a view) and
-    then its ragged last bucket, writing into the flat ``out``; ``factor[b]`` is bucket b's scale."""
-    full = src.numel() // size
-    head = (out[: full * size].view(full, size), src[: full * size].view(full, size), factor[:full, None])
-    if full:
-        counter_dither.run_rows(fn, head[0], head[1], head[2], 0, key, *args)
-    if full * size < src.numel():
-        tail = (out[full * size :].view(1, -1), src[full * size :].view(1, -1), factor[full:, None])
-        counter_dither.run_rows(fn, tail[0], tail[1], tail[2], full * size, key, *args)
+    """``fn`` of :mod:`gradstat.compressors.counter_dither` over the full buckets of the flat ``src`` (a view; None:
+    ``fn`` reads ``out`` itself) and then its ragged last bucket, writing into the flat ``out``; ``factor[b]`` is
+    bucket b's scale."""
+    d = out.numel()
+    full = d // size
+
+    def part(x: torch.Tensor, head: bool) -> torch.Tensor:
+        return x[: full * size].view(full, size) if head else x[full * size :].view(1, -1)
+
+    for head, base in ((True, 0), (False, full * size)):
+        if (full if head else d - full * size) > 0:
+            block = () if src is None else part(src, head)
+            rows = factor[:full, None] if head else factor[full:, None]
+            counter_dither.run_rows(fn, part(out, head), block, rows, base, key, *args)
     return out
 
 
@@ -312,11 +317,11 @@ class ScaledQuantizer:
         codes, scale = payload["codes"], payload["scales"]
         _, _, offset, gain = self._range
         if self.dither == "counter" and self.subtract:  # half-dithered decoding draws nothing: the path below
-            out = torch.empty(d, dtype=torch.float32, device=codes.device)
             key = counter_dither.keys(seed, DITHER_STREAM, codes.device)
             args = (gain, offset, self.subtract)
-            fn = counter_dither.reconstruct_rows_into
-            return _counter_rows(fn, out, codes.reshape(-1), self.bucket_size(d), scale, key, args)
+            fn = counter_dither.reconstruct_rows_in_place
+            wide = counter_dither.widened(codes.reshape(-1))  # the fused loop then reads and writes float32 in place
+            return _counter_rows(fn, wide, None, self.bucket_size(d), scale, key, args)
         # in place on the output, in the order of the plain form (decode_reference)
         u = draw_dither_scratch(d, seed, codes.device) if self.subtract else None
         out = reconstruct(codes.reshape(-1), u, offset).div_(gain)

@@ -21,9 +21,9 @@ depends on s modulo Delta2, and for even k, ``Q1(t) - Q2(t)`` takes k + 1 values
 modulo Delta2), the scale, the seed.
 
 The dither: by default the counter dither of (seed, index) (:mod:`gradstat.compressors.counter_dither`), with a
-P2 worker's encode and decode each one fused loop (:func:`nested_rows_into`, :func:`nested_reconstruct_rows_into`:
-the operations of :func:`nested_encode` and :func:`nested_decode`, in their order); ``dither=torch`` draws it from
-torch's seeded generator.
+P2 worker's encode and decode each one fused loop (:func:`nested_rows_into`,
+:func:`nested_reconstruct_rows_in_place`: the operations of :func:`nested_encode` and :func:`nested_decode`, in
+their order); ``dither=torch`` draws it from torch's seeded generator.
 """
 
 from __future__ import annotations
@@ -115,16 +115,18 @@ def _small_remainder(v: torch.Tensor, k: int) -> torch.Tensor:
     return v
 
 
-def nested_reconstruct_rows_into(
-    out: torch.Tensor, s: torch.Tensor, side: torch.Tensor, kappa: torch.Tensor, base: torch.Tensor,
-    key: torch.Tensor, alpha: float, delta1: float, k: int,
+def nested_reconstruct_rows_in_place(
+    out: torch.Tensor, side: torch.Tensor, kappa: torch.Tensor, base: torch.Tensor, key: torch.Tensor,
+    alpha: float, delta1: float, k: int,
 ) -> torch.Tensor:  # fmt: skip
-    """``kappa`` times :func:`nested_decode` of the codes ``s`` with side information ``side / kappa`` (``kappa``
-    of shape (rows, 1), possibly 0) and the counter dither of ``(key, index)`` times Delta1, into ``out``
-    (float32): one generated loop where compiled."""
-    u = counter_dither.dither_rows(s.shape[0], s.shape[1], base, key, s.device) * delta1
+    """``kappa`` times :func:`nested_decode` of the codes ``s`` held in ``out`` (float32,
+    :func:`gradstat.compressors.counter_dither.widened`) with side information ``side / kappa`` (``kappa`` of
+    shape (rows, 1), possibly 0) and the counter dither of ``(key, index)`` times Delta1, written over ``out``:
+    one generated loop where compiled, reading no integer codes (their partial vector loads cost more than one
+    conversion before the loop)."""
+    u = counter_dither.dither_rows(out.shape[0], out.shape[1], base, key, out.device) * delta1
     y = side / torch.where(kappa > 0, kappa, torch.ones_like(kappa))
-    return out.copy_(nested_estimate(s.to(torch.float32), u, y, delta1, k, alpha) * kappa)
+    return out.copy_(nested_estimate(out, u, y, delta1, k, alpha) * kappa)
 
 
 def nested_estimate(
@@ -136,7 +138,7 @@ def nested_estimate(
     return (r - coarse) * (alpha * delta1) + y
 
 
-NESTED_KERNELS = (Fused(nested_rows_into), Fused(nested_reconstruct_rows_into))
+NESTED_KERNELS = (Fused(nested_rows_into), Fused(nested_reconstruct_rows_in_place))
 """The counter-dither P2 encode and decode as fused kernels (:mod:`gradstat.compressors.counter_dither`)."""
 
 
@@ -230,11 +232,11 @@ class NDQSG(Compressor):
         kappa = payload["scales"]
         s = payload["nested"].reshape(-1)  # integer codes: s * Delta1 converts them exactly
         if self.dither == "counter":
-            out = torch.empty(payload.numel, dtype=torch.float32, device=s.device)
+            out = counter_dither.widened(s)  # the float32 conversion the loop made of each code
             key = counter_dither.keys(payload.seed, DITHER_STREAM, s.device)
-            blocks = (s.view(1, -1), side.to(s.device).view(1, -1))
             args = (0, key, self.alpha, self.fine_step, self.nesting)
-            counter_dither.run_rows(NESTED_KERNELS[1], out.view(1, -1), blocks, kappa.reshape(1, 1), *args)
+            side_rows = side.to(s.device).view(1, -1)
+            counter_dither.run_rows(NESTED_KERNELS[1], out.view(1, -1), side_rows, kappa.reshape(1, 1), *args)
         else:
             safe = torch.where(kappa > 0, kappa, torch.ones_like(kappa))
             u = draw_dither_scratch(payload.numel, payload.seed, s.device).mul_(self.fine_step)
