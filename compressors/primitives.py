@@ -26,6 +26,7 @@ import weakref
 import numpy as np
 import torch
 
+from gradstat.compressors import compaction
 from gradstat.theory.fused import fused
 
 __all__ = [
@@ -216,18 +217,23 @@ def select_at_least(
     """Indices (int64, 1-D, increasing) of the nonzero entries of ``abs_g`` with ``abs_g >= threshold``
     (of ``|abs_g| >= threshold`` when ``signed``: the magnitudes of a signed vector, never formed in full).
 
-    On a CPU (float32 or float64) the vector is read once, chunk by chunk (:data:`SELECT_CHUNK` elements): each
-    chunk's magnitudes, its comparison mask and the mask's nonzero search run on numpy's vectorised loops in cached
-    memory (torch's CPU comparison runs at ~2.5 read passes where numpy's runs at one, and ``torch.nonzero`` counts
-    before it writes). Elsewhere a sparse selection first reads block maxima over blocks of :data:`SELECT_BLOCK`
-    elements and compares only inside the blocks whose maximum reaches the threshold, and a dense one (more than
-    :data:`DENSE_CANDIDATES` of the blocks) searches the whole mask. Same indices as
-    :func:`select_at_least_reference`. The nonzero search needs the count on the host: that sync is inherent to
-    sending a variable number of elements. ``density``: the fraction the caller expects to select; at most
-    :data:`SPARSE_DENSITY`, on a CPU where the block maxima run compiled, the block search is used there too (it
-    reads the few candidate blocks only; measured at 26M and delta = 1e-3: ~2.1 read passes against ~2.6)."""
+    On a CPU (float32 or float64) the vector is read once: by the compaction kernel where it is built
+    (:mod:`gradstat.compressors.compaction`, ~1.2 read passes at 26M and delta = 1e-3), else chunk by chunk
+    (:data:`SELECT_CHUNK` elements), each chunk's magnitudes, its comparison mask and the mask's nonzero search on
+    numpy's vectorised loops in cached memory (~4 read passes; torch's CPU comparison runs at ~2.5 read passes
+    where numpy's runs at one, and ``torch.nonzero`` counts before it writes). Elsewhere a sparse selection first
+    reads block maxima over blocks of :data:`SELECT_BLOCK` elements and compares only inside the blocks whose
+    maximum reaches the threshold, and a dense one (more than :data:`DENSE_CANDIDATES` of the blocks) searches the
+    whole mask. Same indices as :func:`select_at_least_reference`. The nonzero search needs the count on the host:
+    that sync is inherent to sending a variable number of elements. ``density``: the fraction the caller expects
+    to select (it sizes the compaction's first buffers); at most :data:`SPARSE_DENSITY`, on a CPU without the
+    compaction kernel where the block maxima run compiled, the block search is used there too (it reads the few
+    candidate blocks only; measured at 26M and delta = 1e-3: ~2.1 read passes against ~2.6)."""
     t = positive_threshold(threshold, abs_g)
     flat = abs_g.reshape(-1)
+    if compaction.available(flat):
+        expected = None if density is None else math.ceil(density * flat.numel())
+        return compaction.select(flat, float(t), signed, expected=expected)[0]
     sparse = density is not None and density <= SPARSE_DENSITY and block_max.compiled_for(flat)
     if _numpy_ready(flat) and not sparse:
         return _select_chunked(flat, t, signed)[0]  # (the condition of selects_signed)
@@ -336,6 +342,9 @@ def scan_at_least(
     any is infinite): on a CPU in the same read (the chunks' maxima are taken in cache), so that the selection is
     also the finiteness check; elsewhere one more pass."""
     flat = abs_g.reshape(-1)
+    if compaction.available(flat):
+        indices, _, top = compaction.select(flat, float(positive_threshold(threshold, abs_g)), signed)
+        return indices, top
     if _numpy_ready(flat):
         indices, _, top = _select_chunked(flat, positive_threshold(threshold, abs_g), signed, extreme=True)
         return indices, top
@@ -348,6 +357,10 @@ def gather_at_least(
     """:func:`select_at_least` and the magnitudes it selects (``|abs_g|`` there when ``signed``), in one read on a
     CPU (each chunk's selected magnitudes are taken while it is in cache); elsewhere a gather after the selection."""
     flat = abs_g.reshape(-1)
+    if compaction.available(flat):
+        indices, values, _ = compaction.select(flat, float(positive_threshold(threshold, abs_g)), signed, gather=True)
+        assert values is not None
+        return indices, values
     if _numpy_ready(flat):
         indices, values, _ = _select_chunked(flat, positive_threshold(threshold, abs_g), signed, gather=True)
         assert values is not None

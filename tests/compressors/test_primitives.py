@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from gradstat.compressors import compaction
 from gradstat.compressors import primitives as P
 
 FMAX = torch.finfo(torch.float32).max
@@ -39,6 +40,17 @@ def _cases() -> dict[str, torch.Tensor]:
 CASES = _cases()
 
 
+@pytest.fixture(params=["compaction", "numpy"])
+def selection_path(request, monkeypatch):
+    """Run a CPU selection test on the compaction kernel (skipped where it cannot be built) and on the numpy
+    chunks it falls back to."""
+    if request.param == "numpy":
+        monkeypatch.setattr(compaction, "available", lambda x: False)
+    elif not compaction.available(torch.zeros(1)):
+        pytest.skip("the compaction kernel cannot be built here (no C compiler)")
+    return request.param
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_all_finite_matches_isfinite_all(name):
     x = CASES[name]
@@ -51,7 +63,7 @@ def test_all_finite_matches_isfinite_all(name):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("quantile", [0.0, 0.5, 0.9, 0.99, 0.999, 1.0])
-def test_selection_and_count_match_the_plain_mask(name, quantile):
+def test_selection_and_count_match_the_plain_mask(name, quantile, selection_path):
     a = CASES[name].abs()
     t = torch.quantile(a.double(), quantile).to(a.dtype) if a.numel() < 16_000_000 else a.max()
     reference = torch.nonzero((a >= t) & (a > 0)).squeeze(1)
@@ -66,7 +78,7 @@ def test_blocked_selection_handles_a_ragged_tail_and_a_dense_fallback():
         assert torch.equal(P.select_at_least(a, t), torch.nonzero((a >= t) & (a > 0)).squeeze(1))
 
 
-def test_zero_threshold_never_selects_zeros():
+def test_zero_threshold_never_selects_zeros(selection_path):
     a = torch.tensor([0.0, 0.0, 1e-45, 2.0] * 100)
     assert P.count_at_least(a, 0.0) == 200
     assert P.select_at_least(a, -1.0).tolist() == [i for i in range(400) if i % 4 in (2, 3)]
@@ -173,7 +185,7 @@ def test_max_abs_reuses_the_checked_extremes_only_for_the_same_unchanged_tensor(
 
 @pytest.mark.parametrize("name", ["laplace", "with_zeros", "ties", "denormal", "near_overflow", "float64"])
 @pytest.mark.parametrize("signed", [False, True])
-def test_chunked_selection_across_many_chunks_equals_the_plain_mask(name, signed, monkeypatch):
+def test_chunked_selection_across_many_chunks_equals_the_plain_mask(name, signed, monkeypatch, selection_path):
     """The CPU selection reads the vector a chunk at a time: with chunks of 61 elements (a ragged last chunk, most
     chunks holding no hit at the high quantiles) its indices, and the magnitudes ``gather_at_least`` takes from
     each chunk, equal the plain mask's over the whole vector."""
@@ -204,7 +216,7 @@ def test_blocked_selection_off_the_cpu_path_equals_the_plain_mask():
 
 
 @pytest.mark.parametrize("name", ["laplace", "with_zeros", "denormal", "near_overflow", "float64", "short"])
-def test_scan_selects_and_reads_the_largest_magnitude_with_nan_and_inf_reaching_it(name, monkeypatch):
+def test_scan_selects_and_reads_the_largest_magnitude_with_nan_and_inf_reaching_it(name, monkeypatch, selection_path):
     """``scan_at_least``: the selection plus max |x| of the whole vector from the same read (chunks of 61 here),
     NaN when any element is NaN (wherever it lies, whatever the other chunks hold), +inf when any is infinite:
     what lets a fixed-threshold encode skip its separate check pass."""

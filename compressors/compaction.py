@@ -1,0 +1,255 @@
+"""Threshold compaction on a CPU: the increasing indices of ``v_i >= t`` (``v = |x|`` or ``x``) in one read.
+
+Every threshold sparsifier ends in this step, and no torch or numpy operation does it in one pass: a comparison
+writes a full mask, and ``nonzero`` reads it again and counts before it writes (numpy's chunked form of
+:func:`gradstat.compressors.primitives.select_at_least` costs ~4 read passes at 26M, of which the absolute value,
+the comparison and the search each take about one). Compaction cannot be written as a ``torch.compile`` kernel
+either (its output length depends on the data). So this module holds one small C loop of its own, built with the
+machine's C compiler at first use and cached on disk (a fraction of a second; no third-party code):
+
+- 16 elements per step: two AVX2 comparisons give a 16-bit mask, and only its set bits are visited (at the
+  densities sparsifiers use, most steps find none), with the largest magnitude and a NaN flag kept on the way, so
+  that the same read is also the vector's finiteness check;
+- a portable scalar loop where AVX2 is missing (checked at run time) and for float64 vectors.
+
+The output grows by doubling: a call stops before a step could overflow its buffers and is resumed with larger
+ones. Where no compiler is found, the build fails or ``GRADSTAT_COMPILE=never`` (:mod:`gradstat.theory.fused`),
+:func:`available` is false and callers keep their numpy path; the tests hold both to the same plain reference.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gradstat.theory.fused import policy
+
+SOURCE = r"""
+#include <math.h>
+#include <stdint.h>
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define GS_AVX2 1
+#endif
+
+#define GS_SCALAR(T, ABS)                                                                       \
+    for (; i < end && c < cap; i++) {                                                           \
+        T v = absolute ? ABS(x[i]) : x[i];                                                      \
+        if (v != v) {                                                                           \
+            *nan = 1;                                                                           \
+        } else if ((double)v > *top) {                                                          \
+            *top = (double)v;                                                                   \
+        }                                                                                       \
+        if (v >= t) {                                                                           \
+            idx[c] = i;                                                                         \
+            if (vals) vals[c] = v;                                                              \
+            c++;                                                                                \
+        }                                                                                       \
+    }
+
+#ifdef GS_AVX2
+__attribute__((target("avx2")))
+static int64_t f32_avx2(const float* x, int64_t i, int64_t end, float t, int32_t absolute, int64_t* idx,
+                        float* vals, int64_t cap, int64_t* count, double* top, int32_t* nan) {
+    const __m256 vt = _mm256_set1_ps(t);
+    const __m256 keep = _mm256_castsi256_ps(_mm256_set1_epi32(absolute ? 0x7fffffff : -1));
+    __m256 hi = _mm256_set1_ps(-INFINITY);
+    __m256 bad = _mm256_setzero_ps();
+    int64_t c = *count;
+    for (; i + 16 <= end && c + 16 <= cap; i += 16) {
+        __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), keep);
+        __m256 b = _mm256_and_ps(_mm256_loadu_ps(x + i + 8), keep);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+        hi = _mm256_max_ps(hi, _mm256_max_ps(a, b));
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(a, vt, _CMP_GE_OQ)) |
+                     ((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(b, vt, _CMP_GE_OQ)) << 8);
+        while (m) {
+            int j = __builtin_ctz(m);
+            idx[c] = i + j;
+            if (vals) vals[c] = absolute ? fabsf(x[i + j]) : x[i + j];
+            c++;
+            m &= m - 1;
+        }
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, hi);
+    for (int j = 0; j < 8; j++) {
+        if ((double)lanes[j] > *top) *top = (double)lanes[j];
+    }
+    if (_mm256_movemask_ps(bad)) *nan = 1;
+    *count = c;
+    return i;
+}
+#endif
+
+int64_t gs_select_f32(const float* x, int64_t i, int64_t end, float t, int32_t absolute, int64_t* idx,
+                      float* vals, int64_t cap, int64_t* count, double* top, int32_t* nan) {
+#ifdef GS_AVX2
+    if (__builtin_cpu_supports("avx2")) {
+        i = f32_avx2(x, i, end, t, absolute, idx, vals, cap, count, top, nan);
+        if (i + 16 <= end) return i; /* stopped for room: the caller grows the buffers */
+    }
+#endif
+    int64_t c = *count;
+    GS_SCALAR(float, fabsf)
+    *count = c;
+    return i;
+}
+
+int64_t gs_select_f64(const double* x, int64_t i, int64_t end, double t, int32_t absolute, int64_t* idx,
+                      double* vals, int64_t cap, int64_t* count, double* top, int32_t* nan) {
+    int64_t c = *count;
+    GS_SCALAR(double, fabs)
+    *count = c;
+    return i;
+}
+"""
+
+ENV_CACHE = "GRADSTAT_CACHE"
+"""Directory for built kernels (default: ``$XDG_CACHE_HOME/gradstat``, else ``~/.cache/gradstat``)."""
+
+FLAGS = ("-O2", "-std=c99", "-shared", "-fPIC")
+
+_LOCK = threading.Lock()
+_FUNCTIONS = {torch.float32: "gs_select_f32", torch.float64: "gs_select_f64"}
+_CTYPES = {torch.float32: ctypes.c_float, torch.float64: ctypes.c_double}
+
+
+def _compiler() -> str | None:
+    """The C compiler to build with: ``$CC``, else the first of cc, gcc, clang on the path."""
+    names = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
+    return next((path for path in map(shutil.which, names) if path), None)
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get(ENV_CACHE) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gradstat"
+    )
+    return Path(root) / "kernels"
+
+
+@functools.lru_cache(maxsize=1)
+def _library() -> ctypes.CDLL | None:
+    """Build (once per source, compiler and machine; cached on disk) and load the C library; None where that is
+    not possible, with one warning when a build was tried and failed."""
+    compiler = _compiler()
+    if compiler is None or sys.platform == "win32":
+        return None
+    tag = "\0".join((SOURCE, compiler, *FLAGS, platform.machine(), platform.system()))
+    path = _cache_dir() / f"compaction-{hashlib.sha256(tag.encode()).hexdigest()[:20]}.so"
+    try:
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=path.parent) as work:
+                source = Path(work) / "compaction.c"
+                source.write_text(SOURCE)
+                built = Path(work) / path.name
+                subprocess.run(
+                    [compiler, *FLAGS, "-o", str(built), str(source), "-lm"],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+                os.replace(built, path)  # atomic: a concurrent process sees the whole library or none
+        lib = ctypes.CDLL(str(path))
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", None) or str(exc)
+        warnings.warn(
+            f"gradstat: the compaction kernel could not be built or loaded ({type(exc).__name__}: "
+            f"{detail.strip().splitlines()[0] if detail.strip() else ''}); threshold selections use numpy",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+    for dtype, name in _FUNCTIONS.items():
+        fn = getattr(lib, name)
+        fn.restype = ctypes.c_int64
+        p = ctypes.c_void_p
+        fn.argtypes = [p, ctypes.c_int64, ctypes.c_int64, _CTYPES[dtype], ctypes.c_int32, p, p, ctypes.c_int64]
+        fn.argtypes += [p, p, p]
+    return lib
+
+
+def available(x: torch.Tensor) -> bool:
+    """Whether :func:`select` runs on ``x``: a contiguous float32 or float64 CPU tensor, a compile policy other
+    than ``never``, and a library built here."""
+    if x.device.type != "cpu" or x.dtype not in _FUNCTIONS or not x.is_contiguous() or policy() == "never":
+        return False
+    with _LOCK:
+        return _library() is not None
+
+
+_SCRATCH = threading.local()
+
+
+def _room(name: str, size: int, dtype: np.dtype, keep: int = 0) -> np.ndarray:
+    """This thread's reusable output buffer ``name`` with room for ``size`` elements (its first ``keep`` kept when
+    it grows). Warm memory: fresh buffers of a few MB cost more in page faults than the whole selection."""
+    buffers = getattr(_SCRATCH, "buffers", None)
+    if buffers is None:
+        buffers = _SCRATCH.buffers = {}
+    buf = buffers.get((name, dtype))
+    if buf is None or buf.size < size:
+        grown = np.empty(max(size, 0 if buf is None else 2 * buf.size), dtype)
+        if buf is not None and keep:
+            grown[:keep] = buf[:keep]
+        buf = buffers[(name, dtype)] = grown
+    return buf
+
+
+def _output(found: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """A copy of ``found`` in a tensor of its own, from torch's allocator (which can back it with huge pages: with
+    4 KB pages the copy's page faults cost more than the selection's read at a density of 1 %)."""
+    out = torch.empty(found.size, dtype=dtype)
+    out.numpy()[:] = found
+    return out
+
+
+def select(
+    x: torch.Tensor, t: float, absolute: bool, gather: bool = False, expected: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+    """``(indices, values, top)`` of the flat ``x`` (see :func:`available`): the increasing int64 indices of the
+    elements with ``v >= t`` (``v = |x|`` when ``absolute``, else ``x``; NaN never selected), their ``v`` with
+    ``gather`` (else None), and the largest ``v`` of the whole vector (NaN if any element is NaN; -inf if empty).
+    ``t`` is compared in ``x``'s dtype. ``expected``: the count the caller expects (sizes the first buffers)."""
+    flat = x.reshape(-1)
+    n = flat.numel()
+    lib = _library()
+    assert lib is not None, "select() needs available(x)"
+    fn = getattr(lib, _FUNCTIONS[flat.dtype])
+    data = flat.detach().numpy()
+    with np.errstate(over="ignore"):  # (a threshold beyond the dtype's range compares as infinity, as in torch)
+        bound = float(data.dtype.type(t))  # the threshold in x's dtype: the comparisons are exact
+    want = min(n, max(4096, 2 * expected if expected is not None else n // 64))
+    count, top, nan = ctypes.c_int64(0), ctypes.c_double(-np.inf), ctypes.c_int32(0)
+    at = 0
+    while True:
+        k = count.value
+        idx = _room("indices", want, np.dtype(np.int64), keep=k)
+        vals = _room("values", want, data.dtype, keep=k) if gather else None
+        cap = min(idx.size, n if vals is None else vals.size)
+        refs = (ctypes.byref(count), ctypes.byref(top), ctypes.byref(nan))
+        vp = None if vals is None else vals.ctypes.data
+        at = fn(data.ctypes.data, at, n, bound, int(absolute), idx.ctypes.data, vp, cap, *refs)
+        if at >= n:
+            break
+        want = min(n, 2 * cap)  # more selected than room: grow, keep what was found, resume where it stopped
+    k = count.value
+    indices = _output(idx[:k], torch.int64)
+    values = None if vals is None else _output(vals[:k], flat.dtype)
+    return indices, values, float("nan") if nan.value else top.value

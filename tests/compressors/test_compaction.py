@@ -1,0 +1,118 @@
+"""The compaction kernel (compressors/compaction.py) against the plain mask: indices, gathered values and the
+largest magnitude, on every kind of float32 and float64 value, across its 16-element steps, its scalar tail and its
+buffer growth; and its fallbacks (no compiler, a failed build, ``GRADSTAT_COMPILE=never``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gradstat.compressors import compaction
+
+FMAX = torch.finfo(torch.float32).max
+
+built = pytest.mark.skipif(
+    not compaction.available(torch.zeros(1)), reason="the compaction kernel cannot be built here (no C compiler)"
+)
+
+
+def _values(n: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    """Laplace values with zeros, signed zeros, ties, denormals and near-overflow magnitudes mixed in."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.distributions.Laplace(0.0, 1.0).sample((n,)).to(dtype)
+    special = torch.tensor([0.0, -0.0, 1.0, -1.0, 1e-45, -3e-39, FMAX, -FMAX / 3, 2.0, -2.0], dtype=dtype)
+    where = torch.randint(0, n, (n // 7,), generator=gen)
+    x[where] = special[torch.randint(0, len(special), (len(where),), generator=gen)]
+    return x
+
+
+def _plain(x: torch.Tensor, t: float, absolute: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    v = x.abs() if absolute else x
+    bound = torch.tensor(t, dtype=x.dtype)
+    indices = torch.nonzero(v >= bound).squeeze(1)
+    return indices, v[indices]
+
+
+@built
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("absolute", [True, False])
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 31, 33, 1000, 100_003])
+def test_selection_equals_the_plain_mask(dtype, absolute, n):
+    """Lengths around the 16-element step (the scalar tail alone, one step, a step and a tail), thresholds from
+    below every value (all selected: the buffers grow from 4096) to above the largest (none), ties at 1 and 2."""
+    x = _values(n, dtype)
+    v = x.abs() if absolute else x
+    for t in (1e-45, 0.5, 1.0, 2.0, 6.0, float(v.max()), float(v.max()) * 2 if float(v.max()) < 1e300 else 1e308):
+        indices, values, top = compaction.select(x, t, absolute, gather=True)
+        want, want_values = _plain(x, t, absolute)
+        assert indices.dtype == torch.int64 and torch.equal(indices, want), t
+        assert values is not None and torch.equal(values, want_values), t
+        assert top == float(v.max())
+        assert torch.equal(compaction.select(x, t, absolute)[0], want)
+
+
+@built
+def test_buffers_grow_and_are_reused_without_stale_entries():
+    """An expected count far below the real one grows the (reused) buffers several times mid-scan; a later, smaller
+    selection must not return entries of the earlier one."""
+    x = _values(300_001, torch.float32, seed=1)
+    for t, expected in ((0.01, 1), (3.0, 10), (0.5, None), (8.0, 1)):
+        indices, values, _ = compaction.select(x, t, True, gather=True, expected=expected)
+        want, want_values = _plain(x, t, True)
+        assert torch.equal(indices, want) and torch.equal(values, want_values), t
+
+
+@built
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_nan_reaches_the_largest_value_and_is_never_selected_inf_is_both(dtype):
+    x = _values(1000, dtype)
+    for where in (0, 7, 15, 16, 500, 999):  # in a step's first or second half, and in the scalar tail
+        y = x.clone()
+        y[where] = math.nan
+        indices, _, top = compaction.select(y, 0.5, True)
+        assert math.isnan(top) and where not in indices.tolist()
+        assert torch.equal(indices, _plain(y, 0.5, True)[0])
+        y[where] = -math.inf
+        indices, _, top = compaction.select(y, 0.5, True)
+        assert top == math.inf and where in indices.tolist()
+
+
+def test_compile_policy_never_turns_it_off(monkeypatch):
+    monkeypatch.setenv("GRADSTAT_COMPILE", "never")
+    assert not compaction.available(torch.zeros(10))
+
+
+def test_only_contiguous_float_cpu_vectors_qualify():
+    assert not compaction.available(torch.zeros(10, dtype=torch.float16))
+    assert not compaction.available(torch.zeros(10, 2)[:, 0])
+
+
+def test_a_failed_build_warns_once_and_leaves_the_selection_to_numpy(monkeypatch, tmp_path):
+    """A compiler that fails: one warning, then unavailable (callers take their numpy path); nothing cached."""
+    monkeypatch.setenv("GRADSTAT_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", "false")  # a compiler that always fails
+    compaction._library.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="compaction kernel could not be built"):
+            assert not compaction.available(torch.zeros(10))
+        assert not compaction.available(torch.zeros(10))  # remembered: no second attempt, no second warning
+        assert not any(tmp_path.rglob("*.so"))
+    finally:
+        compaction._library.cache_clear()
+
+
+@built
+def test_a_fresh_cache_builds_once_and_reuses_the_library(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRADSTAT_CACHE", str(tmp_path))
+    compaction._library.cache_clear()
+    try:
+        assert compaction.available(torch.zeros(10))
+        libraries = list(tmp_path.rglob("compaction-*.so"))
+        assert len(libraries) == 1 and not [p for p in tmp_path.rglob("*") if p.is_dir() and p.name != "kernels"]
+        stamp = libraries[0].stat().st_mtime_ns
+        compaction._library.cache_clear()
+        assert compaction.available(torch.zeros(10)) and libraries[0].stat().st_mtime_ns == stamp
+    finally:
+        compaction._library.cache_clear()
