@@ -112,8 +112,8 @@ class SIDCo(ThresholdSparsifier):
     reads_summary = True
 
     def _summary(self, g: torch.Tensor) -> torch.Tensor:
-        # the minima only for a shaped first stage (its spread check); the exponential needs max, count and sums
-        return summary(g, True, self.dist in SHAPED)
+        # the minima only for a shaped first stage (its spread check); the exponential needs max, count and sum
+        return summary(g, True, self.dist in SHAPED, self.dist != "exponential")
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         return self._fit(abs_g, ctx, payload, signed=False).threshold

@@ -208,7 +208,13 @@ def multistage_threshold(
 
     # stage 1: fit the non-zeros, threshold at the conditional ratio
     first_data = Exceedances(
-        x, n_hint=mags.n_nonzero, unit=unit, bottom=mags.min_nonzero, signed=signed, preset=mags.first_moments(unit)
+        x,
+        n_hint=mags.n_nonzero,
+        unit=unit,
+        bottom=mags.min_nonzero,
+        signed=signed,
+        preset=mags.first_moments(unit),
+        squares=first != "exponential",
     )
     est = run_first(first_data)
     tail = conditional_ratio(deltas[0], mags.d, mags.n_nonzero)
@@ -248,7 +254,8 @@ def multistage_threshold(
         else:
             a = x.abs() if signed else x
             shift = torch.where(a > prev.to(x.dtype), a, math.inf).amin().to(torch.float64)
-        data = Exceedances(x, above=prev, shift=shift, workspace=workspace, unit=unit, signed=signed)
+        squares = later != "exponential"  # the exponential fit reads the mean only
+        data = Exceedances(x, above=prev, shift=shift, workspace=workspace, unit=unit, signed=signed, squares=squares)
         count = data.count()
         if later_method == "mle" and int(count) < 2:  # the MLE compacts: stop before it sees < 2 values
             done.append(

@@ -238,8 +238,8 @@ def test_adaptive_sidco_learns_the_same_stages_on_both_paths():
 def test_a_fused_kernel_that_forgets_the_shift_misses_the_target(monkeypatch):
     """Planted bug on the compiled path: statistics of |g| instead of |g| - eta_{m-1} at stages >= 2."""
 
-    def forgetful(x, above, shift, inv_unit, logs):
-        return tail_moments.fn(x, above, shift * 0, inv_unit, logs)
+    def forgetful(x, above, shift, inv_unit, logs, squares=True):
+        return tail_moments.fn(x, above, shift * 0, inv_unit, logs, squares)
 
     g = _laplace(1_000_000, 5)
     with forced("always"):
@@ -485,3 +485,27 @@ def test_a_kernel_builds_more_variants_than_torch_s_default_limit_and_stays_comp
                 for negate in (False, True):
                     assert torch.equal(kernel(x, double, negate), _flagged(x, double, negate))
     assert kernel._compiled is not None and not kernel._broken
+
+
+@pytest.mark.parametrize("mode", ["never", pytest.param("always", marks=needs_compiler)])
+def test_without_squares_the_other_statistics_are_the_same_and_the_variance_refuses(mode):
+    """``squares=False`` (the exponential fit's summary and stages) leaves every other statistic as it was, bit for
+    bit, puts NaN where the sum of squares stood, and an Exceedances built so refuses to give a variance."""
+    from gradstat.theory.estimators.exceedances import Exceedances
+    from gradstat.theory.estimators.moments import summary
+
+    g = _laplace(100_000, 8)
+    above = torch.tensor(1.3, dtype=torch.float64)
+    one = torch.ones((), dtype=torch.float64)
+    with forced(mode):
+        for full, lean in (
+            (summary(g, True, False), summary(g, True, False, False)),
+            (tail_moments(g, above, above, one, False), tail_moments(g, above, above, one, False, False)),
+        ):
+            assert torch.equal(lean[[0, 1]], full[[0, 1]]) and math.isnan(float(lean[2 if len(lean) < 6 else 4]))
+            if len(lean) == 6:
+                assert torch.equal(lean[[0, 1, 2, 3, 5]], full[[0, 1, 2, 3, 5]])
+        data = Exceedances(g, above=above, signed=True, squares=False)
+        assert float(data.mean()) == float(Exceedances(g, above=above, signed=True).mean())
+        with pytest.raises(RuntimeError, match="squares=False"):
+            data.var()

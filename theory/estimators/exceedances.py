@@ -86,6 +86,9 @@ class Exceedances:
     preset : Tensor or None
         ``[n, sum z, sum z^2]`` already computed for exactly these used values (the validation pass of
         :func:`gradstat.theory.estimators.magnitudes.check_magnitudes`), used in place of a fused pass.
+    squares : bool
+        Whether the sum of squares may be asked for (:meth:`var`); without, the fused pass skips it (a mean-only
+        fit such as the exponential's), a ``preset`` may hold NaN in its place, and :meth:`var` raises.
     """
 
     x: torch.Tensor
@@ -97,6 +100,7 @@ class Exceedances:
     workspace: torch.Tensor | None = None
     signed: bool = False
     preset: torch.Tensor | None = None
+    squares: bool = True
     _cache: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
     def _shifted(self) -> torch.Tensor:
@@ -126,7 +130,7 @@ class Exceedances:
             shift = zero if self.above is None else (self.above if self.shift is None else self.shift)
             shift = shift.to(self.x.dtype).double()
             inv_unit = torch.tensor(1.0 / self.unit, dtype=torch.float64, device=self.x.device)
-            self._cache[key] = tail_moments(self.x, above, shift, inv_unit, logs)
+            self._cache[key] = tail_moments(self.x, above, shift, inv_unit, logs, self.squares or logs)
         return self._cache[key]
 
     def _direct(self) -> bool:
@@ -183,6 +187,8 @@ class Exceedances:
 
         Exactly 0 when the spread is within the rounding of the reductions (coefficient of variation below about
         2e-3 in float32, 3e-8 in float64), so constant exceedances are recognised as degenerate."""
+        if not self.squares:
+            raise RuntimeError("Exceedances built with squares=False: its variance was declared unused")
         if "var" not in self._cache:
             n = self.count()
             m = self.mean()
