@@ -69,6 +69,9 @@ def goals_markdown(table: pd.DataFrame) -> str:
             f"{'a C++ compiler is available' if attrs['can_compile'] else 'no C++ compiler found (eager only)'}; "
             f"torch {attrs['torch']}"
         )
+        if "compaction" in attrs:
+            how = "the compaction kernel" if attrs["compaction"] else "numpy chunks (the compaction kernel not built)"
+            lines.append(f"- threshold selections: {how}")
         if "huge_pages" in attrs:
             lines.append(f"- memory: {attrs['huge_pages']}")
         lines.append("")
@@ -113,7 +116,7 @@ def _one_thread_goals(measured: pd.DataFrame, one: pd.DataFrame, big: int) -> li
                 s = float(r["speedup_vs_topk"].iloc[0])
                 if name.endswith("(eager)"):  # the fallback's reference: shown beside the goal, not judged
                     lines.append(
-                        f"| ({at}) sidco exp 3 stages, fused kernels off: reference, no goal, "
+                        f"| ({at}) sidco exp 3 stages, fused and compaction kernels off: reference, no goal, "
                         f"delta={ratio} | {s:.2f}x | - |"
                     )
                 else:
@@ -125,6 +128,13 @@ def _one_thread_goals(measured: pd.DataFrame, one: pd.DataFrame, big: int) -> li
             p = float(r["read_passes"].iloc[0])
             met = "yes" if p <= 4 else "no"
             lines.append(f"| ({at}) threshold selection <= 4 read passes, delta={ratio} | {p:.1f} passes | {met} |")
+        r = _pick(one, ratio=ratio, name="threshold (eager)")
+        if not r.empty:  # the fallback's reference: shown beside the goal, not judged
+            p = float(r["read_passes"].iloc[0])
+            lines.append(
+                f"| ({at}) threshold selection, compaction kernel off: reference, no goal, delta={ratio} "
+                f"| {p:.1f} passes | - |"
+            )
     for _, r in _pick(one, group="quantizer").iterrows():
         gb = float(r["GB/s"])
         if "dither=torch" in r["name"]:  # torch's generator instead of the default dither: shown, not judged

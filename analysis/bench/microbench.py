@@ -5,8 +5,9 @@ App. E.2: synthetic vectors of 0.26M-260M elements, speed-up of the compressor o
 float32 vector per size; for each number of CPU threads (1 and all), each ratio delta and each sparsifier the
 encode time next to ``torch.topk(|g|, ceil(delta d))`` measured in the same run; each quantizer's encode and decode
 throughput in GB/s (4 d bytes per call) next to one measured read pass (``g.sum()``, the machine's own limit);
-and SIDCo's time split into its phases (check + summary, fit + threshold, select, pack). SIDCo exp also runs with
-the fused kernels off (``(eager)`` rows), so the compiled kernels' gain is measured in the same run. Every timing is
+and SIDCo's time split into its phases (check + summary, fit + threshold, select, pack). SIDCo exp and the fixed
+threshold also run with the fused kernels and the compaction kernel off (``(eager)`` rows), so the compiled kernels'
+gain is measured in the same run. Every timing is
 the median of ``repeats`` calls after one warm-up call, with the min-max spread. A size whose working set does not
 fit in ``memory_fraction`` of the available memory is skipped, and a row says so.
 """
@@ -24,6 +25,7 @@ import torch
 
 from gradstat.analysis.bench.timing import Timing, progress, time_ms
 from gradstat.analysis.measure import huge_pages
+from gradstat.compressors import compaction
 from gradstat.theory.fused import can_compile, forced, policy
 
 if TYPE_CHECKING:
@@ -44,8 +46,9 @@ max_elements : int -- skip sizes above this many elements, saying so (default 0:
 """
 
 EXTRA_SPARSIFIERS = ("sidco:dist=exp,stages=3", "sidco:dist=gamma,stages=3", "sidco:dist=gp,stages=3")
-EAGER_TOO = ("sidco:dist=exp,stages=3",)
-"""Also timed with the fused kernels off (``GRADSTAT_COMPILE=never``), rows named ``... (eager)``."""
+EAGER_TOO = ("sidco:dist=exp,stages=3", "threshold")
+"""Also timed with the fused kernels and the compaction kernel off (``GRADSTAT_COMPILE=never``), rows named
+``... (eager)``: what each costs without a compiler, measured beside what it costs with one."""
 EXTRA_QUANTIZERS = ("qcs:k=64,Q=4,block=256", "qcs:k=256,Q=1", "dqsg:dither=torch")
 """Beyond the registered defaults: the issue's QCS settings, and DQSG with torch's generator instead of the default
 counter dither (what the draw of d uniforms costs, in encode and in decode)."""
@@ -332,6 +335,7 @@ def run(
         load=(load_before, os.getloadavg()[0]),
         compile_policy=policy(),
         can_compile=can_compile(),
+        compaction=compaction.available(torch.zeros(1)),
         torch=torch.__version__,
         huge_pages=huge_pages.describe(),
     )

@@ -108,6 +108,7 @@ def test_goal_rows_judge_what_their_labels_say():
         _row(26_000_000, "1", 0.001, "sidco:dist=exp,stages=3", 40.0, 12.0),
         _row(26_000_000, "1", 0.001, "sidco:dist=exp,stages=3 (eager)", 400.0, 0.5),  # slower, but a reference
         _row(26_000_000, "1", 0.001, "threshold", 20.0, 24.0, passes=3.5),
+        _row(26_000_000, "1", 0.001, "threshold (eager)", 30.0, 16.0, passes=5.2),  # over 4 passes: a reference
         _row(2_600_000, "all (2)", 0.01, "dgc", 9.0, 0.9),  # one slow DGC row at 2.6M on two threads
         _row(26_000_000, "1", None, "dqsg", 4 * 26.0 / 2.1, None, group="quantizer"),  # 2.1 GB/s
         _row(26_000_000, "1", None, "dqsg:dither=torch", 208.0, None, group="quantizer"),  # 0.5 GB/s
@@ -116,8 +117,11 @@ def test_goal_rows_judge_what_their_labels_say():
     goals = _goal_rows(cpu)
     at = "(CPU, one thread, d = 26,000,000)"
     assert goals[f"{at} sidco exp 3 stages >= 10x torch.topk, delta=0.001"] == ["12.00x", "yes"]
-    assert goals[f"{at} sidco exp 3 stages, fused kernels off: reference, no goal, delta=0.001"] == ["0.50x", "-"]
+    eager = f"{at} sidco exp 3 stages, fused and compaction kernels off: reference, no goal, delta=0.001"
+    assert goals[eager] == ["0.50x", "-"]
     assert goals[f"{at} threshold selection <= 4 read passes, delta=0.001"] == ["3.5 passes", "yes"]
+    off = f"{at} threshold selection, compaction kernel off: reference, no goal, delta=0.001"
+    assert goals[off] == ["5.2 passes", "-"]
     assert goals[f"{at} dqsg encode >= 2 GB/s"] == ["2.10 GB/s", "yes"]
     assert goals[f"{at} dqsg:dither=torch encode: torch's generator, reference, no goal"] == ["0.50 GB/s", "-"]
     every = "every SIDCo variant and DGC faster than torch.topk, every size from 2.6M up, threads 1, all (2)"
