@@ -254,10 +254,12 @@ _HALF_MAX32 = float(np.finfo(np.float32).max) / 2
 def plus_minus(bits: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
     """float32 ``+scale`` where ``bits`` is set and ``-scale`` elsewhere (``scale`` a 0-d or 1-element tensor, or
     None for 1), computed as ``b * (2 scale) - scale``: exact, since doubling is exact and ``2s - s = s`` (Sterbenz),
-    ``0 - s = -s``. On a CPU two numpy loops into one fresh tensor (~2x the four passes of the plain form)."""
+    ``0 - s = -s`` (for s != 0; a zero scale takes the plain form, whose signed zeros ``(2b - 1) * 0`` this sum
+    would lose). On a CPU two numpy loops into one fresh tensor (~2x the four passes of the plain form)."""
     v = np.float32(1.0 if scale is None else scale.reshape(()).float().item()) if bits.device.type == "cpu" else None
-    if _numpy_ready(bits, (torch.bool,)) and v is not None and abs(v) <= _HALF_MAX32:
-        out = torch.empty(bits.shape, dtype=torch.float32)  # (2 s overflows for s > max/2: the plain form below)
+    if _numpy_ready(bits, (torch.bool,)) and v is not None and 0 < abs(v) <= _HALF_MAX32:
+        # (2 s overflows for s > max/2, and for s = +-0 the plain form's product gives the signed zero: both below)
+        out = torch.empty(bits.shape, dtype=torch.float32)
         o, b = out.numpy(), bits.detach().numpy().view(np.uint8)
         np.multiply(b, np.float32(2) * v, out=o, dtype=np.float32)  # (a float32 loop under numpy 1's scalar rules)
         np.subtract(o, v, out=o, dtype=np.float32)

@@ -244,17 +244,21 @@ def test_at_least_zero_equals_the_plain_comparison(name):
     assert torch.equal(P.at_least_zero(m.t()), m.t() >= 0)  # not contiguous: torch's comparison
 
 
-@pytest.mark.parametrize("scale", [None, 1.0, 0.7310586, 3e-39, 1e-45, 1e30, FMAX / 2, FMAX])
+@pytest.mark.parametrize("scale", [None, 1.0, 0.7310586, 3e-39, 1e-45, 1e30, FMAX / 2, FMAX, 0.0, -0.0, -2.5])
 def test_plus_minus_equals_the_plain_signed_scale_bit_for_bit(scale):
-    """``b (2s) - s`` against ``s (2b - 1)``: the same float32 values at every scale, the denormal ones and
-    those whose double overflows (which take the plain form) included; 2-D and non-contiguous bits too."""
+    """``b (2s) - s`` against ``s (2b - 1)``: the same float32 bit patterns at every scale, the denormal ones,
+    those whose double overflows and the signed zeros (which take the plain form) included; 2-D and
+    non-contiguous bits too."""
     bits = _laplace(10_007) >= 0
     s = None if scale is None else torch.tensor([scale], dtype=torch.float32)
     plain = bits.float() * 2 - 1
     want = plain if s is None else plain * s
-    assert torch.equal(P.plus_minus(bits, s), want)
+    assert torch.equal(P.plus_minus(bits, s).view(torch.int32), want.view(torch.int32))
     rows = bits[:10_000].reshape(100, 100)
-    assert torch.equal(P.plus_minus(rows.t(), s), want[:10_000].reshape(100, 100).t())
+    got = P.plus_minus(rows.t(), s)
+    assert torch.equal(
+        got.contiguous().view(torch.int32), want[:10_000].reshape(100, 100).t().contiguous().view(torch.int32)
+    )
     assert torch.isfinite(P.plus_minus(bits, s)).all()
 
 

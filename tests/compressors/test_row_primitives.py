@@ -60,5 +60,5 @@ def test_scratch_keeps_no_buffer_off_the_cpu():
     P.release_scratch()
     a = P.scratch(1000, torch.float32, torch.device("meta"), "test-a")
     b = P.scratch(1000, torch.float32, torch.device("meta"), "test-a")
-    assert a.device.type == "meta" and a.numel() == b.numel() == 1000 and a is not b
-    assert not getattr(P._SCRATCH, "buffers", {})
+    assert a.device.type == "meta" and a.numel() == b.numel() == 1000
+    assert not getattr(P._SCRATCH, "buffers", {})  # (a kept buffer would be returned as a view: this is the check)
