@@ -4,8 +4,8 @@ Every threshold sparsifier ends in this step, and no torch or numpy operation do
 writes a full mask, and ``nonzero`` reads it again and counts before it writes (numpy's chunked form of
 :func:`gradstat.compressors.primitives.select_at_least` costs ~4 read passes at 26M, of which the absolute value,
 the comparison and the search each take about one). Compaction cannot be written as a ``torch.compile`` kernel
-either (its output length depends on the data). So this module holds one small C loop of its own, built with the
-machine's C compiler at first use and cached on disk (a fraction of a second; no third-party code):
+either (its output length depends on the data). So this module holds one small C loop of its own
+(:mod:`gradstat.compressors.native` builds it with the machine's C compiler at first use and caches it):
 
 - 16 elements per step: two AVX2 comparisons give a 16-bit mask, and only its set bits are visited (at the
   densities sparsifiers use, most steps find none), with the largest magnitude and a NaN flag kept on the way, so
@@ -13,29 +13,19 @@ machine's C compiler at first use and cached on disk (a fraction of a second; no
 - a portable scalar loop where AVX2 is missing (checked at run time) and for float64 vectors.
 
 The output grows by doubling: a call stops before a step could overflow its buffers and is resumed with larger
-ones. Where no compiler is found, the build fails or ``GRADSTAT_COMPILE=never`` (:mod:`gradstat.theory.fused`),
-:func:`available` is false and callers keep their numpy path; the tests hold both to the same plain reference.
+ones. Where the library cannot be had (no compiler, a failed build, ``GRADSTAT_COMPILE=never``), :func:`available`
+is false and callers keep their numpy path; the tests hold both to the same plain reference.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import sys
-import tempfile
 import threading
-import warnings
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from gradstat.theory.fused import policy
+from gradstat.compressors import native
 
 SOURCE = r"""
 #include <math.h>
@@ -119,79 +109,27 @@ int64_t gs_select_f64(const double* x, int64_t i, int64_t end, double t, int32_t
 }
 """
 
-ENV_CACHE = "GRADSTAT_CACHE"
-"""Directory for built kernels (default: ``$XDG_CACHE_HOME/gradstat``, else ``~/.cache/gradstat``)."""
-
-FLAGS = ("-O2", "-std=c99", "-shared", "-fPIC")
-
-_LOCK = threading.Lock()
 _FUNCTIONS = {torch.float32: "gs_select_f32", torch.float64: "gs_select_f64"}
-_CTYPES = {torch.float32: ctypes.c_float, torch.float64: ctypes.c_double}
-
-
-def _compiler() -> str | None:
-    """The C compiler to build with: ``$CC``, else the first of cc, gcc, clang on the path."""
-    names = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
-    return next((path for path in map(shutil.which, names) if path), None)
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get(ENV_CACHE) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gradstat"
+_P = ctypes.c_void_p
+_SIGNATURES: dict[str, native.Signature] = {
+    name: (
+        ctypes.c_int64,
+        [_P, ctypes.c_int64, ctypes.c_int64, scalar, ctypes.c_int32, _P, _P, ctypes.c_int64, _P, _P, _P],
     )
-    return Path(root) / "kernels"
+    for name, scalar in (("gs_select_f32", ctypes.c_float), ("gs_select_f64", ctypes.c_double))
+}
 
 
-@functools.lru_cache(maxsize=1)
 def _library() -> ctypes.CDLL | None:
-    """Build (once per source, compiler and machine; cached on disk) and load the C library; None where that is
-    not possible, with one warning when a build was tried and failed."""
-    compiler = _compiler()
-    if compiler is None or sys.platform == "win32":
-        return None
-    tag = "\0".join((SOURCE, compiler, *FLAGS, platform.machine(), platform.system()))
-    path = _cache_dir() / f"compaction-{hashlib.sha256(tag.encode()).hexdigest()[:20]}.so"
-    try:
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=path.parent) as work:
-                source = Path(work) / "compaction.c"
-                source.write_text(SOURCE)
-                built = Path(work) / path.name
-                subprocess.run(
-                    [compiler, *FLAGS, "-o", str(built), str(source), "-lm"],
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                    timeout=120,
-                )
-                os.replace(built, path)  # atomic: a concurrent process sees the whole library or none
-        lib = ctypes.CDLL(str(path))
-    except (OSError, subprocess.SubprocessError) as exc:
-        detail = getattr(exc, "stderr", None) or str(exc)
-        warnings.warn(
-            f"gradstat: the compaction kernel could not be built or loaded ({type(exc).__name__}: "
-            f"{detail.strip().splitlines()[0] if detail.strip() else ''}); threshold selections use numpy",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return None
-    for dtype, name in _FUNCTIONS.items():
-        fn = getattr(lib, name)
-        fn.restype = ctypes.c_int64
-        p = ctypes.c_void_p
-        fn.argtypes = [p, ctypes.c_int64, ctypes.c_int64, _CTYPES[dtype], ctypes.c_int32, p, p, ctypes.c_int64]
-        fn.argtypes += [p, p, p]
-    return lib
+    return native.library("compaction", SOURCE, _SIGNATURES)
 
 
 def available(x: torch.Tensor) -> bool:
     """Whether :func:`select` runs on ``x``: a contiguous float32 or float64 CPU tensor, a compile policy other
     than ``never``, and a library built here."""
-    if x.device.type != "cpu" or x.dtype not in _FUNCTIONS or not x.is_contiguous() or policy() == "never":
+    if x.device.type != "cpu" or x.dtype not in _FUNCTIONS or not x.is_contiguous():
         return False
-    with _LOCK:
-        return _library() is not None
+    return _library() is not None
 
 
 _SCRATCH = threading.local()

@@ -163,6 +163,15 @@ KERNELS = {
 tens of milliseconds per call and a build of seconds pays for itself; smaller ones run the eager tiles)."""
 
 
+def check_indices(base: int, n: int) -> None:
+    """A clear error where elements ``base .. base + n - 1`` would run past the int32 counters."""
+    if base + n > MAX_ELEMENTS:
+        raise ValueError(
+            f"counter dither: indices run to {base + n:,}, beyond {MAX_ELEMENTS:,} (int32 counters); "
+            "compress the tensor in parts or use dither=torch"
+        )
+
+
 def run_rows(
     fn: Callable[..., torch.Tensor] | Fused,
     out: torch.Tensor,
@@ -180,11 +189,7 @@ def run_rows(
     :data:`KERNELS` or a :class:`Fused` kernel of another module."""
     blocks = block if isinstance(block, tuple) else (block,)
     rows, size = (blocks[0] if blocks else out).shape
-    if base + rows * size > MAX_ELEMENTS:
-        raise ValueError(
-            f"counter dither: indices run to {base + rows * size:,}, beyond {MAX_ELEMENTS:,} (int32 counters); "
-            "compress the tensor in parts or use dither=torch"
-        )
+    check_indices(base, rows * size)
     device = out.device
 
     def at(r: int, c: int = 0) -> torch.Tensor:

@@ -32,7 +32,7 @@ from typing import Callable, Literal
 
 import torch
 
-from gradstat.compressors import counter_dither
+from gradstat.compressors import counter_dither, counter_native
 from gradstat.compressors.base import Compressor, nonfinite_error
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.payload import Payload, code_width
@@ -181,8 +181,35 @@ def _counter_rows(
         if (full if head else d - full * size) > 0:
             block = () if src is None else part(src, head)
             rows = factor[:full, None] if head else factor[full:, None]
-            counter_dither.run_rows(fn, part(out, head), block, rows, base, key, *args)
+            if not _native_rows(fn, part(out, head), block, rows, base, key, args):
+                counter_dither.run_rows(fn, part(out, head), block, rows, base, key, *args)
     return out
+
+
+def _native_rows(
+    fn: Callable[..., torch.Tensor],
+    out: torch.Tensor,
+    block: torch.Tensor | tuple[()],
+    factor: torch.Tensor,
+    base: int,
+    key: torch.Tensor,
+    args: tuple[object, ...],
+) -> bool:
+    """Run ``fn`` over the block in C (:mod:`gradstat.compressors.counter_native`) where that loop exists for it
+    and these tensors; False where it does not (the caller runs the compiled kernel or the eager tiles)."""
+    if not isinstance(block, torch.Tensor):
+        return False
+    if fn is counter_dither.quantize_rows_into and counter_native.quantizes(block, factor, out.dtype):
+        counter_dither.check_indices(base, block.numel())
+        gain, lo, hi, shift, _ = args
+        counter_native.quantize_rows_into(out, block, factor, base, key, gain, lo, hi, shift)  # type: ignore[arg-type]
+        return True
+    if fn is counter_dither.reconstruct_rows_into and counter_native.reconstructs(block, factor):
+        counter_dither.check_indices(base, block.numel())
+        gain, offset, subtract = args
+        counter_native.reconstruct_rows_into(out, block, factor, base, key, gain, offset, subtract)  # type: ignore[arg-type]
+        return True
+    return False
 
 
 def _safe(scale: torch.Tensor) -> torch.Tensor:
@@ -316,12 +343,19 @@ class ScaledQuantizer:
         """Flat float32 reconstruction of length ``d`` from the ``codes`` and ``scales`` parts."""
         codes, scale = payload["codes"], payload["scales"]
         _, _, offset, gain = self._range
-        if self.dither == "counter" and self.subtract:  # half-dithered decoding draws nothing: the path below
+        flat = codes.reshape(-1)
+        counter = self.dither == "counter" and self.subtract  # half-dithered decoding draws nothing
+        if (counter or not self.subtract) and counter_native.reconstructs(flat, scale):
+            # one C loop reads the int8 codes at full vector width (and regenerates the counter dither if any)
             key = counter_dither.keys(seed, DITHER_STREAM, codes.device)
+            out = torch.empty(d, dtype=torch.float32, device=codes.device)
             args = (gain, offset, self.subtract)
+            return _counter_rows(counter_dither.reconstruct_rows_into, out, flat, self.bucket_size(d), scale, key, args)
+        if counter:
+            key = counter_dither.keys(seed, DITHER_STREAM, codes.device)
+            wide = counter_dither.widened(flat)  # the fused loop then reads and writes float32 in place
             fn = counter_dither.reconstruct_rows_in_place
-            wide = counter_dither.widened(codes.reshape(-1))  # the fused loop then reads and writes float32 in place
-            return _counter_rows(fn, wide, None, self.bucket_size(d), scale, key, args)
+            return _counter_rows(fn, wide, None, self.bucket_size(d), scale, key, (gain, offset, self.subtract))
         # in place on the output, in the order of the plain form (decode_reference)
         u = draw_dither_scratch(d, seed, codes.device) if self.subtract else None
         out = reconstruct(codes.reshape(-1), u, offset).div_(gain)

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from gradstat.compressors import compaction
+from gradstat.compressors import compaction, native
 
 FMAX = torch.finfo(torch.float32).max
 
@@ -93,26 +93,26 @@ def test_a_failed_build_warns_once_and_leaves_the_selection_to_numpy(monkeypatch
     """A compiler that fails: one warning, then unavailable (callers take their numpy path); nothing cached."""
     monkeypatch.setenv("GRADSTAT_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", "false")  # a compiler that always fails
-    compaction._library.cache_clear()
+    native.forget()
     try:
-        with pytest.warns(RuntimeWarning, match="compaction kernel could not be built"):
+        with pytest.warns(RuntimeWarning, match="C kernels 'compaction' could not be built"):
             assert not compaction.available(torch.zeros(10))
         assert not compaction.available(torch.zeros(10))  # remembered: no second attempt, no second warning
         assert not any(tmp_path.rglob("*.so"))
     finally:
-        compaction._library.cache_clear()
+        native.forget()
 
 
 @built
 def test_a_fresh_cache_builds_once_and_reuses_the_library(monkeypatch, tmp_path):
     monkeypatch.setenv("GRADSTAT_CACHE", str(tmp_path))
-    compaction._library.cache_clear()
+    native.forget()
     try:
         assert compaction.available(torch.zeros(10))
         libraries = list(tmp_path.rglob("compaction-*.so"))
         assert len(libraries) == 1 and not [p for p in tmp_path.rglob("*") if p.is_dir() and p.name != "kernels"]
         stamp = libraries[0].stat().st_mtime_ns
-        compaction._library.cache_clear()
+        native.forget()
         assert compaction.available(torch.zeros(10)) and libraries[0].stat().st_mtime_ns == stamp
     finally:
-        compaction._library.cache_clear()
+        native.forget()

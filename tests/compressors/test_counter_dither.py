@@ -9,7 +9,7 @@ import torch
 from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 from scipy import stats
 
-from gradstat.compressors import Context, counter_dither, create, ndqsg
+from gradstat.compressors import Context, counter_dither, counter_native, create, ndqsg
 from gradstat.compressors.dither import ScaledQuantizer
 from gradstat.compressors.payload import Payload
 from gradstat.theory.dqsg import conditional_error
@@ -110,10 +110,58 @@ def _round_trip(q: ScaledQuantizer, x: torch.Tensor, seed: int) -> tuple[torch.T
 
 
 def _fresh_kernels(monkeypatch) -> None:
-    """Kernels with no build yet and no failure remembered (each test starts from a clean process state)."""
+    """Kernels with no build yet and no failure remembered (each test starts from a clean process state), and
+    the C loops off, so that the compiled kernels are what runs."""
     for kernel in counter_dither.KERNELS.values():
         monkeypatch.setattr(kernel, "_compiled", None)
         monkeypatch.setattr(kernel, "_broken", False)
+    _no_c_loops(monkeypatch)
+
+
+def _no_c_loops(monkeypatch) -> None:
+    monkeypatch.setattr(counter_native, "quantizes", lambda *a: False)
+    monkeypatch.setattr(counter_native, "reconstructs", lambda *a: False)
+
+
+needs_c_loops = pytest.mark.skipif(
+    not counter_native.reconstructs(torch.zeros(1, dtype=torch.int8), torch.ones(1)),
+    reason="the counter-dither C loops cannot be built here (no C compiler)",
+)
+
+
+@needs_c_loops
+@pytest.mark.parametrize("q", QUANTIZERS + [ScaledQuantizer(levels=2, bucket=3000, norm="linf", dither="counter")])
+def test_c_loops_equal_eager_bit_for_bit(monkeypatch, q):
+    """The C quantize and reconstruct loops against the eager reference tiles: codes and reconstructions bit for
+    bit, for buckets split into full rows and a ragged last one, rows whose length is not a multiple of the
+    8-element step, scales from 1e-30 to 1e30, several seeds; and they are what ran (a planted wrong call
+    would not be caught otherwise)."""
+    gen = torch.Generator().manual_seed(5)
+    cases = [torch.randn(d, generator=gen) * s for d, s in ((5000, 1.0), (70_001, 1e-30), (4099, 1e30), (13, 1.0))]
+    calls = []
+    for name in ("quantize_rows_into", "reconstruct_rows_into"):
+        real = getattr(counter_native, name)
+        monkeypatch.setattr(counter_native, name, lambda *a, _real=real, _n=name: calls.append(_n) or _real(*a))
+    for i, x in enumerate(cases):
+        monkeypatch.setenv("GRADSTAT_COMPILE", "auto")
+        codes, out = _round_trip(q, x, seed=i)
+        monkeypatch.setenv("GRADSTAT_COMPILE", "0")  # eager tiles (and no C loop)
+        ref_codes, ref_out = _round_trip(q, x, seed=i)
+        assert codes.dtype == ref_codes.dtype and torch.equal(codes, ref_codes), i
+        assert torch.equal(out.view(torch.int32), ref_out.view(torch.int32)), i
+    assert {"quantize_rows_into", "reconstruct_rows_into"} <= set(calls)  # (half-dithered decodes too)
+
+
+@needs_c_loops
+def test_half_dithered_c_decode_equals_the_torch_dither_decode(monkeypatch):
+    """A half-dithered decode draws no dither: the C loop serves ``dither=torch`` payloads too, bit for bit."""
+    q = ScaledQuantizer(levels=4, bucket=512, norm="l2", subtract=False, dither="torch")
+    x = torch.randn(10_001, generator=torch.Generator().manual_seed(6))
+    p = Payload(shape=x.shape, dtype=x.dtype)
+    q.encode(x, p, 7)
+    fast = q.decode(p, x.numel(), 7)
+    _no_c_loops(monkeypatch)
+    assert torch.equal(fast.view(torch.int32), q.decode(p, x.numel(), 7).view(torch.int32))
 
 
 def _compiled_equals_eager(monkeypatch, quantizers: list[ScaledQuantizer], cases: list[torch.Tensor]) -> None:
@@ -235,3 +283,29 @@ def test_the_same_seed_gives_the_same_payload_on_cpu_and_cuda():
     on_cpu, on_gpu = c.encode(g, Context(seed=2)), c.encode(g.cuda(), Context(seed=2))
     assert torch.equal(on_cpu["codes"], on_gpu["codes"].cpu())
     assert torch.equal(c.decode(on_gpu, Context(seed=2)).cpu(), c.decode(on_cpu, Context(seed=2)))
+
+
+@needs_c_loops
+@pytest.mark.parametrize(
+    "gain, lo, hi, shift, offset", [(3.0, -3, 3, 0.5, 0.0), (0.5, -1, 0, 0.0, 0.5), (7.0, -7, 7, 0.5, 0.0)]
+)
+def test_c_loops_equal_the_plain_row_functions_with_clamping_and_any_gain(gain, lo, hi, shift, offset):
+    """The C loops called directly against :func:`counter_dither.quantize_rows` and ``reconstruct_rows``: gains
+    that are not powers of two (so ``x / s * gain`` and ``x * gain / s`` differ), scales below the values (the
+    clamp to [lo, hi] active at both ends), rows whose length is not a multiple of 8, a nonzero base index."""
+    gen = torch.Generator().manual_seed(9)
+    key = counter_dither.keys(4, 1, "cpu")
+    for rows, size, base in ((3, 1001, 0), (7, 64, 12345), (1, 5, 2**30)):
+        x = torch.randn(rows, size, generator=gen) * torch.logspace(-20, 20, rows)[:, None]
+        scale = x.abs().amax(dim=1, keepdim=True) * torch.tensor([0.2, 1.0, 3.0] * 3)[:rows, None]
+        b = torch.tensor(base, dtype=torch.int32)
+        want = counter_dither.quantize_rows(x, scale, b, key, gain, lo, hi, shift, torch.int8)
+        assert (want == lo).any() and (want == hi).any() if rows > 1 else True
+        codes = counter_native.quantize_rows_into(torch.empty_like(want), x, scale, base, key, gain, lo, hi, shift)
+        assert torch.equal(codes, want), (rows, size)
+        for subtract in (True, False):
+            ref = counter_dither.reconstruct_rows(want, scale, b, key, gain, offset, subtract)
+            out = counter_native.reconstruct_rows_into(
+                torch.empty_like(ref), want, scale, base, key, gain, offset, subtract
+            )
+            assert torch.equal(out.view(torch.int32), ref.view(torch.int32)), (rows, size, subtract)

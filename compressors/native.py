@@ -1,0 +1,103 @@
+"""gradstat's own small C loops: built with the machine's C compiler at first use, cached on disk, loaded by ctypes.
+
+Some hot loops cannot be written as one ``torch.compile`` kernel (a compaction, whose output length depends on the
+data) or come out of its code generation at twice the cost they need (a loop that stores int8 codes goes through
+torch's partial vector store). For those, a module keeps a short C source of its own (no third-party code) and asks
+:func:`library` for it: compiled once per source, compiler and machine (``-O2``, a fraction of a second), cached in
+``$GRADSTAT_CACHE`` (default ``$XDG_CACHE_HOME/gradstat``, else ``~/.cache/gradstat``) and written atomically, so
+concurrent processes see a whole library or none. Where no C compiler is found (``$CC``, else cc, gcc or clang),
+on Windows, where a build fails (one warning) or under ``GRADSTAT_COMPILE=never`` (:mod:`gradstat.theory.fused`),
+:func:`library` gives None and the callers keep their torch or numpy path; their tests hold both to the same
+plain reference.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+from gradstat.theory.fused import policy
+
+ENV_CACHE = "GRADSTAT_CACHE"
+"""Directory for built libraries (default: ``$XDG_CACHE_HOME/gradstat``, else ``~/.cache/gradstat``)."""
+
+FLAGS = ("-O2", "-std=c99", "-ffp-contract=off", "-shared", "-fPIC")
+"""Compiler flags: no contraction of a multiply and an add into one FMA, so float arithmetic rounds as torch's."""
+
+Signature = tuple[object, list[object]]
+"""``(restype, argtypes)`` of an exported C function, as ctypes takes them."""
+
+_LOCK = threading.Lock()
+_BUILT: dict[str, ctypes.CDLL | None] = {}
+
+
+def compiler() -> str | None:
+    """The C compiler to build with: ``$CC``, else the first of cc, gcc, clang on the path."""
+    names = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
+    return next((path for path in map(shutil.which, names) if path), None)
+
+
+def cache_dir() -> Path:
+    """Where built libraries are kept (see :data:`ENV_CACHE`)."""
+    root = os.environ.get(ENV_CACHE) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gradstat"
+    )
+    return Path(root) / "kernels"
+
+
+def library(name: str, source: str, functions: dict[str, Signature]) -> ctypes.CDLL | None:
+    """The library ``name`` built from ``source`` with ``functions`` typed, once per process (None: see the module
+    docstring; the compile policy is checked on every call, the build once)."""
+    if policy() == "never":
+        return None
+    with _LOCK:
+        if name not in _BUILT:
+            _BUILT[name] = _build(name, source, functions)
+        return _BUILT[name]
+
+
+def forget() -> None:
+    """Drop the loaded libraries' handles from this process's table (a later call builds or loads them again)."""
+    with _LOCK:
+        _BUILT.clear()
+
+
+def _build(name: str, source: str, functions: dict[str, Signature]) -> ctypes.CDLL | None:
+    cc = compiler()
+    if cc is None or sys.platform == "win32":
+        return None
+    tag = "\0".join((source, cc, *FLAGS, platform.machine(), platform.system()))
+    path = cache_dir() / f"{name}-{hashlib.sha256(tag.encode()).hexdigest()[:20]}.so"
+    try:
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=path.parent) as work:
+                src = Path(work) / f"{name}.c"
+                src.write_text(source)
+                built = Path(work) / path.name
+                cmd = [cc, *FLAGS, "-o", str(built), str(src), "-lm"]
+                subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120)
+                os.replace(built, path)  # atomic: a concurrent process sees the whole library or none
+        lib = ctypes.CDLL(str(path))
+        for fname, (restype, argtypes) in functions.items():
+            fn = getattr(lib, fname)
+            fn.restype, fn.argtypes = restype, argtypes
+    except (OSError, subprocess.SubprocessError, AttributeError) as exc:
+        detail = (getattr(exc, "stderr", None) or str(exc)).strip()
+        warnings.warn(
+            f"gradstat: the C kernels {name!r} could not be built or loaded ({type(exc).__name__}: "
+            f"{detail.splitlines()[0] if detail else ''}); the torch or numpy path runs instead",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return None
+    return lib
