@@ -64,6 +64,36 @@ static void reconstruct_scalar(const int8_t* codes, int64_t n, float s, uint32_t
     }
 }
 
+/* NDQSG's nested worker (ndqsg.nested_index and nested_estimate; the small remainder: two conditional additions
+   and two conditional subtractions of k) */
+static void nested_scalar(const float* g, int64_t n, float kappa, uint32_t first, uint32_t k0, uint32_t k1,
+                          float alpha, float delta1, float k, float h, int8_t* out) {
+    for (int64_t c = 0; c < n; c++) {
+        float u = gs_dither(first + (uint32_t)c, k0, k1) * delta1;
+        float t = (g[c] / kappa * alpha + u) / delta1;
+        float coarse = floorf(t / k + 0.5f) * k;
+        float v = floorf(t + 0.5f) - coarse + h;
+        v = v < 0 ? v + k : v;
+        v = v < 0 ? v + k : v;
+        v = v >= k ? v - k : v;
+        v = v >= k ? v - k : v;
+        out[c] = (int8_t)(v - h);
+    }
+}
+
+static void nested_estimate_scalar(const int8_t* s, const float* side, int64_t n, float kappa, uint32_t first,
+                                   uint32_t k0, uint32_t k1, float alpha, int32_t shrink, float delta1, float k,
+                                   float step, float* out) {
+    float safe = kappa > 0 ? kappa : 1.0f;
+    for (int64_t c = 0; c < n; c++) {
+        float u = gs_dither(first + (uint32_t)c, k0, k1) * delta1;
+        float y = side[c] / safe;
+        float r = ((float)s[c] * delta1 - u - (shrink ? y * alpha : y)) / delta1;
+        float coarse = floorf(r / k + 0.5f) * k;
+        out[c] = ((r - coarse) * step + y) * kappa;
+    }
+}
+
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define GS_AVX2 1
@@ -118,7 +148,83 @@ __attribute__((target("avx2"))) static int64_t reconstruct_avx2(const int8_t* co
     }
     return c;
 }
+__attribute__((target("avx2"))) static inline __m256 gs_wrap8(__m256 v, __m256 k) {
+    const __m256 zero = _mm256_setzero_ps();
+    v = _mm256_blendv_ps(v, _mm256_add_ps(v, k), _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+    v = _mm256_blendv_ps(v, _mm256_add_ps(v, k), _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+    v = _mm256_blendv_ps(v, _mm256_sub_ps(v, k), _mm256_cmp_ps(v, k, _CMP_GE_OQ));
+    return _mm256_blendv_ps(v, _mm256_sub_ps(v, k), _mm256_cmp_ps(v, k, _CMP_GE_OQ));
+}
+
+__attribute__((target("avx2"))) static int64_t nested_avx2(const float* g, int64_t n, float kappa, uint32_t first,
+                                                          uint32_t k0, uint32_t k1, float alpha, float delta1,
+                                                          float k, float h, int8_t* out) {
+    const __m256i vk0 = _mm256_set1_epi32((int32_t)k0), vk1 = _mm256_set1_epi32((int32_t)k1);
+    const __m256 vkap = _mm256_set1_ps(kappa), va = _mm256_set1_ps(alpha), vd = _mm256_set1_ps(delta1);
+    const __m256 vk = _mm256_set1_ps(k), vh = _mm256_set1_ps(h), half = _mm256_set1_ps(0.5f);
+    __m256i i = _mm256_add_epi32(_mm256_set1_epi32((int32_t)first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i eight = _mm256_set1_epi32(8);
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+        __m256 u = _mm256_mul_ps(gs_dither8(i, vk0, vk1), vd);
+        __m256 x = _mm256_mul_ps(_mm256_div_ps(_mm256_loadu_ps(g + c), vkap), va);
+        __m256 t = _mm256_div_ps(_mm256_add_ps(x, u), vd);
+        __m256 coarse = _mm256_mul_ps(_mm256_floor_ps(_mm256_add_ps(_mm256_div_ps(t, vk), half)), vk);
+        __m256 v = _mm256_add_ps(_mm256_sub_ps(_mm256_floor_ps(_mm256_add_ps(t, half)), coarse), vh);
+        __m256i w = _mm256_cvttps_epi32(_mm256_sub_ps(gs_wrap8(v, vk), vh));
+        __m128i p = _mm_packs_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        _mm_storel_epi64((__m128i*)(out + c), _mm_packs_epi16(p, p));
+        i = _mm256_add_epi32(i, eight);
+    }
+    return c;
+}
+
+__attribute__((target("avx2"))) static int64_t nested_estimate_avx2(const int8_t* s, const float* side, int64_t n,
+                                                                   float kappa, uint32_t first, uint32_t k0,
+                                                                   uint32_t k1, float alpha, int32_t shrink,
+                                                                   float delta1, float k, float step, float* out) {
+    const __m256i vk0 = _mm256_set1_epi32((int32_t)k0), vk1 = _mm256_set1_epi32((int32_t)k1);
+    const __m256 vkap = _mm256_set1_ps(kappa), vsafe = _mm256_set1_ps(kappa > 0 ? kappa : 1.0f);
+    const __m256 va = _mm256_set1_ps(alpha), vd = _mm256_set1_ps(delta1), vk = _mm256_set1_ps(k);
+    const __m256 vstep = _mm256_set1_ps(step), half = _mm256_set1_ps(0.5f);
+    __m256i i = _mm256_add_epi32(_mm256_set1_epi32((int32_t)first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i eight = _mm256_set1_epi32(8);
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+        __m256 u = _mm256_mul_ps(gs_dither8(i, vk0, vk1), vd);
+        __m256 y = _mm256_div_ps(_mm256_loadu_ps(side + c), vsafe);
+        __m256 sv = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(s + c))));
+        __m256 r = _mm256_sub_ps(_mm256_sub_ps(_mm256_mul_ps(sv, vd), u), shrink ? _mm256_mul_ps(y, va) : y);
+        r = _mm256_div_ps(r, vd);
+        __m256 coarse = _mm256_mul_ps(_mm256_floor_ps(_mm256_add_ps(_mm256_div_ps(r, vk), half)), vk);
+        __m256 e = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(r, coarse), vstep), y);
+        _mm256_storeu_ps(out + c, _mm256_mul_ps(e, vkap));
+        i = _mm256_add_epi32(i, eight);
+    }
+    return c;
+}
 #endif
+
+void gs_nested_rows(const float* g, int64_t n, float kappa, int32_t base, uint32_t k0, uint32_t k1, float alpha,
+                    float delta1, float k, float h, int8_t* out) {
+    int64_t c = 0;
+#ifdef GS_AVX2
+    if (__builtin_cpu_supports("avx2")) c = nested_avx2(g, n, kappa, (uint32_t)base, k0, k1, alpha, delta1, k, h, out);
+#endif
+    nested_scalar(g + c, n - c, kappa, (uint32_t)base + (uint32_t)c, k0, k1, alpha, delta1, k, h, out + c);
+}
+
+void gs_nested_estimate(const int8_t* s, const float* side, int64_t n, float kappa, int32_t base, uint32_t k0,
+                        uint32_t k1, float alpha, int32_t shrink, float delta1, float k, float step, float* out) {
+    int64_t c = 0;
+    uint32_t first = (uint32_t)base;
+#ifdef GS_AVX2
+    if (__builtin_cpu_supports("avx2"))
+        c = nested_estimate_avx2(s, side, n, kappa, first, k0, k1, alpha, shrink, delta1, k, step, out);
+#endif
+    nested_estimate_scalar(s + c, side + c, n - c, kappa, first + (uint32_t)c, k0, k1, alpha, shrink, delta1, k,
+                           step, out + c);
+}
 
 /* rows x size elements; element (r, c) has index base + r size + c; scale[r] is row r's divisor / factor */
 void gs_quantize_rows(const float* x, int64_t rows, int64_t size, const float* scale, int32_t base, uint32_t k0,
@@ -160,6 +266,8 @@ _P, _I64, _I32, _U32, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctyp
 _SIGNATURES: dict[str, native.Signature] = {
     "gs_quantize_rows": (None, [_P, _I64, _I64, _P, _I32, _U32, _U32, _F, _F, _F, _F, _P]),
     "gs_reconstruct_rows": (None, [_P, _I64, _I64, _P, _I32, _U32, _U32, _F, _F, _I32, _P]),
+    "gs_nested_rows": (None, [_P, _I64, _F, _I32, _U32, _U32, _F, _F, _F, _F, _P]),
+    "gs_nested_estimate": (None, [_P, _P, _I64, _F, _I32, _U32, _U32, _F, _I32, _F, _F, _F, _P]),
 }
 
 
@@ -218,4 +326,39 @@ def reconstruct_rows_into(
     lib.gs_reconstruct_rows(
         codes.data_ptr(), rows, size, scale.data_ptr(), base, k0, k1, gain, offset, int(subtract), out.data_ptr()
     )
+    return out
+
+
+def nests(g: torch.Tensor, k: int, delta1: float) -> bool:
+    """Whether :func:`nested_rows_into` and :func:`nested_estimate_into` run: float32 values on a CPU, int8 codes
+    (k <= 255), the small remainder's range (``1 / delta1 + 1 < 2^22``, :data:`gradstat.compressors.ndqsg.SMALL_T`)
+    and the library built."""
+    return _plain(g, torch.float32) and k <= 255 and 1.0 / delta1 + 1.0 < 2.0**22 and _library() is not None
+
+
+def nested_rows_into(
+    out: torch.Tensor, g: torch.Tensor, kappa: float, key: torch.Tensor, alpha: float, delta1: float, k: int
+) -> torch.Tensor:
+    """:func:`gradstat.compressors.ndqsg.nested_rows_into` of the flat float32 ``g`` (first index 0) with the
+    nonzero scale ``kappa``: the int8 nested codes into ``out`` (see :func:`nests`)."""
+    lib = _library()
+    assert lib is not None
+    k0, k1 = _words(key)
+    lib.gs_nested_rows(g.data_ptr(), g.numel(), kappa, 0, k0, k1, alpha, delta1, float(k), float((k - 1) // 2),
+                       out.data_ptr())  # fmt: skip
+    return out
+
+
+def nested_estimate_into(
+    out: torch.Tensor, s: torch.Tensor, side: torch.Tensor, kappa: float, key: torch.Tensor, alpha: float,
+    delta1: float, k: int,
+) -> torch.Tensor:  # fmt: skip
+    """:func:`gradstat.compressors.ndqsg.nested_reconstruct_rows_in_place` of the flat int8 codes ``s`` with the
+    float32 side information (first index 0, scale ``kappa``, possibly 0), into the float32 ``out``."""
+    lib = _library()
+    assert lib is not None
+    k0, k1 = _words(key)
+    step = alpha * delta1  # (a Python product, rounded to float32 once, as the torch form's scalar)
+    lib.gs_nested_estimate(s.data_ptr(), side.data_ptr(), s.numel(), kappa, 0, k0, k1, alpha, int(alpha != 1.0),
+                           delta1, float(k), step, out.data_ptr())  # fmt: skip
     return out

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 import torch
 
-from gradstat.compressors import counter_dither
+from gradstat.compressors import counter_dither, counter_native
 from gradstat.compressors.base import Compressor, Properties, RoundResult
 from gradstat.compressors.context import Context
 from gradstat.compressors.dither import DITHER_STREAM, DitherSource, check_int, draw_dither_scratch
@@ -205,8 +205,12 @@ class NDQSG(Compressor):
         if self.dither == "counter":
             s = torch.empty(g.shape, dtype=torch.int8 if k <= 255 else torch.int32, device=g.device)
             key = counter_dither.keys(seed, DITHER_STREAM, g.device)
-            rows = (s.view(1, -1), g.view(1, -1), safe.reshape(1, 1))
-            counter_dither.run_rows(NESTED_KERNELS[0], *rows, 0, key, self.alpha, self.fine_step, k)
+            if counter_native.nests(g, k, self.fine_step):  # the same arithmetic in one C loop
+                counter_dither.check_indices(0, g.numel())
+                counter_native.nested_rows_into(s, g, float(safe), key, self.alpha, self.fine_step, k)
+            else:
+                rows = (s.view(1, -1), g.view(1, -1), safe.reshape(1, 1))
+                counter_dither.run_rows(NESTED_KERNELS[0], *rows, 0, key, self.alpha, self.fine_step, k)
         else:
             x = torch.div(g, safe, out=scratch_like(g, "scaled"))
             u = draw_dither_scratch(g.numel(), seed, g.device).mul_(self.fine_step)
@@ -231,7 +235,16 @@ class NDQSG(Compressor):
             )
         kappa = payload["scales"]
         s = payload["nested"].reshape(-1)  # integer codes: s * Delta1 converts them exactly
-        if self.dither == "counter":
+        side = side.to(s.device)
+        native = counter_native.nests(side, self.nesting, self.fine_step) and s.dtype == torch.int8
+        if self.dither == "counter" and native and s.is_contiguous():  # the same arithmetic in one C loop
+            counter_dither.check_indices(0, s.numel())
+            key = counter_dither.keys(payload.seed, DITHER_STREAM, s.device)
+            out = torch.empty(payload.numel, dtype=torch.float32, device=s.device)
+            counter_native.nested_estimate_into(
+                out, s, side, float(kappa), key, self.alpha, self.fine_step, self.nesting
+            )
+        elif self.dither == "counter":
             out = counter_dither.widened(s)  # the float32 conversion the loop made of each code
             key = counter_dither.keys(payload.seed, DITHER_STREAM, s.device)
             args = (0, key, self.alpha, self.fine_step, self.nesting)

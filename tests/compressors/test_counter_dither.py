@@ -119,8 +119,8 @@ def _fresh_kernels(monkeypatch) -> None:
 
 
 def _no_c_loops(monkeypatch) -> None:
-    monkeypatch.setattr(counter_native, "quantizes", lambda *a: False)
-    monkeypatch.setattr(counter_native, "reconstructs", lambda *a: False)
+    for name in ("quantizes", "reconstructs", "nests"):
+        monkeypatch.setattr(counter_native, name, lambda *a: False)
 
 
 needs_c_loops = pytest.mark.skipif(
@@ -197,6 +197,7 @@ def test_compiled_nested_kernels_equal_eager_bit_for_bit(monkeypatch):
     for kernel in ndqsg.NESTED_KERNELS:
         monkeypatch.setattr(kernel, "_compiled", None)
         monkeypatch.setattr(kernel, "_broken", False)
+    _no_c_loops(monkeypatch)
     monkeypatch.setattr(counter_dither, "CHUNK_ELEMENTS", 1000)  # eager tiles split the vector
     c, ctx = create("ndqsg:alpha=0.7"), Context(seed=3, worker=1)
     gen = torch.Generator().manual_seed(2)
@@ -309,3 +310,50 @@ def test_c_loops_equal_the_plain_row_functions_with_clamping_and_any_gain(gain, 
                 torch.empty_like(ref), want, scale, base, key, gain, offset, subtract
             )
             assert torch.equal(out.view(torch.int32), ref.view(torch.int32)), (rows, size, subtract)
+
+
+@needs_c_loops
+@pytest.mark.parametrize("spec", ["ndqsg", "ndqsg:alpha=0.7", "ndqsg:delta1=0.2,delta2=1.4", "ndqsg:delta1=0.25"])
+def test_c_nested_loops_equal_eager_bit_for_bit(monkeypatch, spec):
+    """NDQSG's nested worker in C against the eager tiles: codes and reconstructions bit for bit at ordinary, tiny
+    and huge scales, for an all-zero gradient (kappa = 0), a length that is not a multiple of 8, shrinkage
+    (alpha < 1), odd and even nesting ratios; and the C loops are what ran."""
+    calls = []
+    for name in ("nested_rows_into", "nested_estimate_into"):
+        real = getattr(counter_native, name)
+        monkeypatch.setattr(counter_native, name, lambda *a, _real=real, _n=name: calls.append(_n) or _real(*a))
+    c, ctx = create(spec), Context(seed=3, worker=1)
+    gen = torch.Generator().manual_seed(4)
+    for scale in (1.0, 1e-30, 1e30, 0.0):
+        g = torch.randn(5003, generator=gen) * scale
+        side = g + 0.3 * scale * torch.randn(5003, generator=gen)
+        runs = []
+        for mode in ("auto", "0"):
+            monkeypatch.setenv("GRADSTAT_COMPILE", mode)
+            p = c.encode(g, ctx)
+            runs.append((p["nested"], c.decode(p, ctx, side=side)))
+        (codes, out), (ref_codes, ref_out) = runs
+        assert torch.equal(codes, ref_codes), scale
+        assert torch.equal(out.view(torch.int32), ref_out.view(torch.int32)), scale
+    assert calls.count("nested_rows_into") == 4 and calls.count("nested_estimate_into") == 4
+
+
+@needs_c_loops
+@pytest.mark.parametrize("k", [2, 4])
+def test_c_nested_encode_at_exact_ties_equals_the_plain_arithmetic(k):
+    """Inputs built so that t = (g + u) / Delta1 lies exactly on (m + 1/2) k for many elements (Delta1 = 1/4 or 1/2,
+    kappa = 1): there round(t) - Q2(t) + h falls below 0 and the small remainder's wrap decides the code. The C
+    loop (its 8-wide steps and its scalar tail) against the plain function, element by element."""
+    delta1 = 1.0 / k if k == 2 else 0.25
+    key = counter_dither.keys(1, 2, "cpu")
+    n = 4099
+    u = counter_dither.dither_rows(1, n, torch.tensor(0, dtype=torch.int32), key, torch.device("cpu"))[0] * delta1
+    m = torch.randint(-3, 4, (n,), generator=torch.Generator().manual_seed(8)).float()
+    g = (m + 0.5) * (k * delta1) - u
+    ties = (g + u) / delta1 == (m + 0.5) * k  # exact where g + u needs no more bits than float32 holds
+    assert ties[:4096].float().mean() > 0.2 and ties[4096:].any()  # in the 8-wide steps and in the scalar tail
+    one = torch.ones(1, 1)
+    want = torch.empty(1, n, dtype=torch.int8)
+    ndqsg.nested_rows_into(want, g.view(1, -1), one, torch.tensor(0, dtype=torch.int32), key, 1.0, delta1, k)
+    got = counter_native.nested_rows_into(torch.empty(n, dtype=torch.int8), g, 1.0, key, 1.0, delta1, k)
+    assert torch.equal(got, want[0])
