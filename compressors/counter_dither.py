@@ -18,7 +18,10 @@ int32 with wrapping multiplication and logical shifts written as arithmetic shif
 uint32 arithmetic): AVX2 has 32-bit but no 64-bit vector multiplies, so int64 arithmetic runs ~4x slower on a CPU.
 Indices are int32, so one call quantizes at most 2^31 - 1 elements.
 
-It is the quantizers' default dither. Eager torch is the reference and the fallback (no compiler, vectors below
+It is the quantizers' default dither. On a CPU, float32 values with int8 codes (every quantizer of at most 127
+levels, and NDQSG's nested worker) run the same arithmetic in C loops (:mod:`gradstat.compressors.counter_native`,
+about twice as fast as the generated loop, equal bit for bit); the compiled kernels below serve the other cases
+where they compile. Eager torch is the reference and the fallback (no compiler, vectors below
 the compile threshold, ``GRADSTAT_COMPILE=never``, a GPU, or a compile error): the same functions, run op by op
 (on a CPU over chunks of rows, so that the temporaries stay in cache). Compiled and eager results are
 equal bit for bit (``tests/compressors/test_counter_dither.py``); the first compiled call of a process pays the
