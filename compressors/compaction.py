@@ -20,7 +20,10 @@ is false and callers keep their numpy path; the tests hold both to the same plai
 from __future__ import annotations
 
 import ctypes
+import functools
+import math
 import threading
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -150,11 +153,42 @@ def _room(name: str, size: int, dtype: np.dtype, keep: int = 0) -> np.ndarray:
     return buf
 
 
-def _output(found: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    """A copy of ``found`` in a tensor of its own, from torch's allocator (which can back it with huge pages: with
-    4 KB pages the copy's page faults cost more than the selection's read at a density of 1 %)."""
-    out = torch.empty(found.size, dtype=dtype)
-    out.numpy()[:] = found
+def _scan(
+    fn: Callable[..., int],
+    data: np.ndarray,
+    piece: int,
+    begin: int,
+    end: int,
+    bound: float,
+    absolute: bool,
+    gather: bool,
+    want: int,
+) -> tuple[np.ndarray, np.ndarray | None, float, bool]:
+    """Piece number ``piece``, ``[begin, end)``, of a selection, in this thread's buffers for that piece (a pool
+    thread may run two pieces of one call): the selected indices (absolute), their values with ``gather``, the
+    piece's largest value and whether it holds a NaN."""
+    count, top, nan = ctypes.c_int64(0), ctypes.c_double(-np.inf), ctypes.c_int32(0)
+    at = begin
+    while True:
+        k = count.value
+        idx = _room(f"indices {piece}", want, np.dtype(np.int64), keep=k)
+        vals = _room(f"values {piece}", want, data.dtype, keep=k) if gather else None
+        cap = min(idx.size, end - begin if vals is None else vals.size)
+        refs = (ctypes.byref(count), ctypes.byref(top), ctypes.byref(nan))
+        vp = None if vals is None else vals.ctypes.data
+        at = fn(data.ctypes.data, at, end, bound, int(absolute), idx.ctypes.data, vp, cap, *refs)
+        if at >= end:
+            break
+        want = min(end - begin, 2 * cap)  # more selected than room: grow, keep what was found, resume
+    k = count.value
+    return idx[:k], None if vals is None else vals[:k], top.value, bool(nan.value)
+
+
+def _output(found: list[np.ndarray], dtype: torch.dtype) -> torch.Tensor:
+    """The pieces' ``found`` arrays joined in a tensor of their own, from torch's allocator (which can back it with
+    huge pages: with 4 KB pages the copy's page faults cost more than the selection's read at a density of 1 %)."""
+    out = torch.empty(sum(f.size for f in found), dtype=dtype)
+    np.concatenate(found, out=out.numpy())
     return out
 
 
@@ -164,7 +198,9 @@ def select(
     """``(indices, values, top)`` of the flat ``x`` (see :func:`available`): the increasing int64 indices of the
     elements with ``v >= t`` (``v = |x|`` when ``absolute``, else ``x``; NaN never selected), their ``v`` with
     ``gather`` (else None), and the largest ``v`` of the whole vector (NaN if any element is NaN; -inf if empty).
-    ``t`` is compared in ``x``'s dtype. ``expected``: the count the caller expects (sizes the first buffers)."""
+    ``t`` is compared in ``x``'s dtype. ``expected``: the count the caller expects (sizes the first buffers). A
+    long vector is read in pieces on torch's threads (:func:`gradstat.compressors.native.pieces`), each into its
+    thread's buffers, joined in order."""
     flat = x.reshape(-1)
     n = flat.numel()
     lib = _library()
@@ -173,21 +209,15 @@ def select(
     data = flat.detach().numpy()
     with np.errstate(over="ignore"):  # (a threshold beyond the dtype's range compares as infinity, as in torch)
         bound = float(data.dtype.type(t))  # the threshold in x's dtype: the comparisons are exact
-    want = min(n, max(4096, 2 * expected if expected is not None else n // 64))
-    count, top, nan = ctypes.c_int64(0), ctypes.c_double(-np.inf), ctypes.c_int32(0)
-    at = 0
-    while True:
-        k = count.value
-        idx = _room("indices", want, np.dtype(np.int64), keep=k)
-        vals = _room("values", want, data.dtype, keep=k) if gather else None
-        cap = min(idx.size, n if vals is None else vals.size)
-        refs = (ctypes.byref(count), ctypes.byref(top), ctypes.byref(nan))
-        vp = None if vals is None else vals.ctypes.data
-        at = fn(data.ctypes.data, at, n, bound, int(absolute), idx.ctypes.data, vp, cap, *refs)
-        if at >= n:
-            break
-        want = min(n, 2 * cap)  # more selected than room: grow, keep what was found, resume where it stopped
-    k = count.value
-    indices = _output(idx[:k], torch.int64)
-    values = None if vals is None else _output(vals[:k], flat.dtype)
-    return indices, values, float("nan") if nan.value else top.value
+    parts = native.pieces(n)
+    want = max(4096, (2 * expected if expected is not None else n // 64) // len(parts))
+    found = native.run_all(
+        [
+            functools.partial(_scan, fn, data, i, a, b, bound, absolute, gather, min(b - a, want))
+            for i, (a, b) in enumerate(parts)
+        ]
+    )
+    indices = _output([f[0] for f in found], torch.int64)
+    values = _output([f[1] for f in found if f[1] is not None], flat.dtype) if gather else None
+    top = max((f[2] for f in found), default=-math.inf)
+    return indices, values, math.nan if any(f[3] for f in found) else top

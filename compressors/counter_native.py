@@ -16,6 +16,7 @@ run instead.
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import torch
 
@@ -297,19 +298,35 @@ def _words(key: torch.Tensor) -> tuple[int, int]:
     return k0 & 0xFFFFFFFF, k1 & 0xFFFFFFFF
 
 
+def _rows_pieces(rows: int, size: int) -> list[tuple[int, int, int, int]]:
+    """``(row_start, row_stop, col_start, col_stop)`` pieces of a ``(rows, size)`` block, about one per thread
+    (:func:`gradstat.compressors.native.pieces`): whole rows, or parts of the one row of a single-row block."""
+    if rows == 1:
+        return [(0, 1, a, b) for a, b in native.pieces(size)]
+    cuts = sorted({0, rows, *(min(rows, round(a / size)) for a, _ in native.pieces(rows * size))})
+    return [(r0, r1, 0, size) for r0, r1 in zip(cuts, cuts[1:], strict=False) if r1 > r0]
+
+
 def quantize_rows_into(
     out: torch.Tensor, x: torch.Tensor, scale: torch.Tensor, base: int, key: torch.Tensor, gain: float, lo: int,
     hi: int, shift: float,
 ) -> torch.Tensor:  # fmt: skip
     """:func:`gradstat.compressors.counter_dither.quantize_rows_into` (int8 codes) of the ``(rows, size)`` block
-    ``x`` whose first element has index ``base``, ``scale`` of ``rows`` elements (see :func:`quantizes`)."""
+    ``x`` whose first element has index ``base``, ``scale`` of ``rows`` elements (see :func:`quantizes`); split
+    across torch's threads on a long block."""
     lib = _library()
     assert lib is not None
     rows, size = x.shape
     k0, k1 = _words(key)
-    lib.gs_quantize_rows(
-        x.data_ptr(), rows, size, scale.data_ptr(), base, k0, k1, gain, float(lo), float(hi), shift, out.data_ptr()
-    )
+    flat_scale = scale.reshape(-1)
+
+    def piece(r0: int, r1: int, c0: int, c1: int) -> None:
+        xs, os_ = x[r0:r1, c0:c1], out[r0:r1, c0:c1]
+        first = base + r0 * size + c0
+        lib.gs_quantize_rows(xs.data_ptr(), r1 - r0, c1 - c0, flat_scale[r0:].data_ptr(), first, k0, k1, gain,
+                             float(lo), float(hi), shift, os_.data_ptr())  # fmt: skip
+
+    native.run_all([functools.partial(piece, *p) for p in _rows_pieces(rows, size)])
     return out
 
 
@@ -318,14 +335,21 @@ def reconstruct_rows_into(
     offset: float, subtract: bool,
 ) -> torch.Tensor:  # fmt: skip
     """:func:`gradstat.compressors.counter_dither.reconstruct_rows_into` (float32 values) of the ``(rows, size)``
-    int8 codes whose first element has index ``base`` (see :func:`reconstructs`)."""
+    int8 codes whose first element has index ``base`` (see :func:`reconstructs`); split across torch's threads on
+    a long block."""
     lib = _library()
     assert lib is not None
     rows, size = codes.shape
     k0, k1 = _words(key)
-    lib.gs_reconstruct_rows(
-        codes.data_ptr(), rows, size, scale.data_ptr(), base, k0, k1, gain, offset, int(subtract), out.data_ptr()
-    )
+    flat_scale = scale.reshape(-1)
+
+    def piece(r0: int, r1: int, c0: int, c1: int) -> None:
+        cs, os_ = codes[r0:r1, c0:c1], out[r0:r1, c0:c1]
+        first = base + r0 * size + c0
+        lib.gs_reconstruct_rows(cs.data_ptr(), r1 - r0, c1 - c0, flat_scale[r0:].data_ptr(), first, k0, k1, gain,
+                                offset, int(subtract), os_.data_ptr())  # fmt: skip
+
+    native.run_all([functools.partial(piece, *p) for p in _rows_pieces(rows, size)])
     return out
 
 
@@ -340,12 +364,18 @@ def nested_rows_into(
     out: torch.Tensor, g: torch.Tensor, kappa: float, key: torch.Tensor, alpha: float, delta1: float, k: int
 ) -> torch.Tensor:
     """:func:`gradstat.compressors.ndqsg.nested_rows_into` of the flat float32 ``g`` (first index 0) with the
-    nonzero scale ``kappa``: the int8 nested codes into ``out`` (see :func:`nests`)."""
+    nonzero scale ``kappa``: the int8 nested codes into ``out`` (see :func:`nests`); split across torch's
+    threads on a long vector."""
     lib = _library()
     assert lib is not None
     k0, k1 = _words(key)
-    lib.gs_nested_rows(g.data_ptr(), g.numel(), kappa, 0, k0, k1, alpha, delta1, float(k), float((k - 1) // 2),
-                       out.data_ptr())  # fmt: skip
+    flat, dest = g.reshape(-1), out.reshape(-1)
+
+    def piece(a: int, b: int) -> None:
+        lib.gs_nested_rows(flat[a:].data_ptr(), b - a, kappa, a, k0, k1, alpha, delta1, float(k),
+                           float((k - 1) // 2), dest[a:].data_ptr())  # fmt: skip
+
+    native.run_all([functools.partial(piece, *p) for p in native.pieces(flat.numel())])
     return out
 
 
@@ -354,11 +384,17 @@ def nested_estimate_into(
     delta1: float, k: int,
 ) -> torch.Tensor:  # fmt: skip
     """:func:`gradstat.compressors.ndqsg.nested_reconstruct_rows_in_place` of the flat int8 codes ``s`` with the
-    float32 side information (first index 0, scale ``kappa``, possibly 0), into the float32 ``out``."""
+    float32 side information (first index 0, scale ``kappa``, possibly 0), into the float32 ``out``; split across
+    torch's threads on a long vector."""
     lib = _library()
     assert lib is not None
     k0, k1 = _words(key)
     step = alpha * delta1  # (a Python product, rounded to float32 once, as the torch form's scalar)
-    lib.gs_nested_estimate(s.data_ptr(), side.data_ptr(), s.numel(), kappa, 0, k0, k1, alpha, int(alpha != 1.0),
-                           delta1, float(k), step, out.data_ptr())  # fmt: skip
+    codes, y, dest = s.reshape(-1), side.reshape(-1), out.reshape(-1)
+
+    def piece(a: int, b: int) -> None:
+        lib.gs_nested_estimate(codes[a:].data_ptr(), y[a:].data_ptr(), b - a, kappa, a, k0, k1, alpha,
+                               int(alpha != 1.0), delta1, float(k), step, dest[a:].data_ptr())  # fmt: skip
+
+    native.run_all([functools.partial(piece, *p) for p in native.pieces(codes.numel())])
     return out

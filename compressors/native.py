@@ -5,10 +5,11 @@ data) or come out of its code generation at twice the cost they need (a loop tha
 torch's partial vector store). For those, a module keeps a short C source of its own (no third-party code) and asks
 :func:`library` for it: compiled once per source, compiler and machine (``-O2``, a fraction of a second), cached in
 ``$GRADSTAT_CACHE`` (default ``$XDG_CACHE_HOME/gradstat``, else ``~/.cache/gradstat``) and written atomically, so
-concurrent processes see a whole library or none. Where no C compiler is found (``$CC``, else cc, gcc or clang),
-on Windows, where a build fails (one warning) or under ``GRADSTAT_COMPILE=never`` (:mod:`gradstat.theory.fused`),
-:func:`library` gives None and the callers keep their torch or numpy path; their tests hold both to the same
-plain reference.
+concurrent processes see a whole library or none. Callers split a long loop across torch's threads
+(:func:`pieces`, :func:`run_all`), as torch's own kernels would use them. Where no C compiler is found (``$CC``,
+else cc, gcc or clang), on Windows, where a build fails (one warning) or under ``GRADSTAT_COMPILE=never``
+(:mod:`gradstat.theory.fused`), :func:`library` gives None and the callers keep their torch or numpy path; their
+tests hold both to the same plain reference.
 """
 
 from __future__ import annotations
@@ -23,9 +24,16 @@ import sys
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
+
+import torch
 
 from gradstat.theory.fused import policy
+
+T = TypeVar("T")
 
 ENV_CACHE = "GRADSTAT_CACHE"
 """Directory for built libraries (default: ``$XDG_CACHE_HOME/gradstat``, else ``~/.cache/gradstat``)."""
@@ -101,3 +109,34 @@ def _build(name: str, source: str, functions: dict[str, Signature]) -> ctypes.CD
         )
         return None
     return lib
+
+
+PARALLEL_MIN = 1 << 20
+"""Elements from which a C loop is split across threads (below, one thread's pass takes well under a
+millisecond and the hand-off would cost more than it saves)."""
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def pieces(n: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` ranges splitting ``n`` elements into one piece per thread torch uses
+    (``torch.get_num_threads()``), from :data:`PARALLEL_MIN` elements up; one piece below."""
+    parts = min(torch.get_num_threads(), max(1, n // (PARALLEL_MIN // 2))) if n >= PARALLEL_MIN else 1
+    bounds = [n * i // parts for i in range(parts + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(parts) if bounds[i] < bounds[i + 1]] or [(0, n)]
+
+
+def run_all(calls: Sequence[Callable[[], T]]) -> list[T]:
+    """Run ``calls`` (C loops: ctypes releases the GIL while they run) on a shared thread pool, the first in this
+    thread; their results in order. One call runs here directly."""
+    if len(calls) <= 1:
+        return [c() for c in calls]
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL._max_workers < len(calls) - 1:  # noqa: SLF001 - the pool's own size
+            _POOL = ThreadPoolExecutor(max_workers=len(calls) - 1, thread_name_prefix="gradstat-native")
+        pool = _POOL
+    futures = [pool.submit(c) for c in calls[1:]]
+    first = calls[0]()
+    return [first, *(f.result() for f in futures)]

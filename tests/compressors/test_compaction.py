@@ -35,11 +35,20 @@ def _plain(x: torch.Tensor, t: float, absolute: bool) -> tuple[torch.Tensor, tor
     return indices, v[indices]
 
 
+@pytest.fixture(params=["one piece", "3 pieces"])
+def split(request, monkeypatch):
+    """The selection in one piece, or in 3 pieces on the thread pool from 64 elements up (joined in order)."""
+    if request.param != "one piece":
+        monkeypatch.setattr(native, "PARALLEL_MIN", 64)
+        monkeypatch.setattr(native.torch, "get_num_threads", lambda: 3)
+    return request.param
+
+
 @built
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("absolute", [True, False])
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 31, 33, 1000, 100_003])
-def test_selection_equals_the_plain_mask(dtype, absolute, n):
+def test_selection_equals_the_plain_mask(dtype, absolute, n, split):
     """Lengths around the 16-element step (the scalar tail alone, one step, a step and a tail), thresholds from
     below every value (all selected: the buffers grow from 4096) to above the largest (none), ties at 1 and 2."""
     x = _values(n, dtype)
@@ -54,7 +63,7 @@ def test_selection_equals_the_plain_mask(dtype, absolute, n):
 
 
 @built
-def test_buffers_grow_and_are_reused_without_stale_entries():
+def test_buffers_grow_and_are_reused_without_stale_entries(split):
     """An expected count far below the real one grows the (reused) buffers several times mid-scan; a later, smaller
     selection must not return entries of the earlier one."""
     x = _values(300_001, torch.float32, seed=1)
@@ -66,7 +75,7 @@ def test_buffers_grow_and_are_reused_without_stale_entries():
 
 @built
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_nan_reaches_the_largest_value_and_is_never_selected_inf_is_both(dtype):
+def test_nan_reaches_the_largest_value_and_is_never_selected_inf_is_both(dtype, split):
     x = _values(1000, dtype)
     for where in (0, 7, 15, 16, 500, 999):  # in a step's first or second half, and in the scalar tail
         y = x.clone()
@@ -116,3 +125,14 @@ def test_a_fresh_cache_builds_once_and_reuses_the_library(monkeypatch, tmp_path)
         assert compaction.available(torch.zeros(10)) and libraries[0].stat().st_mtime_ns == stamp
     finally:
         native.forget()
+
+
+def test_pieces_cover_the_range_in_order_one_per_thread(monkeypatch):
+    monkeypatch.setattr(native.torch, "get_num_threads", lambda: 3)
+    for n in (0, 1, native.PARALLEL_MIN - 1, native.PARALLEL_MIN, 10 * native.PARALLEL_MIN + 7):
+        parts = native.pieces(n)
+        assert (
+            parts[0][0] == 0 and parts[-1][1] == n and all(a[1] == b[0] for a, b in zip(parts, parts[1:], strict=False))
+        )
+        assert len(parts) == (1 if n < native.PARALLEL_MIN else 2 if n < 3 * native.PARALLEL_MIN // 2 else 3)
+    assert native.run_all([lambda i=i: i * i for i in range(5)]) == [0, 1, 4, 9, 16]

@@ -9,7 +9,7 @@ import torch
 from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 from scipy import stats
 
-from gradstat.compressors import Context, counter_dither, counter_native, create, ndqsg
+from gradstat.compressors import Context, counter_dither, counter_native, create, native, ndqsg
 from gradstat.compressors.dither import ScaledQuantizer
 from gradstat.compressors.payload import Payload
 from gradstat.theory.dqsg import conditional_error
@@ -129,9 +129,18 @@ needs_c_loops = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(params=["one thread", "split in 3"])
+def c_threads(request, monkeypatch):
+    """The C loops on one piece, or split into 3 pieces (thread-pool hand-offs) from 64 elements up."""
+    if request.param != "one thread":
+        monkeypatch.setattr(native, "PARALLEL_MIN", 64)
+        monkeypatch.setattr(native.torch, "get_num_threads", lambda: 3)
+    return request.param
+
+
 @needs_c_loops
 @pytest.mark.parametrize("q", QUANTIZERS + [ScaledQuantizer(levels=2, bucket=3000, norm="linf", dither="counter")])
-def test_c_loops_equal_eager_bit_for_bit(monkeypatch, q):
+def test_c_loops_equal_eager_bit_for_bit(monkeypatch, q, c_threads):
     """The C quantize and reconstruct loops against the eager reference tiles: codes and reconstructions bit for
     bit, for buckets split into full rows and a ragged last one, rows whose length is not a multiple of the
     8-element step, scales from 1e-30 to 1e30, several seeds; and they are what ran (a planted wrong call
@@ -314,7 +323,7 @@ def test_c_loops_equal_the_plain_row_functions_with_clamping_and_any_gain(gain, 
 
 @needs_c_loops
 @pytest.mark.parametrize("spec", ["ndqsg", "ndqsg:alpha=0.7", "ndqsg:delta1=0.2,delta2=1.4", "ndqsg:delta1=0.25"])
-def test_c_nested_loops_equal_eager_bit_for_bit(monkeypatch, spec):
+def test_c_nested_loops_equal_eager_bit_for_bit(monkeypatch, spec, c_threads):
     """NDQSG's nested worker in C against the eager tiles: codes and reconstructions bit for bit at ordinary, tiny
     and huge scales, for an all-zero gradient (kappa = 0), a length that is not a multiple of 8, shrinkage
     (alpha < 1), odd and even nesting ratios; and the C loops are what ran."""
