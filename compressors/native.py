@@ -119,6 +119,16 @@ _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
 
+def _forget_pool() -> None:
+    """After a fork the child has the pool object but none of its threads: it starts a pool of its own."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def pieces(n: int) -> list[tuple[int, int]]:
     """``[start, stop)`` ranges splitting ``n`` elements into one piece per thread torch uses
     (``torch.get_num_threads()``), from :data:`PARALLEL_MIN` elements up; one piece below."""

@@ -5,6 +5,8 @@ buffer growth; and its fallbacks (no compiler, a failed build, ``GRADSTAT_COMPIL
 from __future__ import annotations
 
 import math
+import os
+import time
 
 import pytest
 import torch
@@ -136,3 +138,23 @@ def test_pieces_cover_the_range_in_order_one_per_thread(monkeypatch):
         )
         assert len(parts) == (1 if n < native.PARALLEL_MIN else 2 if n < 3 * native.PARALLEL_MIN // 2 else 3)
     assert native.run_all([lambda i=i: i * i for i in range(5)]) == [0, 1, 4, 9, 16]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_gets_a_pool_of_its_own(monkeypatch):
+    """A child forked after the pool started (a data loader's worker) must not hand work to threads it does not
+    have: it would wait forever."""
+    assert native.run_all([lambda: 1, lambda: 2]) == [1, 2]  # the parent's pool exists
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if the pool runs
+        os._exit(0 if native.run_all([lambda: 3, lambda: 4]) == [3, 4] else 1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child's pool hung")
