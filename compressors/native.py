@@ -86,19 +86,11 @@ def _build(name: str, source: str, functions: dict[str, Signature]) -> ctypes.CD
     tag = "\0".join((source, cc, *FLAGS, platform.machine(), platform.system()))
     path = cache_dir() / f"{name}-{hashlib.sha256(tag.encode()).hexdigest()[:20]}.so"
     try:
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=path.parent) as work:
-                src = Path(work) / f"{name}.c"
-                src.write_text(source)
-                built = Path(work) / path.name
-                cmd = [cc, *FLAGS, "-o", str(built), str(src), "-lm"]
-                subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120)
-                os.replace(built, path)  # atomic: a concurrent process sees the whole library or none
-        lib = ctypes.CDLL(str(path))
-        for fname, (restype, argtypes) in functions.items():
-            fn = getattr(lib, fname)
-            fn.restype, fn.argtypes = restype, argtypes
+        try:
+            lib = _load(path, functions)
+        except (OSError, AttributeError):  # none cached yet, or a cached file that does not load: build it afresh
+            _compile(cc, name, source, path)
+            lib = _load(path, functions)
     except (OSError, subprocess.SubprocessError, AttributeError) as exc:
         detail = (getattr(exc, "stderr", None) or str(exc)).strip()
         warnings.warn(
@@ -109,6 +101,27 @@ def _build(name: str, source: str, functions: dict[str, Signature]) -> ctypes.CD
         )
         return None
     return lib
+
+
+def _load(path: Path, functions: dict[str, Signature]) -> ctypes.CDLL:
+    if not path.exists():
+        raise FileNotFoundError(path)
+    lib = ctypes.CDLL(str(path))
+    for fname, (restype, argtypes) in functions.items():
+        fn = getattr(lib, fname)
+        fn.restype, fn.argtypes = restype, argtypes
+    return lib
+
+
+def _compile(cc: str, name: str, source: str, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as work:
+        src = Path(work) / f"{name}.c"
+        src.write_text(source)
+        built = Path(work) / path.name
+        cmd = [cc, *FLAGS, "-o", str(built), str(src), "-lm"]
+        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120)
+        os.replace(built, path)  # atomic: a concurrent process sees the whole library or none
 
 
 PARALLEL_MIN = 1 << 20

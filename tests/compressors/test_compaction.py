@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -158,3 +160,22 @@ def test_a_forked_child_gets_a_pool_of_its_own(monkeypatch):
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     pytest.fail("the forked child's pool hung")
+
+
+@built
+def test_a_cached_library_that_does_not_load_is_built_again(tmp_path):
+    """A truncated file in the cache (a crash mid-copy, a full disk) is replaced by a fresh build, silently. In a
+    new process: this one would get its loaded library back for the same path."""
+    env = {**os.environ, "GRADSTAT_CACHE": str(tmp_path)}
+    probe = (
+        "import warnings, torch; warnings.simplefilter('error'); from gradstat.compressors import compaction; "
+        "assert compaction.available(torch.zeros(10)); "
+        "print(compaction.select(torch.tensor([0.5, -2.0, 3.0]), 1.0, True)[0].tolist())"
+    )
+    first = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0 and first.stdout.strip() == "[1, 2]", first.stderr
+    (library,) = tmp_path.rglob("compaction-*.so")
+    library.write_bytes(b"not a library")
+    again = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and again.stdout.strip() == "[1, 2]", again.stderr
+    assert library.stat().st_size > 1000
