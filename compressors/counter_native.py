@@ -307,6 +307,26 @@ def _rows_pieces(rows: int, size: int) -> list[tuple[int, int, int, int]]:
     return [(r0, r1, 0, size) for r0, r1 in zip(cuts, cuts[1:], strict=False) if r1 > r0]
 
 
+def _over_rows(name: str, out: torch.Tensor, src: torch.Tensor, scale: torch.Tensor, base: int, key: torch.Tensor,
+               params: tuple[float, ...]) -> torch.Tensor:  # fmt: skip
+    """The row loop ``name`` of the library (arguments: source, rows, size, row scales, first index, key words,
+    ``params``, destination) over the ``(rows, size)`` block ``src`` into ``out``, split across torch's threads."""
+    lib = _library()
+    assert lib is not None
+    fn = getattr(lib, name)
+    rows, size = src.shape
+    k0, k1 = _words(key)
+    flat_scale = scale.reshape(-1)
+
+    def piece(r0: int, r1: int, c0: int, c1: int) -> None:
+        part, dest = src[r0:r1, c0:c1], out[r0:r1, c0:c1]
+        fn(part.data_ptr(), r1 - r0, c1 - c0, flat_scale[r0:].data_ptr(), base + r0 * size + c0, k0, k1, *params,
+           dest.data_ptr())  # fmt: skip
+
+    native.run_all([functools.partial(piece, *p) for p in _rows_pieces(rows, size)])
+    return out
+
+
 def quantize_rows_into(
     out: torch.Tensor, x: torch.Tensor, scale: torch.Tensor, base: int, key: torch.Tensor, gain: float, lo: int,
     hi: int, shift: float,
@@ -314,20 +334,7 @@ def quantize_rows_into(
     """:func:`gradstat.compressors.counter_dither.quantize_rows_into` (int8 codes) of the ``(rows, size)`` block
     ``x`` whose first element has index ``base``, ``scale`` of ``rows`` elements (see :func:`quantizes`); split
     across torch's threads on a long block."""
-    lib = _library()
-    assert lib is not None
-    rows, size = x.shape
-    k0, k1 = _words(key)
-    flat_scale = scale.reshape(-1)
-
-    def piece(r0: int, r1: int, c0: int, c1: int) -> None:
-        xs, os_ = x[r0:r1, c0:c1], out[r0:r1, c0:c1]
-        first = base + r0 * size + c0
-        lib.gs_quantize_rows(xs.data_ptr(), r1 - r0, c1 - c0, flat_scale[r0:].data_ptr(), first, k0, k1, gain,
-                             float(lo), float(hi), shift, os_.data_ptr())  # fmt: skip
-
-    native.run_all([functools.partial(piece, *p) for p in _rows_pieces(rows, size)])
-    return out
+    return _over_rows("gs_quantize_rows", out, x, scale, base, key, (gain, float(lo), float(hi), shift))
 
 
 def reconstruct_rows_into(
@@ -337,20 +344,7 @@ def reconstruct_rows_into(
     """:func:`gradstat.compressors.counter_dither.reconstruct_rows_into` (float32 values) of the ``(rows, size)``
     int8 codes whose first element has index ``base`` (see :func:`reconstructs`); split across torch's threads on
     a long block."""
-    lib = _library()
-    assert lib is not None
-    rows, size = codes.shape
-    k0, k1 = _words(key)
-    flat_scale = scale.reshape(-1)
-
-    def piece(r0: int, r1: int, c0: int, c1: int) -> None:
-        cs, os_ = codes[r0:r1, c0:c1], out[r0:r1, c0:c1]
-        first = base + r0 * size + c0
-        lib.gs_reconstruct_rows(cs.data_ptr(), r1 - r0, c1 - c0, flat_scale[r0:].data_ptr(), first, k0, k1, gain,
-                                offset, int(subtract), os_.data_ptr())  # fmt: skip
-
-    native.run_all([functools.partial(piece, *p) for p in _rows_pieces(rows, size)])
-    return out
+    return _over_rows("gs_reconstruct_rows", out, codes, scale, base, key, (gain, offset, int(subtract)))
 
 
 def nests(g: torch.Tensor, k: int, delta1: float) -> bool:

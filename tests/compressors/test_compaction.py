@@ -39,20 +39,11 @@ def _plain(x: torch.Tensor, t: float, absolute: bool) -> tuple[torch.Tensor, tor
     return indices, v[indices]
 
 
-@pytest.fixture(params=["one piece", "3 pieces"])
-def split(request, monkeypatch):
-    """The selection in one piece, or in 3 pieces on the thread pool from 64 elements up (joined in order)."""
-    if request.param != "one piece":
-        monkeypatch.setattr(native, "PARALLEL_MIN", 64)
-        monkeypatch.setattr(native.torch, "get_num_threads", lambda: 3)
-    return request.param
-
-
 @built
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("absolute", [True, False])
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 31, 33, 1000, 100_003])
-def test_selection_equals_the_plain_mask(dtype, absolute, n, split):
+def test_selection_equals_the_plain_mask(dtype, absolute, n, native_split):
     """Lengths around the 16-element step (the scalar tail alone, one step, a step and a tail), thresholds from
     below every value (all selected: the buffers grow from 4096) to above the largest (none), ties at 1 and 2."""
     x = _values(n, dtype)
@@ -67,7 +58,7 @@ def test_selection_equals_the_plain_mask(dtype, absolute, n, split):
 
 
 @built
-def test_buffers_grow_and_are_reused_without_stale_entries(split):
+def test_buffers_grow_and_are_reused_without_stale_entries(native_split):
     """An expected count far below the real one grows the (reused) buffers several times mid-scan; a later, smaller
     selection must not return entries of the earlier one."""
     x = _values(300_001, torch.float32, seed=1)
@@ -79,7 +70,7 @@ def test_buffers_grow_and_are_reused_without_stale_entries(split):
 
 @built
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_nan_reaches_the_largest_value_and_is_never_selected_inf_is_both(dtype, split):
+def test_nan_reaches_the_largest_value_and_is_never_selected_inf_is_both(dtype, native_split):
     x = _values(1000, dtype)
     for where in (0, 7, 15, 16, 500, 999):  # in a step's first or second half, and in the scalar tail
         y = x.clone()

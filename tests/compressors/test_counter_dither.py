@@ -9,7 +9,7 @@ import torch
 from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 from scipy import stats
 
-from gradstat.compressors import Context, counter_dither, counter_native, create, native, ndqsg
+from gradstat.compressors import Context, counter_dither, counter_native, create, ndqsg
 from gradstat.compressors.dither import ScaledQuantizer
 from gradstat.compressors.payload import Payload
 from gradstat.theory.dqsg import conditional_error
@@ -123,34 +123,47 @@ def _no_c_loops(monkeypatch) -> None:
         monkeypatch.setattr(counter_native, name, lambda *a: False)
 
 
+def _record_calls(monkeypatch, *names: str) -> list[str]:
+    """The names of the ``counter_native`` functions called from now on, in order (each still runs)."""
+    calls: list[str] = []
+    for name in names:
+        real = getattr(counter_native, name)
+        monkeypatch.setattr(counter_native, name, lambda *a, _real=real, _n=name: calls.append(_n) or _real(*a))
+    return calls
+
+
+def _nested_round_trips(monkeypatch, spec: str, modes: tuple[str, ...], n: int, noise: float, seed: int):
+    """For each scale (1, 1e-30, 1e30, 0): NDQSG's nested worker's (codes, reconstruction) under each compile
+    ``mode``, the side information ``noise`` times the scale away from the gradient."""
+    c, ctx = create(spec), Context(seed=3, worker=1)
+    gen = torch.Generator().manual_seed(seed)
+    for scale in (1.0, 1e-30, 1e30, 0.0):
+        g = torch.randn(n, generator=gen) * scale
+        side = g + noise * scale * torch.randn(n, generator=gen)
+        runs = []
+        for mode in modes:
+            monkeypatch.setenv("GRADSTAT_COMPILE", mode)
+            p = c.encode(g, ctx)
+            runs.append((p["nested"], c.decode(p, ctx, side=side)))
+        yield scale, runs
+
+
 needs_c_loops = pytest.mark.skipif(
     not counter_native.reconstructs(torch.zeros(1, dtype=torch.int8), torch.ones(1)),
     reason="the counter-dither C loops cannot be built here (no C compiler)",
 )
 
 
-@pytest.fixture(params=["one thread", "split in 3"])
-def c_threads(request, monkeypatch):
-    """The C loops on one piece, or split into 3 pieces (thread-pool hand-offs) from 64 elements up."""
-    if request.param != "one thread":
-        monkeypatch.setattr(native, "PARALLEL_MIN", 64)
-        monkeypatch.setattr(native.torch, "get_num_threads", lambda: 3)
-    return request.param
-
-
 @needs_c_loops
 @pytest.mark.parametrize("q", QUANTIZERS + [ScaledQuantizer(levels=2, bucket=3000, norm="linf", dither="counter")])
-def test_c_loops_equal_eager_bit_for_bit(monkeypatch, q, c_threads):
+def test_c_loops_equal_eager_bit_for_bit(monkeypatch, q, native_split):
     """The C quantize and reconstruct loops against the eager reference tiles: codes and reconstructions bit for
     bit, for buckets split into full rows and a ragged last one, rows whose length is not a multiple of the
     8-element step, scales from 1e-30 to 1e30, several seeds; and they are what ran (a planted wrong call
     would not be caught otherwise)."""
     gen = torch.Generator().manual_seed(5)
     cases = [torch.randn(d, generator=gen) * s for d, s in ((5000, 1.0), (70_001, 1e-30), (4099, 1e30), (13, 1.0))]
-    calls = []
-    for name in ("quantize_rows_into", "reconstruct_rows_into"):
-        real = getattr(counter_native, name)
-        monkeypatch.setattr(counter_native, name, lambda *a, _real=real, _n=name: calls.append(_n) or _real(*a))
+    calls = _record_calls(monkeypatch, "quantize_rows_into", "reconstruct_rows_into")
     for i, x in enumerate(cases):
         monkeypatch.setenv("GRADSTAT_COMPILE", "auto")
         codes, out = _round_trip(q, x, seed=i)
@@ -208,16 +221,7 @@ def test_compiled_nested_kernels_equal_eager_bit_for_bit(monkeypatch):
         monkeypatch.setattr(kernel, "_broken", False)
     _no_c_loops(monkeypatch)
     monkeypatch.setattr(counter_dither, "CHUNK_ELEMENTS", 1000)  # eager tiles split the vector
-    c, ctx = create("ndqsg:alpha=0.7"), Context(seed=3, worker=1)
-    gen = torch.Generator().manual_seed(2)
-    for scale in (1.0, 1e-30, 1e30, 0.0):
-        g = torch.randn(5001, generator=gen) * scale
-        side = g + 0.05 * scale * torch.randn(5001, generator=gen)
-        runs = []
-        for mode in ("1", "0"):
-            monkeypatch.setenv("GRADSTAT_COMPILE", mode)
-            p = c.encode(g, ctx)
-            runs.append((p["nested"], c.decode(p, ctx, side=side)))
+    for scale, runs in _nested_round_trips(monkeypatch, "ndqsg:alpha=0.7", ("1", "0"), 5001, 0.05, seed=2):
         assert all(k._compiled is not None and not k._broken for k in ndqsg.NESTED_KERNELS)
         (codes, out), (ref_codes, ref_out) = runs
         assert torch.equal(codes, ref_codes) and torch.equal(out, ref_out), scale
@@ -323,24 +327,12 @@ def test_c_loops_equal_the_plain_row_functions_with_clamping_and_any_gain(gain, 
 
 @needs_c_loops
 @pytest.mark.parametrize("spec", ["ndqsg", "ndqsg:alpha=0.7", "ndqsg:delta1=0.2,delta2=1.4", "ndqsg:delta1=0.25"])
-def test_c_nested_loops_equal_eager_bit_for_bit(monkeypatch, spec, c_threads):
+def test_c_nested_loops_equal_eager_bit_for_bit(monkeypatch, spec, native_split):
     """NDQSG's nested worker in C against the eager tiles: codes and reconstructions bit for bit at ordinary, tiny
     and huge scales, for an all-zero gradient (kappa = 0), a length that is not a multiple of 8, shrinkage
     (alpha < 1), odd and even nesting ratios; and the C loops are what ran."""
-    calls = []
-    for name in ("nested_rows_into", "nested_estimate_into"):
-        real = getattr(counter_native, name)
-        monkeypatch.setattr(counter_native, name, lambda *a, _real=real, _n=name: calls.append(_n) or _real(*a))
-    c, ctx = create(spec), Context(seed=3, worker=1)
-    gen = torch.Generator().manual_seed(4)
-    for scale in (1.0, 1e-30, 1e30, 0.0):
-        g = torch.randn(5003, generator=gen) * scale
-        side = g + 0.3 * scale * torch.randn(5003, generator=gen)
-        runs = []
-        for mode in ("auto", "0"):
-            monkeypatch.setenv("GRADSTAT_COMPILE", mode)
-            p = c.encode(g, ctx)
-            runs.append((p["nested"], c.decode(p, ctx, side=side)))
+    calls = _record_calls(monkeypatch, "nested_rows_into", "nested_estimate_into")
+    for scale, runs in _nested_round_trips(monkeypatch, spec, ("auto", "0"), 5003, 0.3, seed=4):
         (codes, out), (ref_codes, ref_out) = runs
         assert torch.equal(codes, ref_codes), scale
         assert torch.equal(out.view(torch.int32), ref_out.view(torch.int32)), scale
