@@ -156,7 +156,7 @@ def _room(name: str, size: int, dtype: np.dtype, keep: int = 0) -> np.ndarray:
 def _scan(
     fn: Callable[..., int],
     data: np.ndarray,
-    piece: int,
+    piece: str,
     begin: int,
     end: int,
     bound: float,
@@ -164,8 +164,9 @@ def _scan(
     gather: bool,
     want: int,
 ) -> tuple[np.ndarray, np.ndarray | None, float, bool]:
-    """Piece number ``piece``, ``[begin, end)``, of a selection, in this thread's buffers for that piece (a pool
-    thread may run two pieces of one call): the selected indices (absolute), their values with ``gather``, the
+    """The piece ``[begin, end)`` of a selection, in this thread's buffers for the slot ``piece`` (the calling
+    thread and the piece's number: a pool thread may run two pieces of one call, or pieces of two callers' calls
+    before either has joined its results): the selected indices (absolute), their values with ``gather``, the
     piece's largest value and whether it holds a NaN."""
     count, top, nan = ctypes.c_int64(0), ctypes.c_double(-np.inf), ctypes.c_int32(0)
     at = begin
@@ -210,10 +211,11 @@ def select(
     with np.errstate(over="ignore"):  # (a threshold beyond the dtype's range compares as infinity, as in torch)
         bound = float(data.dtype.type(t))  # the threshold in x's dtype: the comparisons are exact
     parts = native.pieces(n)
+    caller = threading.get_ident()
     want = max(4096, (2 * expected if expected is not None else n // 64) // len(parts))
     found = native.run_all(
         [
-            functools.partial(_scan, fn, data, i, a, b, bound, absolute, gather, min(b - a, want))
+            functools.partial(_scan, fn, data, f"{caller} {i}", a, b, bound, absolute, gather, min(b - a, want))
             for i, (a, b) in enumerate(parts)
         ]
     )

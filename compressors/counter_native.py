@@ -8,9 +8,10 @@ case (float32 values, int8 codes: every quantizer with at most 127 levels) the s
 and in float32 without fused multiply-adds, run in a small C loop of gradstat's own, built by
 :mod:`gradstat.compressors.native`: 8 elements per AVX2 step (checked at run time), a scalar loop otherwise and for
 each row's last elements. The hash is the one of :mod:`gradstat.compressors.counter_dither` (its multipliers are
-written into the source from there), so the codes and reconstructions equal the reference bit for bit; the tests
-compare them on every quantizer setting. Where the library cannot be built, the compiled kernel or the eager tiles
-run instead.
+written into the source from there), so the codes and reconstructions of finite values equal the reference bit
+for bit (the quantizers refuse NaN and Inf before this loop; for NaN the C and torch codes differ); the tests
+compare them on every quantizer setting. NDQSG's nested worker has its loops here too. Where the library cannot be
+built, the compiled kernel or the eager tiles run instead.
 """
 
 from __future__ import annotations
@@ -315,6 +316,9 @@ def _over_rows(name: str, out: torch.Tensor, src: torch.Tensor, scale: torch.Ten
     assert lib is not None
     fn = getattr(lib, name)
     rows, size = src.shape
+    # the C loop trusts these: a mismatch would read or write past a buffer
+    if out.shape != src.shape or not out.is_contiguous() or scale.numel() < rows:
+        raise ValueError(f"{name}: out {tuple(out.shape)} and {scale.numel()} scales for a block of {tuple(src.shape)}")
     k0, k1 = _words(key)
     flat_scale = scale.reshape(-1)
 
@@ -364,6 +368,8 @@ def nested_rows_into(
     assert lib is not None
     k0, k1 = _words(key)
     flat, dest = g.reshape(-1), out.reshape(-1)
+    if flat.numel() != dest.numel() or not dest.is_contiguous() or dest.dtype != torch.int8:  # (trusted by the C)
+        raise ValueError(f"nested encode: {flat.numel()} values into {dest.numel()} {dest.dtype} codes")
 
     def piece(a: int, b: int) -> None:
         lib.gs_nested_rows(flat[a:].data_ptr(), b - a, kappa, a, k0, k1, alpha, delta1, float(k),
@@ -385,6 +391,8 @@ def nested_estimate_into(
     k0, k1 = _words(key)
     step = alpha * delta1  # (a Python product, rounded to float32 once, as the torch form's scalar)
     codes, y, dest = s.reshape(-1), side.reshape(-1), out.reshape(-1)
+    if not codes.numel() == y.numel() == dest.numel() or not dest.is_contiguous():  # (the C loop trusts these)
+        raise ValueError(f"nested estimate: {codes.numel()} codes, {y.numel()} side values, {dest.numel()} outputs")
 
     def piece(a: int, b: int) -> None:
         lib.gs_nested_estimate(codes[a:].data_ptr(), y[a:].data_ptr(), b - a, kappa, a, k0, k1, alpha,

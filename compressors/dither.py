@@ -173,6 +173,8 @@ def _counter_rows(
     bucket b's scale."""
     d = out.numel()
     full = d // size
+    if (src is not None and src.numel() != d) or factor.numel() != -(-d // size):
+        raise ValueError(f"counter rows: {d} elements in buckets of {size} need as many values and one scale each")
 
     def part(x: torch.Tensor, head: bool) -> torch.Tensor:
         return x[: full * size].view(full, size) if head else x[full * size :].view(1, -1)
@@ -342,6 +344,11 @@ class ScaledQuantizer:
     def decode(self, payload: Payload, d: int, seed: int) -> torch.Tensor:
         """Flat float32 reconstruction of length ``d`` from the ``codes`` and ``scales`` parts."""
         codes, scale = payload["codes"], payload["scales"]
+        if codes.numel() != d or scale.numel() != self.bucket_count(d):
+            raise ValueError(
+                f"quantizer payload holds {codes.numel()} codes and {scale.numel()} scales; {d} elements need {d} "
+                f"codes and {self.bucket_count(d)} scales (was it encoded for another shape?)"
+            )
         _, _, offset, gain = self._range
         flat = codes.reshape(-1)
         counter = self.dither == "counter" and self.subtract  # half-dithered decoding draws nothing

@@ -3,13 +3,13 @@
 Some hot loops cannot be written as one ``torch.compile`` kernel (a compaction, whose output length depends on the
 data) or come out of its code generation at twice the cost they need (a loop that stores int8 codes goes through
 torch's partial vector store). For those, a module keeps a short C source of its own (no third-party code) and asks
-:func:`library` for it: compiled once per source, compiler and machine (``-O2``, a fraction of a second), cached in
-``$GRADSTAT_CACHE`` (default ``$XDG_CACHE_HOME/gradstat``, else ``~/.cache/gradstat``) and written atomically, so
-concurrent processes see a whole library or none. Callers split a long loop across torch's threads
-(:func:`pieces`, :func:`run_all`), as torch's own kernels would use them. Where no C compiler is found (``$CC``,
-else cc, gcc or clang), on Windows, where a build fails (one warning) or under ``GRADSTAT_COMPILE=never``
-(:mod:`gradstat.theory.fused`), :func:`library` gives None and the callers keep their torch or numpy path; their
-tests hold both to the same plain reference.
+:func:`library` for it: compiled once per source, compiler command and machine (``-O2``, a fraction of a second),
+cached in ``$GRADSTAT_CACHE/kernels`` (default root ``$XDG_CACHE_HOME/gradstat``, else ``~/.cache/gradstat``) and
+written atomically, so concurrent processes see a whole library or none. Callers split a long loop across torch's
+threads (:func:`pieces`, :func:`run_all`), as torch's own kernels would use them. Where no C compiler is found
+(``$CC``, e.g. ``ccache gcc``, when its program is on the path, else cc, gcc or clang), on Windows, where a build
+fails (one warning) or under ``GRADSTAT_COMPILE=never`` (:mod:`gradstat.theory.fused`), :func:`library` gives None
+and the callers keep their torch or numpy path; their tests hold both to the same plain reference.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -48,10 +49,14 @@ _LOCK = threading.Lock()
 _BUILT: dict[str, ctypes.CDLL | None] = {}
 
 
-def compiler() -> str | None:
-    """The C compiler to build with: ``$CC``, else the first of cc, gcc, clang on the path."""
-    names = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
-    return next((path for path in map(shutil.which, names) if path), None)
+def compiler() -> list[str] | None:
+    """The C compiler command to build with: ``$CC`` (its words, e.g. ``ccache gcc``) when its program is on the
+    path, else the first of cc, gcc, clang on the path; None when there is none."""
+    words = shlex.split(os.environ.get("CC", ""))
+    if words and shutil.which(words[0]):
+        return [str(shutil.which(words[0])), *words[1:]]
+    path = next((p for p in map(shutil.which, ("cc", "gcc", "clang")) if p), None)
+    return None if path is None else [path]
 
 
 def cache_dir() -> Path:
@@ -83,7 +88,7 @@ def _build(name: str, source: str, functions: dict[str, Signature]) -> ctypes.CD
     cc = compiler()
     if cc is None or sys.platform == "win32":
         return None
-    tag = "\0".join((source, cc, *FLAGS, platform.machine(), platform.system()))
+    tag = "\0".join((source, *cc, *FLAGS, platform.machine(), platform.system()))
     path = cache_dir() / f"{name}-{hashlib.sha256(tag.encode()).hexdigest()[:20]}.so"
     try:
         try:
@@ -113,14 +118,14 @@ def _load(path: Path, functions: dict[str, Signature]) -> ctypes.CDLL:
     return lib
 
 
-def _compile(cc: str, name: str, source: str, path: Path) -> None:
+def _compile(cc: list[str], name: str, source: str, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as work:
         src = Path(work) / f"{name}.c"
         src.write_text(source)
         built = Path(work) / path.name
-        cmd = [cc, *FLAGS, "-o", str(built), str(src), "-lm"]
-        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120)
+        cmd = [*cc, *FLAGS, "-o", str(built), str(src), "-lm"]
+        subprocess.run(cmd, check=True, capture_output=True, text=True, errors="replace", timeout=120)
         os.replace(built, path)  # atomic: a concurrent process sees the whole library or none
 
 
@@ -133,9 +138,10 @@ _POOL_LOCK = threading.Lock()
 
 
 def _forget_pool() -> None:
-    """After a fork the child has the pool object but none of its threads: it starts a pool of its own."""
-    global _POOL, _POOL_LOCK
-    _POOL, _POOL_LOCK = None, threading.Lock()
+    """After a fork the child has the pool object but none of its threads: it starts a pool of its own, and its
+    locks afresh (one held by another thread of the parent at the fork would never be released here)."""
+    global _POOL, _POOL_LOCK, _LOCK
+    _POOL, _POOL_LOCK, _LOCK = None, threading.Lock(), threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -158,6 +164,8 @@ def run_all(calls: Sequence[Callable[[], T]]) -> list[T]:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None or _POOL._max_workers < len(calls) - 1:  # noqa: SLF001 - the pool's own size
+            if _POOL is not None:
+                _POOL.shutdown(wait=False)  # (its threads end once idle; work already given to it still runs)
             _POOL = ThreadPoolExecutor(max_workers=len(calls) - 1, thread_name_prefix="gradstat-native")
         pool = _POOL
     futures = [pool.submit(c) for c in calls[1:]]

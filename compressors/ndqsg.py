@@ -235,6 +235,11 @@ class NDQSG(Compressor):
             )
         kappa = payload["scales"]
         s = payload["nested"].reshape(-1)  # integer codes: s * Delta1 converts them exactly
+        if s.numel() != payload.numel or kappa.numel() != 1:
+            raise ValueError(
+                f"ndqsg: the payload holds {s.numel()} nested codes and {kappa.numel()} scales for "
+                f"{payload.numel} elements (was it encoded for another shape?)"
+            )
         side = side.to(s.device)
         native = counter_native.nests(side, self.nesting, self.fine_step) and s.dtype == torch.int8
         if self.dither == "counter" and native and s.is_contiguous():  # the same arithmetic in one C loop

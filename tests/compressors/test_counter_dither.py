@@ -181,7 +181,9 @@ def test_half_dithered_c_decode_equals_the_torch_dither_decode(monkeypatch):
     x = torch.randn(10_001, generator=torch.Generator().manual_seed(6))
     p = Payload(shape=x.shape, dtype=x.dtype)
     q.encode(x, p, 7)
+    calls = _record_calls(monkeypatch, "reconstruct_rows_into")
     fast = q.decode(p, x.numel(), 7)
+    assert calls  # the C loop is what ran
     _no_c_loops(monkeypatch)
     assert torch.equal(fast.view(torch.int32), q.decode(p, x.numel(), 7).view(torch.int32))
 
@@ -358,3 +360,15 @@ def test_c_nested_encode_at_exact_ties_equals_the_plain_arithmetic(k):
     ndqsg.nested_rows_into(want, g.view(1, -1), one, torch.tensor(0, dtype=torch.int32), key, 1.0, delta1, k)
     got = counter_native.nested_rows_into(torch.empty(n, dtype=torch.int8), g, 1.0, key, 1.0, delta1, k)
     assert torch.equal(got, want[0])
+
+
+@pytest.mark.parametrize("spec", ["qsgd", "dqsg:M=2", "ndqsg", "qcs"])
+def test_a_payload_for_another_size_is_refused_before_any_loop_runs(spec):
+    """A payload encoded from 100,000 elements and read back as 1,000 (two ranks that disagree on a shape): a clear
+    error on every path, never a read or write past a buffer (the C loops trust their lengths)."""
+    c, ctx = create(spec), Context(seed=1, worker=1)
+    g = torch.randn(100_000, generator=torch.Generator().manual_seed(10))
+    wrong = Payload.from_bytes(c.encode(g, ctx).to_bytes(), (1000,), torch.float32)
+    side = torch.zeros(1000) if spec == "ndqsg" else None
+    with pytest.raises(ValueError, match="payload|elements"):
+        c.decode(wrong, ctx, side=side) if side is not None else c.decode(wrong, ctx)

@@ -509,3 +509,17 @@ def test_without_squares_the_other_statistics_are_the_same_and_the_variance_refu
         assert float(data.mean()) == float(Exceedances(g, above=above, signed=True).mean())
         with pytest.raises(RuntimeError, match="squares=False"):
             data.var()
+
+
+def test_a_summary_without_squares_is_refused_by_a_shaped_first_stage():
+    """A summary read with ``squares=False`` (the exponential's) handed to a gamma or GP first stage: a clear error,
+    not a NaN variance in the fit."""
+    from gradstat.theory.estimators.moments import summary
+    from gradstat.theory.pot import multistage_threshold
+
+    g = _laplace(10_000, 9)
+    lean = summary(g, True, True, False)
+    for first in ("gamma", "genpareto"):
+        with pytest.raises(ValueError, match="sum of squares"):
+            multistage_threshold(g, 1e-2, 2, first=first, signed=True, stats=lean)
+    assert multistage_threshold(g, 1e-2, 2, first="exponential", signed=True, stats=lean).threshold > 0

@@ -118,9 +118,11 @@ def check_magnitudes(
     if stats is not None or signed or summary.compiled_for(t):
         if stats is None:  # one fused pass where compiled; the minima only where they are used
             stats = summary(t, signed, spread or not signed)
-        lo_f, hi_f, n_nonzero, fused_min_nonzero = stats[[0, 1, 2, 5]].tolist()
+        lo_f, hi_f, n_nonzero, sum_sq, fused_min_nonzero = stats[[0, 1, 2, 4, 5]].tolist()
         if spread and math.isinf(fused_min_nonzero) and n_nonzero > 0:
             raise ValueError(f"{name}: the summary given was read without its minima; the spread check needs them")
+        if spread and math.isnan(sum_sq) and not math.isnan(hi_f):
+            raise ValueError(f"{name}: the summary given was read without its sum of squares; a shaped fit needs it")
         sums = stats[3:5] if t.dtype == torch.float32 else None
     else:
         lo, hi = torch.aminmax(t)
