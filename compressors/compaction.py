@@ -135,24 +135,6 @@ def available(x: torch.Tensor) -> bool:
     return _library() is not None
 
 
-_SCRATCH = threading.local()
-
-
-def _room(name: str, size: int, dtype: np.dtype, keep: int = 0) -> np.ndarray:
-    """This thread's reusable output buffer ``name`` with room for ``size`` elements (its first ``keep`` kept when
-    it grows). Warm memory: fresh buffers of a few MB cost more in page faults than the whole selection."""
-    buffers = getattr(_SCRATCH, "buffers", None)
-    if buffers is None:
-        buffers = _SCRATCH.buffers = {}
-    buf = buffers.get((name, dtype))
-    if buf is None or buf.size < size:
-        grown = np.empty(max(size, 0 if buf is None else 2 * buf.size), dtype)
-        if buf is not None and keep:
-            grown[:keep] = buf[:keep]
-        buf = buffers[(name, dtype)] = grown
-    return buf
-
-
 def _scan(
     fn: Callable[..., int],
     data: np.ndarray,
@@ -168,13 +150,17 @@ def _scan(
     thread and the piece's number: a pool thread may run two pieces of one call, or pieces of two callers' calls
     before either has joined its results): the selected indices (absolute), their values with ``gather``, the
     piece's largest value and whether it holds a NaN."""
+    from gradstat.compressors.primitives import scratch  # (primitives imports this module)
+
+    cpu, values = torch.device("cpu"), torch.from_numpy(data[:0]).dtype
     count, top, nan = ctypes.c_int64(0), ctypes.c_double(-np.inf), ctypes.c_int32(0)
     at = begin
     while True:
         k = count.value
-        idx = _room(f"indices {piece}", want, np.dtype(np.int64), keep=k)
-        vals = _room(f"values {piece}", want, data.dtype, keep=k) if gather else None
-        cap = min(idx.size, end - begin if vals is None else vals.size)
+        # this thread's warm buffers (fresh ones of a few MB cost more in page faults than the whole selection)
+        idx = scratch(want, torch.int64, cpu, f"compaction indices {piece}", keep=k).numpy()
+        vals = scratch(want, values, cpu, f"compaction values {piece}", keep=k).numpy() if gather else None
+        cap = want
         refs = (ctypes.byref(count), ctypes.byref(top), ctypes.byref(nan))
         vp = None if vals is None else vals.ctypes.data
         at = fn(data.ctypes.data, at, end, bound, int(absolute), idx.ctypes.data, vp, cap, *refs)

@@ -23,6 +23,7 @@ import torch
 
 from gradstat.compressors import native
 from gradstat.compressors.counter_dither import MULTIPLIERS
+from gradstat.compressors.primitives import cpu_contiguous
 
 SOURCE = r"""
 #include <math.h>
@@ -277,21 +278,17 @@ def _library() -> ctypes.CDLL | None:
     return native.library("counter_dither", SOURCE, _SIGNATURES)
 
 
-def _plain(t: torch.Tensor, dtype: torch.dtype) -> bool:
-    return t.device.type == "cpu" and t.dtype == dtype and t.is_contiguous()
-
-
 def quantizes(x: torch.Tensor, scale: torch.Tensor, codes: torch.dtype) -> bool:
     """Whether :func:`quantize_rows_into` runs: ``codes`` int8, float32 values ``x`` and scales, contiguous on a
     CPU, and the library built (see :mod:`gradstat.compressors.native`)."""
-    ok = codes == torch.int8 and _plain(x, torch.float32) and _plain(scale, torch.float32)
+    ok = codes == torch.int8 and cpu_contiguous(x, (torch.float32,)) and cpu_contiguous(scale, (torch.float32,))
     return ok and _library() is not None
 
 
 def reconstructs(codes: torch.Tensor, scale: torch.Tensor) -> bool:
     """Whether :func:`reconstruct_rows_into` runs: int8 codes and float32 scales, contiguous on a CPU, and the
     library built."""
-    return _plain(codes, torch.int8) and _plain(scale, torch.float32) and _library() is not None
+    return cpu_contiguous(codes, (torch.int8,)) and cpu_contiguous(scale, (torch.float32,)) and _library() is not None
 
 
 def _words(key: torch.Tensor) -> tuple[int, int]:
@@ -355,7 +352,7 @@ def nests(g: torch.Tensor, k: int, delta1: float) -> bool:
     """Whether :func:`nested_rows_into` and :func:`nested_estimate_into` run: float32 values on a CPU, int8 codes
     (k <= 255), the small remainder's range (``1 / delta1 + 1 < 2^22``, :data:`gradstat.compressors.ndqsg.SMALL_T`)
     and the library built."""
-    return _plain(g, torch.float32) and k <= 255 and 1.0 / delta1 + 1.0 < 2.0**22 and _library() is not None
+    return cpu_contiguous(g, (torch.float32,)) and k <= 255 and 1.0 / delta1 + 1.0 < 2.0**22 and _library() is not None
 
 
 def nested_rows_into(

@@ -173,8 +173,6 @@ def _counter_rows(
     bucket b's scale."""
     d = out.numel()
     full = d // size
-    if (src is not None and src.numel() != d) or factor.numel() != -(-d // size):
-        raise ValueError(f"counter rows: {d} elements in buckets of {size} need as many values and one scale each")
 
     def part(x: torch.Tensor, head: bool) -> torch.Tensor:
         return x[: full * size].view(full, size) if head else x[full * size :].view(1, -1)

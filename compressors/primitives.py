@@ -64,6 +64,7 @@ __all__ = [
     "mean_abs_scratch",
     "scale_by_pow2_scratch",
     "scratch_like",
+    "cpu_contiguous",
 ]
 
 
@@ -106,7 +107,7 @@ def abs_scratch(x: torch.Tensor) -> torch.Tensor:
     return torch.abs(flat, out=scratch(flat.numel(), flat.dtype, flat.device, "abs"))
 
 
-def scratch(numel: int, dtype: torch.dtype, device: torch.device, slot: str) -> torch.Tensor:
+def scratch(numel: int, dtype: torch.dtype, device: torch.device, slot: str, keep: int = 0) -> torch.Tensor:
     """A flat buffer of ``numel`` elements, reused across calls of the same thread, ``slot``, dtype and device.
 
     The general form of :func:`abs_scratch` for a pass that writes a d-element temporary (a fresh 104 MB CPU tensor
@@ -114,7 +115,8 @@ def scratch(numel: int, dtype: torch.dtype, device: torch.device, slot: str) -> 
     next ``scratch`` call of the same thread with the same ``slot``, dtype and device: use it inside one encode or
     decode, return nothing that views it. :func:`release_scratch` frees it. Off the CPU a fresh tensor is returned:
     the device's caching allocator already reuses memory without faults, and a kept buffer would pin device memory
-    per thread and slot."""
+    per thread and slot. ``keep``: when the buffer grows, its first ``keep`` elements are copied into the new one
+    (a buffer filled in steps, such as the compaction's output)."""
     if torch.device(device).type != "cpu":
         return torch.empty(numel, dtype=dtype, device=device)
     cache = getattr(_SCRATCH, "buffers", None)
@@ -123,7 +125,10 @@ def scratch(numel: int, dtype: torch.dtype, device: torch.device, slot: str) -> 
     key = (slot, dtype, torch.device(device))
     buf = cache.get(key)
     if buf is None or buf.numel() < numel:
-        buf = cache[key] = torch.empty(numel, dtype=dtype, device=device)
+        grown = torch.empty(numel, dtype=dtype, device=device)
+        if buf is not None and keep:
+            grown[:keep] = buf[:keep]
+        buf = cache[key] = grown
     return buf[:numel]
 
 
@@ -206,8 +211,8 @@ SELECT_CHUNK = 1 << 18
 _NUMPY_DTYPES = (torch.float32, torch.float64)
 
 
-def _numpy_ready(x: torch.Tensor, dtypes: tuple[torch.dtype, ...] = _NUMPY_DTYPES) -> bool:
-    """Whether numpy can work on ``x``'s own memory: a contiguous CPU tensor of one of ``dtypes``."""
+def cpu_contiguous(x: torch.Tensor, dtypes: tuple[torch.dtype, ...] = _NUMPY_DTYPES) -> bool:
+    """Whether numpy (or a C loop) can work on ``x``'s own memory: a contiguous CPU tensor of one of ``dtypes``."""
     return x.device.type == "cpu" and x.dtype in dtypes and x.is_contiguous()
 
 
@@ -235,7 +240,7 @@ def select_at_least(
         expected = None if density is None else math.ceil(density * flat.numel())
         return compaction.select(flat, float(t), signed, expected=expected)[0]
     sparse = density is not None and density <= SPARSE_DENSITY and block_max.compiled_for(flat)
-    if _numpy_ready(flat) and not sparse:
+    if cpu_contiguous(flat) and not sparse:
         return _select_chunked(flat, t, signed)[0]  # (the condition of selects_signed)
     return _select_blocked(flat, t, signed)
 
@@ -243,7 +248,7 @@ def select_at_least(
 def at_least_zero(x: torch.Tensor) -> torch.Tensor:
     """``x >= 0`` (bool, ``x``'s shape; -0.0 counts as >= 0). On a CPU numpy's vectorised comparison on the same
     memory: one read pass, where torch's CPU comparison takes ~2.5 (measured at 26M, one thread: 8 ms vs 20 ms)."""
-    if _numpy_ready(x):
+    if cpu_contiguous(x):
         return torch.from_numpy(np.greater_equal(x.detach().numpy(), x.detach().numpy().dtype.type(0)))
     return x >= 0
 
@@ -257,7 +262,7 @@ def plus_minus(bits: torch.Tensor, scale: torch.Tensor | None = None) -> torch.T
     ``0 - s = -s`` (for s != 0; a zero scale takes the plain form, whose signed zeros ``(2b - 1) * 0`` this sum
     would lose). On a CPU two numpy loops into one fresh tensor (~2x the four passes of the plain form)."""
     v = np.float32(1.0 if scale is None else scale.reshape(()).float().item()) if bits.device.type == "cpu" else None
-    if _numpy_ready(bits, (torch.bool,)) and v is not None and 0 < abs(v) <= _HALF_MAX32:
+    if cpu_contiguous(bits, (torch.bool,)) and v is not None and 0 < abs(v) <= _HALF_MAX32:
         # (2 s overflows for s > max/2, and for s = +-0 the plain form's product gives the signed zero: both below)
         out = torch.empty(bits.shape, dtype=torch.float32)
         o, b = out.numpy(), bits.detach().numpy().view(np.uint8)
@@ -275,7 +280,7 @@ def choose_by_bits(bits: torch.Tensor, if_false: torch.Tensor, if_true: torch.Te
     (torch's ``where`` with broadcast values runs at ~15 read passes on one CPU thread): the same bits exactly."""
     f32 = if_false.reshape(-1, 1).float()
     t32 = if_true.reshape(-1, 1).float()
-    if _numpy_ready(bits, (torch.bool,)) and bits.dim() == 2 and f32.device.type == "cpu":
+    if cpu_contiguous(bits, (torch.bool,)) and bits.dim() == 2 and f32.device.type == "cpu":
         f = f32.contiguous().numpy().view(np.uint32)
         flip = np.bitwise_xor(f, t32.contiguous().numpy().view(np.uint32))
         out = torch.empty(bits.shape, dtype=torch.float32)
@@ -301,7 +306,7 @@ def selects_signed(x: torch.Tensor) -> bool:
     """Whether :func:`select_at_least` with ``signed`` reads the magnitudes of ``x`` without forming them: on a
     CPU (its numpy chunks) or where the block maxima run compiled."""
     flat = x.reshape(-1)
-    return _numpy_ready(flat) or bool(block_max.compiled_for(flat))
+    return cpu_contiguous(flat) or bool(block_max.compiled_for(flat))
 
 
 def _select_chunked(
@@ -347,7 +352,7 @@ def scan_at_least(
     if compaction.available(flat):
         indices, _, top = compaction.select(flat, float(positive_threshold(threshold, abs_g)), signed)
         return indices, top
-    if _numpy_ready(flat):
+    if cpu_contiguous(flat):
         indices, _, top = _select_chunked(flat, positive_threshold(threshold, abs_g), signed, extreme=True)
         return indices, top
     return select_at_least(flat, threshold, signed), float(max_abs(flat))  # (aminmax: NaN propagates)
@@ -363,7 +368,7 @@ def gather_at_least(
         indices, values, _ = compaction.select(flat, float(positive_threshold(threshold, abs_g)), signed, gather=True)
         assert values is not None
         return indices, values
-    if _numpy_ready(flat):
+    if cpu_contiguous(flat):
         indices, values, _ = _select_chunked(flat, positive_threshold(threshold, abs_g), signed, gather=True)
         assert values is not None
         return indices, values
