@@ -1,7 +1,7 @@
 """The compressor contract.
 
 A compressor is ``encode(g, ctx) -> Payload`` and ``decode(payload, ctx, side=None) -> Tensor`` around a wire
-format (:mod:`gradstat.compressors.payload`), with explicit per-worker state (``new_state``) and seeded
+format (:mod:`gradstat.compressors.wire.payload`), with explicit per-worker state (``new_state``) and seeded
 randomness (:mod:`gradstat.compressors.context`). Subclasses implement ``_encode``/``_decode`` on a flat 1-D float
 tensor; this base class checks the input once (1-D or any shape, finite, floating dtype), flattens, and restores
 shape and dtype.
@@ -24,8 +24,8 @@ from typing import Any, ClassVar, Literal, Mapping, Sequence
 import torch
 
 from gradstat.compressors.context import Context
-from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import all_finite, forget_extremes
+from gradstat.compressors.kernels.primitives import all_finite, forget_extremes
+from gradstat.compressors.wire.payload import Payload
 
 Kind = Literal["sparsifier", "quantizer", "sketch", "identity"]
 
@@ -228,3 +228,10 @@ def check_ratio(ratio: float, d: int | None = None, who: str = "ratio") -> float
             f"need d >= 1/ratio = {math.ceil(1 / ratio)}"
         )
     return ratio
+
+
+def check_int(who: str, value: object, minimum: int) -> int:
+    """``value`` as an int >= minimum, else ValueError naming ``who``, the value and what is accepted."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{who} must be an integer >= {minimum}, got {value!r}")
+    return value

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from gradstat.compressors.payload import SEED_BITS  # noqa: F401  (re-exported: seeds are a context concept too)
+from gradstat.compressors.wire.payload import SEED_BITS  # noqa: F401  (re-exported: seeds are a context concept too)
 
 
 def derive_seed(*keys: int) -> int:

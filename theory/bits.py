@@ -172,10 +172,10 @@ def one_bit_columns(shapes: list[tuple[int, ...]], rule: str = "matrix") -> int:
     """Number of columns (each with two reconstruction values) of a model sent tensor by tensor with 1-bit SGD.
 
     ``rule="matrix"``: a tensor of shape (r, ...) is the matrix (r, numel / r) (what
-    :mod:`gradstat.compressors.onebit` does): Linear (out, in) has ``in`` columns, a convolution (out, in, kh, kw)
-    has ``in kh kw``, a 1-D tensor one column. ``rule="last"``: the last dimension's size (``in`` for a Linear,
-    ``kw`` for a convolution, 1 for a 1-D tensor). NDQSG's Table 1 one-bit cells fit ``"matrix"`` on FC-300-100
-    (1,187 columns); its LeNet cell implies 3,663 columns, which ``"last"`` comes within one of (3,662).
+    :mod:`gradstat.compressors.schemes.quantizers.onebit` does): Linear (out, in) has ``in`` columns, a convolution
+    (out, in, kh, kw) has ``in kh kw``, a 1-D tensor one column. ``rule="last"``: the last dimension's size (``in`` for
+    a Linear, ``kw`` for a convolution, 1 for a 1-D tensor). NDQSG's Table 1 one-bit cells fit ``"matrix"`` on
+    FC-300-100 (1,187 columns); its LeNet cell implies 3,663 columns, which ``"last"`` comes within one of (3,662).
     """
     rule = _checks.choice("rule", rule, ("matrix", "last"))
     total = 0

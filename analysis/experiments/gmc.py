@@ -29,7 +29,7 @@ from gradstat.analysis.experiments.base import Comparison, Experiment, Experimen
 from gradstat.analysis.plots.common import new_figure, save_figure
 from gradstat.analysis.training.workloads import get_workload
 from gradstat.compressors import Context, RoundResult, create
-from gradstat.compressors.momentum import GlobalMomentumCompression, LocalMomentumCorrection
+from gradstat.compressors.memory.momentum import GlobalMomentumCompression, LocalMomentumCorrection
 
 WORKERS, MOMENTUM = 4, 0.9
 SPARSITY = (0.01, 0.001)

@@ -4,7 +4,7 @@ ECQ-SGD's Syn-d experiments, shared by both experiment modules.
 The model is ``y = W x`` with W of shape (m, n) (m = 1 for ECQ-SGD's scalar target), the loss
 ``f(W) = 0.5 mean_i ||y_i - W x_i||^2`` (QCS Sec. 2, Example). Each step draws a mini-batch, computes the gradient
 in closed form, lets P workers (each with its own shard of the batch) compress it through
-:func:`gradstat.compressors.pipeline.feedback_round`, and applies the average: ``W <- W - mu * mean_p C(g_p)``.
+:func:`gradstat.compressors.memory.send.feedback_round`, and applies the average: ``W <- W - mu * mean_p C(g_p)``.
 The training set comes from the ``linreg`` workload, so it is the one ``gradstat record`` trains on.
 """
 
@@ -17,7 +17,7 @@ import torch
 
 from gradstat.analysis.training.workloads.linreg import LinReg
 from gradstat.compressors import Compressor, Context, ErrorFeedback
-from gradstat.compressors.pipeline import feedback_round, new_worker_states
+from gradstat.compressors.memory.send import feedback_round, new_worker_states
 
 
 @dataclass

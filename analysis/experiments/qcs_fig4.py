@@ -24,7 +24,7 @@ from gradstat.analysis.experiments.base import Comparison, Experiment, Experimen
 from gradstat.analysis.experiments.layerwise import gradients
 from gradstat.analysis.plots.common import new_figure, save_figure
 from gradstat.compressors import Context, create
-from gradstat.compressors.qcs import QCS, variance_factor
+from gradstat.compressors.schemes.quantizers.qcs import QCS, variance_factor
 
 METHODS = {
     "qcs gain 28": "qcs:block=256,k=64,Q=4",

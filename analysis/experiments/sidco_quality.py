@@ -4,7 +4,8 @@ SIDCo (Abdelmoniem et al., An Efficient Statistical-based Gradient Compression T
 Quality: the compression ratio averaged over the training divided by the target ratio, with the 90 % confidence
 interval"), Fig. 3(c)/(f), Fig. 9 and App. E: SIDCo's variants with adaptive stages, Top-k, DGC, RedSync and
 GaussianKSGD at delta in {0.1, 0.01, 0.001}; plus gradstat's own count-corrected estimator
-(:mod:`gradstat.compressors.tailcount`) beside the paper's, and SIDCo's number of stages M over time.
+(:mod:`gradstat.compressors.schemes.sparsifiers.tailcount`) beside the paper's, and SIDCo's number of stages M over
+time.
 
 Setting: each workload trains for real (one worker, its own SGD settings) with Top-k at delta = 0.01 and plain
 error feedback in the loop (one loop per workload, shared by the three ratios to fit this CPU); at every step every
@@ -35,8 +36,8 @@ from gradstat.analysis.plots.common import new_figure, save_figure
 from gradstat.analysis.training.parallel import DataParallel
 from gradstat.analysis.training.workloads import get_workload, workload_names
 from gradstat.compressors import Context, ErrorFeedback, create
-from gradstat.compressors.sidco import SIDCo
-from gradstat.compressors.stage_adaptation import StageState
+from gradstat.compressors.schemes.sparsifiers.sidco import SIDCo
+from gradstat.compressors.schemes.sparsifiers.stage_adaptation import StageState
 
 ESTIMATORS: dict[str, str] = {
     "topk": "topk:ratio={r}",

@@ -33,7 +33,7 @@ from gradstat.analysis.studies import variance as variance_study
 from gradstat.analysis.studies import variance_gain as variance_gain_study
 from gradstat.analysis.validation import outputs as validation_table
 from gradstat.compressors import create as create_compressor
-from gradstat.compressors.feedback import parse_feedback
+from gradstat.compressors.memory.feedback import parse_feedback
 
 if TYPE_CHECKING:
     from gradstat.analysis.dumps.reader import Dump

@@ -34,8 +34,8 @@ from gradstat.analysis.measure.tables import write_table
 from gradstat.analysis.measure.verdicts import verdict
 from gradstat.analysis.studies.bounds import closed_form_bound, qcs_gamma
 from gradstat.compressors import Compressor, Context, ErrorFeedback
-from gradstat.compressors.feedback import FeedbackState
-from gradstat.compressors.pipeline import feedback_round, new_worker_states
+from gradstat.compressors.memory.feedback import FeedbackState
+from gradstat.compressors.memory.send import feedback_round, new_worker_states
 
 
 @dataclass(frozen=True)

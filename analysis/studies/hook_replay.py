@@ -7,12 +7,12 @@ worker = r, block = j)`` and with its own error-feedback residual and compressor
 side-information schemes (NDQSG) decode the ranks in the order of Algorithm 2 of Abdi & Fekri (Nested Dithered
 Quantization), and DGC's local momentum correction (Lin et al. 2018, Sec. 3.2-3.3) keeps a velocity per rank and
 parameter. This replay does the same from the dump that run recorded (every step, ``worker = rank``), through the
-library's rounds (:func:`gradstat.compressors.pipeline.feedback_round`,
-:meth:`gradstat.compressors.momentum.LocalMomentumCorrection.round`), not through the hook's code: payloads that
+library's rounds (:func:`gradstat.compressors.memory.send.feedback_round`,
+:meth:`gradstat.compressors.memory.momentum.LocalMomentumCorrection.round`), not through the hook's code: payloads that
 agree bit for bit are evidence that what runs online is what gradstat measures offline.
 
 Per (seed, step, worker, block) it reports the exact payload ``bits`` and ``wire_bytes`` (the serialised length:
-header plus ``ceil(bits / 8)``, :attr:`gradstat.compressors.payload.Payload.wire_bytes`); per (seed, step, worker)
+header plus ``ceil(bits / 8)``, :attr:`gradstat.compressors.wire.payload.Payload.wire_bytes`); per (seed, step, worker)
 their sums, which are the ``bits`` and ``wire_bytes`` columns of ``gradstat train``'s ``steps.csv`` for that rank.
 Where the dump holds the run's residual (``gradstat train --residual``), ``residual_as_recorded`` says whether the
 replay's residual before the step is the recorded one bit for bit -- the residual after a step is ``z - z_hat``, so
@@ -43,8 +43,8 @@ from gradstat.analysis.studies.replay import ReplayWarning
 from gradstat.compressors import Compressor, Context, ErrorFeedback
 from gradstat.compressors.base import RoundResult
 from gradstat.compressors.ddp.hook import parse_local_momentum
-from gradstat.compressors.momentum import LocalMomentumCorrection
-from gradstat.compressors.pipeline import feedback_round, new_worker_states
+from gradstat.compressors.memory.momentum import LocalMomentumCorrection
+from gradstat.compressors.memory.send import feedback_round, new_worker_states
 
 LABELS = ("compressor", "feedback", "seed")
 

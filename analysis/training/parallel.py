@@ -5,8 +5,8 @@ first dimension); the model is updated with the average of the P gradients, as s
 (SIDCo (Abdelmoniem et al.), App. A, Algorithm 2; ECQ-SGD (Wu et al.), w <- w - eta/P sum_p g_p).
 
 With a compressor in the loop, every worker compresses its whole flat gradient (model order), with its own
-error-feedback state (``z = g + compensation*h``, see :mod:`gradstat.compressors.feedback`), and the model is updated
-with the average of the decoded messages.
+error-feedback state (``z = g + compensation*h``, see :mod:`gradstat.compressors.memory.feedback`), and the model is
+updated with the average of the decoded messages.
 """
 
 from __future__ import annotations

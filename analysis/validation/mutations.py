@@ -36,7 +36,7 @@ from gradstat.analysis.measure.verdicts import Size
 from gradstat.analysis.validation import registry
 
 if TYPE_CHECKING:
-    from gradstat.compressors.qcs import QCS
+    from gradstat.compressors.schemes.quantizers.qcs import QCS
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def planted(m: Mutation) -> Iterator[None]:
 
 # -- patches: each returns a list of mock.patch context managers ------------------------------------------------
 def _qcs_alpha(value: Callable[[QCS], float]) -> list:
-    from gradstat.compressors.qcs import QCS
+    from gradstat.compressors.schemes.quantizers.qcs import QCS
 
     return [mock.patch.object(QCS, "reconstruction_scale", value)]
 
@@ -80,7 +80,7 @@ def _eager() -> contextlib.AbstractContextManager[None]:
 def _counter_quantize(dither_gain: float) -> object:
     """The counter dither's quantization step (``counter_dither.quantize_rows``, restated with one change) with
     the dither scaled by ``dither_gain``: the encoder's bug. The decoder's dither stays right."""
-    import gradstat.compressors.counter_dither as cd
+    import gradstat.compressors.kernels.counter_dither as cd
 
     def quantize_rows(x, scale, base, key, gain, lo, hi, shift, dtype):  # noqa: ANN001, ANN202
         u = cd.dither_rows(x.shape[0], x.shape[1], base, key, x.device) * dither_gain
@@ -90,7 +90,7 @@ def _counter_quantize(dither_gain: float) -> object:
 
 
 def _dither_not_subtracted() -> list:
-    import gradstat.compressors.counter_dither as cd
+    import gradstat.compressors.kernels.counter_dither as cd
 
     rows = cd.reconstruct_rows
     return [
@@ -113,7 +113,7 @@ def _no_dither() -> list:
 
 def _levels_off_by_one_at_decoder() -> list:
     """The receiver divides the scale by L + 1 instead of L (codes -L..L read as -(L+1)..L+1 levels)."""
-    from gradstat.compressors.dither import ScaledQuantizer
+    from gradstat.compressors.schemes.quantizers.dither import ScaledQuantizer
 
     orig = ScaledQuantizer.decode
 
@@ -125,7 +125,7 @@ def _levels_off_by_one_at_decoder() -> list:
 
 def _scale_squared() -> list:
     """The encoder sends ||x||^2 as the bucket scale instead of ||x||."""
-    import gradstat.compressors.dither as dither
+    import gradstat.compressors.schemes.quantizers.dither as dither
 
     state = {"encoding": False}
     enc = dither.ScaledQuantizer.encode
@@ -145,7 +145,7 @@ def _scale_squared() -> list:
 
         return wrapped
 
-    from gradstat.compressors.payload import Payload
+    from gradstat.compressors.wire.payload import Payload
 
     return [
         mock.patch.object(dither.ScaledQuantizer, "encode", encode),
@@ -154,22 +154,22 @@ def _scale_squared() -> list:
 
 
 def _mix_scale(factor: Callable[[int, int], float]) -> list:
-    import gradstat.compressors.qcs as qcs
+    import gradstat.compressors.schemes.quantizers.qcs as qcs
 
     orig = qcs.mix
     return [mock.patch.object(qcs, "mix", lambda blocks, r, k: orig(blocks, r, k) * factor(blocks.shape[-1], k))]
 
 
 def _signs_01() -> list:
-    import gradstat.compressors.qcs as qcs
+    import gradstat.compressors.schemes.quantizers.qcs as qcs
 
     orig = qcs.signs
     return [mock.patch.object(qcs, "signs", lambda shape, seed, device: (orig(shape, seed, device) + 1) / 2)]
 
 
 def _topk_encode(k_of: Callable[[int, int], int], largest: bool = True, sign: float = 1.0) -> list:
-    from gradstat.compressors.threshold import add_sparse
-    from gradstat.compressors.topk import TopK
+    from gradstat.compressors.schemes.sparsifiers.threshold import add_sparse
+    from gradstat.compressors.schemes.sparsifiers.topk import TopK
 
     def encode(self, g, payload, ctx):
         d = g.numel()
@@ -181,7 +181,7 @@ def _topk_encode(k_of: Callable[[int, int], int], largest: bool = True, sign: fl
 
 def _randk(k_shift: int = 0, scaled: bool = False) -> list:
     """Random-k whose encoder draws ``k + k_shift`` indices (the decoder follows the count it receives)."""
-    import gradstat.compressors.randk as randk
+    import gradstat.compressors.schemes.sparsifiers.randk as randk
 
     def encode(self, g, payload, ctx):
         d = g.numel()
@@ -194,28 +194,28 @@ def _randk(k_shift: int = 0, scaled: bool = False) -> list:
 
 
 def _wangni_probabilities(transform: Callable[[torch.Tensor], torch.Tensor]) -> list:
-    import gradstat.compressors.wangni as wangni
+    import gradstat.compressors.schemes.sparsifiers.wangni as wangni
 
     orig = wangni.optimal_probabilities
     return [mock.patch.object(wangni, "optimal_probabilities", lambda a, k: transform(orig(a, k)))]
 
 
 def _wangni_energy() -> list:
-    import gradstat.compressors.wangni as wangni
+    import gradstat.compressors.schemes.sparsifiers.wangni as wangni
 
     orig = wangni.optimal_probabilities
     return [mock.patch.object(wangni, "optimal_probabilities", lambda a, k: orig(a * a, k))]
 
 
 def _randk_fixed() -> list:
-    import gradstat.compressors.randk as randk
+    import gradstat.compressors.schemes.sparsifiers.randk as randk
 
     orig = randk.random_subset
     return [mock.patch.object(randk, "random_subset", lambda d, k, seed, dev: orig(d, k, 0, dev))]
 
 
 def _randk_largest() -> list:
-    import gradstat.compressors.randk as randk
+    import gradstat.compressors.schemes.sparsifiers.randk as randk
 
     def encode(self, g, payload, ctx):
         k = math.ceil(self.ratio * g.numel())
@@ -232,7 +232,7 @@ def _randk_largest() -> list:
 
 
 def _qcs_signs_wrong_seed() -> list:
-    import gradstat.compressors.qcs as qcs
+    import gradstat.compressors.schemes.quantizers.qcs as qcs
 
     def decode(self, payload, ctx, side):
         seed = payload.seed
@@ -245,7 +245,7 @@ def _qcs_signs_wrong_seed() -> list:
 
 
 def _wangni_not_rescaled() -> list:
-    import gradstat.compressors.wangni as wangni
+    import gradstat.compressors.schemes.sparsifiers.wangni as wangni
 
     def encode(self, g, payload, ctx):
         d = g.numel()
@@ -257,7 +257,7 @@ def _wangni_not_rescaled() -> list:
 
 
 def _nested(encode_u: float = 1.0, decode_u: float = 1.0, side: float = 1.0, k_shift: int = 0) -> list:
-    import gradstat.compressors.ndqsg as nd
+    import gradstat.compressors.schemes.quantizers.ndqsg as nd
 
     index, estimate = nd.nested_index, nd.nested_estimate  # the nested worker's arithmetic, run eagerly
     return [
@@ -288,9 +288,9 @@ def _scaled_params(orig, dist, params, tail, q):
 
 def _gmc_round(variant: str) -> list:
     """GMC's round with one line wrong (see :meth:`GlobalMomentumCompression.round`)."""
-    from gradstat.compressors.feedback import ErrorFeedback
-    from gradstat.compressors.momentum import GlobalMomentumCompression
-    from gradstat.compressors.pipeline import feedback_round
+    from gradstat.compressors.memory.feedback import ErrorFeedback
+    from gradstat.compressors.memory.momentum import GlobalMomentumCompression
+    from gradstat.compressors.memory.send import feedback_round
 
     def round_(self, grads, states, shared, ctx=None):
         p = len(grads)
@@ -315,7 +315,7 @@ def _gmc_round(variant: str) -> list:
 
 def _memory_never_cleared() -> list:
     """Error feedback stores z instead of z - C(z) (the sent coordinates are not removed from memory)."""
-    from gradstat.compressors.feedback import ErrorFeedback
+    from gradstat.compressors.memory.feedback import ErrorFeedback
 
     orig = ErrorFeedback.update
 
@@ -327,7 +327,7 @@ def _memory_never_cleared() -> list:
 
 def _error_doubled() -> list:
     """Error feedback adds 2 (z - C(z)) to the memory (wrong constant)."""
-    from gradstat.compressors.feedback import ErrorFeedback
+    from gradstat.compressors.memory.feedback import ErrorFeedback
 
     orig = ErrorFeedback.update
 
@@ -338,13 +338,13 @@ def _error_doubled() -> list:
 
 
 def _feedback(make: Callable[[float], tuple[float, float]]) -> list:
-    from gradstat.compressors.feedback import ErrorFeedback
+    from gradstat.compressors.memory.feedback import ErrorFeedback
 
     return [mock.patch.object(ErrorFeedback, "qcs", classmethod(lambda cls, beta: cls(*make(beta))))]
 
 
 def _residual_sign_flipped() -> list:
-    from gradstat.compressors.feedback import ErrorFeedback
+    from gradstat.compressors.memory.feedback import ErrorFeedback
 
     orig = ErrorFeedback.update
 

@@ -45,10 +45,10 @@ from gradstat.compressors.ddp.state import (
     Exchange,
     Granularity,
 )
-from gradstat.compressors.feedback import ErrorFeedback, parse_feedback
-from gradstat.compressors.momentum import LocalMomentumState
-from gradstat.compressors.payload import Payload
+from gradstat.compressors.memory.feedback import ErrorFeedback, parse_feedback
+from gradstat.compressors.memory.momentum import LocalMomentumState
 from gradstat.compressors.registry import create
+from gradstat.compressors.wire.payload import Payload
 
 Hook = Callable[[CompressionHookState, dist.GradBucket], torch.futures.Future]
 LAYER_KEY = 1 << 20
@@ -197,7 +197,7 @@ def decode_all(comp: Compressor, payloads: list[Payload], ctx: Context) -> list[
     """Every rank's reconstruction of one block, in rank order. Side-information schemes follow Algorithm 2 of
     Abdi & Fekri (Nested Dithered Quantization): the first group (ranks below ``comp.p1``) is decoded without side
     information and averaged; each later rank is decoded with the running average of all messages decoded so far,
-    which is then updated with it (the order of :meth:`gradstat.compressors.ndqsg.NDQSG.round`)."""
+    which is then updated with it (the order of :meth:`gradstat.compressors.schemes.quantizers.ndqsg.NDQSG.round`)."""
     if not comp.properties.needs_side:
         return [comp.decode(p, ctx.but(worker=r)) for r, p in enumerate(payloads)]
     first = min(int(getattr(comp, "p1", 1)), len(payloads))

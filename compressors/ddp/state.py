@@ -3,7 +3,7 @@
 One :class:`CompressionHookState` lives on each rank (like torch's ``PowerSGDState``). For every DDP bucket it
 holds a :class:`BucketState`: the bucket's signature (which parameters it holds, in which order) and, per block
 (the whole bucket, or each parameter's slice in layer-wise mode), a
-:class:`~gradstat.compressors.pipeline.WorkerState`: the error-feedback residual and the compressor's own state
+:class:`~gradstat.compressors.memory.send.WorkerState`: the error-feedback residual and the compressor's own state
 (SIDCo's stage count, PowerSGD's warm-start factor). States are keyed by the bucket's signature (the positions of
 its parameters among the model's trainable parameters, in bucket order), not by DDP's bucket index.
 
@@ -30,9 +30,9 @@ import torch.distributed as dist
 from torch import nn
 
 from gradstat.compressors.base import Compressor
-from gradstat.compressors.feedback import ErrorFeedback
-from gradstat.compressors.momentum import LocalMomentumState
-from gradstat.compressors.pipeline import WorkerState
+from gradstat.compressors.memory.feedback import ErrorFeedback
+from gradstat.compressors.memory.momentum import LocalMomentumState
+from gradstat.compressors.memory.send import WorkerState
 
 MEMORIES = ("residual", "velocity")
 """Per-coordinate memories of a block: the feedback residual and DGC's local velocity (re-sliced and carried over

@@ -2,10 +2,10 @@
 
 Every threshold sparsifier ends in this step, and no torch or numpy operation does it in one pass: a comparison
 writes a full mask, and ``nonzero`` reads it again and counts before it writes (numpy's chunked form of
-:func:`gradstat.compressors.primitives.select_at_least` costs ~4 read passes at 26M, of which the absolute value,
-the comparison and the search each take about one). Compaction cannot be written as a ``torch.compile`` kernel
+:func:`gradstat.compressors.kernels.primitives.select_at_least` costs ~4 read passes at 26M, of which the absolute
+value, the comparison and the search each take about one). Compaction cannot be written as a ``torch.compile`` kernel
 either (its output length depends on the data). So this module holds one small C loop of its own
-(:mod:`gradstat.compressors.native` builds it with the machine's C compiler at first use and caches it):
+(:mod:`gradstat.compressors.kernels.native` builds it with the machine's C compiler at first use and caches it):
 
 - 16 elements per step: two AVX2 comparisons give a 16-bit mask, and only its set bits are visited (at the
   densities sparsifiers use, most steps find none), with the largest magnitude and a NaN flag kept on the way, so
@@ -28,7 +28,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from gradstat.compressors import native
+from gradstat.compressors.kernels import native
+from gradstat.compressors.kernels.scratch import scratch
 
 SOURCE = r"""
 #include <math.h>
@@ -150,7 +151,6 @@ def _scan(
     thread and the piece's number: a pool thread may run two pieces of one call, or pieces of two callers' calls
     before either has joined its results): the selected indices (absolute), their values with ``gather``, the
     piece's largest value and whether it holds a NaN."""
-    from gradstat.compressors.primitives import scratch  # (primitives imports this module)
 
     cpu, values = torch.device("cpu"), torch.from_numpy(data[:0]).dtype
     count, top, nan = ctypes.c_int64(0), ctypes.c_double(-np.inf), ctypes.c_int32(0)
@@ -186,7 +186,7 @@ def select(
     elements with ``v >= t`` (``v = |x|`` when ``absolute``, else ``x``; NaN never selected), their ``v`` with
     ``gather`` (else None), and the largest ``v`` of the whole vector (NaN if any element is NaN; -inf if empty).
     ``t`` is compared in ``x``'s dtype. ``expected``: the count the caller expects (sizes the first buffers). A
-    long vector is read in pieces on torch's threads (:func:`gradstat.compressors.native.pieces`), each into its
+    long vector is read in pieces on torch's threads (:func:`gradstat.compressors.kernels.native.pieces`), each into its
     thread's buffers, joined in order."""
     flat = x.reshape(-1)
     n = flat.numel()

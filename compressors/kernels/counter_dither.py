@@ -4,8 +4,8 @@ Why: torch's CPU generator draws 26M float32 uniforms in ~60-150 ms on one threa
 dithered quantizer), and its per-device generators give different numbers on CPU and CUDA. Here element ``i`` of a
 quantized vector gets ``u_i = hash(i; key) / 2^32``, rounded down to a multiple of 2^-24, with ``hash`` a keyed
 32-bit integer mixer read as a signed number, so any device computes the same ``u_i`` from the seed alone, and the
-draw can be fused with the scale, floor, clamp and cast of :class:`gradstat.compressors.dither.ScaledQuantizer`
-into one generated loop (``torch.compile``).
+draw can be fused with the scale, floor, clamp and cast of
+:class:`gradstat.compressors.schemes.quantizers.dither.ScaledQuantizer` into one generated loop (``torch.compile``).
 
 The hash: two rounds of multiply, xor-shift, multiply on 32-bit words (the core of MurmurHash3's ``fmix32``;
 multipliers 0x7FEB352D and 0x5BD1E995), keyed by xoring the two 32-bit halves of ``derive_seed(seed, stream)``
@@ -19,13 +19,13 @@ uint32 arithmetic): AVX2 has 32-bit but no 64-bit vector multiplies, so int64 ar
 Indices are int32, so one call quantizes at most 2^31 - 1 elements.
 
 It is the quantizers' default dither. On a CPU, float32 values with int8 codes (every quantizer of at most 127
-levels, and NDQSG's nested worker) run the same arithmetic in C loops (:mod:`gradstat.compressors.counter_native`,
-about twice as fast as the generated loop, equal bit for bit); the compiled kernels below serve the other cases
-where they compile. Eager torch is the reference and the fallback (no compiler, vectors below
-the compile threshold, ``GRADSTAT_COMPILE=never``, a GPU, or a compile error): the same functions, run op by op
-(on a CPU over chunks of rows, so that the temporaries stay in cache). Compiled and eager results are
-equal bit for bit (``tests/compressors/test_counter_dither.py``); the first compiled call of a process pays the
-compile (seconds); later calls reuse it at any length (``dynamic=True``), each dtype, constant set and
+levels, and NDQSG's nested worker) run the same arithmetic in C loops
+(:mod:`gradstat.compressors.kernels.counter_native`, about twice as fast as the generated loop, equal bit for bit); the
+compiled kernels below serve the other cases where they compile. Eager torch is the reference and the fallback (no
+compiler, vectors below the compile threshold, ``GRADSTAT_COMPILE=never``, a GPU, or a compile error): the same
+functions, run op by op (on a CPU over chunks of rows, so that the temporaries stay in cache). Compiled and eager
+results are equal bit for bit (``tests/compressors/test_counter_dither.py``); the first compiled call of a process pays
+the compile (seconds); later calls reuse it at any length (``dynamic=True``), each dtype, constant set and
 row count of 0 or 1 building its own variant once.
 """
 

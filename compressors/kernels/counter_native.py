@@ -1,16 +1,16 @@
 """The counter-dither quantize and reconstruct loops in C, for float32 values and int8 codes on a CPU.
 
-:mod:`gradstat.compressors.counter_dither` defines the arithmetic (its eager torch functions are the reference)
+:mod:`gradstat.compressors.kernels.counter_dither` defines the arithmetic (its eager torch functions are the reference)
 and runs it as a ``torch.compile`` kernel. On a CPU that generated loop costs about twice what the arithmetic
 needs: it converts and stores the int8 codes 8 at a time through torch's partial vector store, and it loads them
 back the same way (measured at 26M, one thread: 36 ms for the quantize loop against 16 ms here). So for the common
 case (float32 values, int8 codes: every quantizer with at most 127 levels) the same operations, in the same order
 and in float32 without fused multiply-adds, run in a small C loop of gradstat's own, built by
-:mod:`gradstat.compressors.native`: 8 elements per AVX2 step (checked at run time), a scalar loop otherwise and for
-each row's last elements. The hash is the one of :mod:`gradstat.compressors.counter_dither` (its multipliers are
-written into the source from there), so the codes and reconstructions of finite values equal the reference bit
-for bit (the quantizers refuse NaN and Inf before this loop; for NaN the C and torch codes differ); the tests
-compare them on every quantizer setting. NDQSG's nested worker has its loops here too. Where the library cannot be
+:mod:`gradstat.compressors.kernels.native`: 8 elements per AVX2 step (checked at run time), a scalar loop otherwise and
+for each row's last elements. The hash is the one of :mod:`gradstat.compressors.kernels.counter_dither` (its
+multipliers are written into the source from there), so the codes and reconstructions of finite values equal the
+reference bit for bit (the quantizers refuse NaN and Inf before this loop; for NaN the C and torch codes differ); the
+tests compare them on every quantizer setting. NDQSG's nested worker has its loops here too. Where the library cannot be
 built, the compiled kernel or the eager tiles run instead.
 """
 
@@ -21,9 +21,9 @@ import functools
 
 import torch
 
-from gradstat.compressors import native
-from gradstat.compressors.counter_dither import MULTIPLIERS
-from gradstat.compressors.primitives import cpu_contiguous
+from gradstat.compressors.kernels import native
+from gradstat.compressors.kernels.counter_dither import MULTIPLIERS
+from gradstat.compressors.kernels.primitives import cpu_contiguous
 
 SOURCE = r"""
 #include <math.h>
@@ -280,7 +280,7 @@ def _library() -> ctypes.CDLL | None:
 
 def quantizes(x: torch.Tensor, scale: torch.Tensor, codes: torch.dtype) -> bool:
     """Whether :func:`quantize_rows_into` runs: ``codes`` int8, float32 values ``x`` and scales, contiguous on a
-    CPU, and the library built (see :mod:`gradstat.compressors.native`)."""
+    CPU, and the library built (see :mod:`gradstat.compressors.kernels.native`)."""
     ok = codes == torch.int8 and cpu_contiguous(x, (torch.float32,)) and cpu_contiguous(scale, (torch.float32,))
     return ok and _library() is not None
 
@@ -298,7 +298,7 @@ def _words(key: torch.Tensor) -> tuple[int, int]:
 
 def _rows_pieces(rows: int, size: int) -> list[tuple[int, int, int, int]]:
     """``(row_start, row_stop, col_start, col_stop)`` pieces of a ``(rows, size)`` block, about one per thread
-    (:func:`gradstat.compressors.native.pieces`): whole rows, or parts of the one row of a single-row block."""
+    (:func:`gradstat.compressors.kernels.native.pieces`): whole rows, or parts of the one row of a single-row block."""
     if rows == 1:
         return [(0, 1, a, b) for a, b in native.pieces(size)]
     cuts = sorted({0, rows, *(min(rows, round(a / size)) for a, _ in native.pieces(rows * size))})
@@ -332,7 +332,7 @@ def quantize_rows_into(
     out: torch.Tensor, x: torch.Tensor, scale: torch.Tensor, base: int, key: torch.Tensor, gain: float, lo: int,
     hi: int, shift: float,
 ) -> torch.Tensor:  # fmt: skip
-    """:func:`gradstat.compressors.counter_dither.quantize_rows_into` (int8 codes) of the ``(rows, size)`` block
+    """:func:`gradstat.compressors.kernels.counter_dither.quantize_rows_into` (int8 codes) of the ``(rows, size)`` block
     ``x`` whose first element has index ``base``, ``scale`` of ``rows`` elements (see :func:`quantizes`); split
     across torch's threads on a long block."""
     return _over_rows("gs_quantize_rows", out, x, scale, base, key, (gain, float(lo), float(hi), shift))
@@ -342,24 +342,24 @@ def reconstruct_rows_into(
     out: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, base: int, key: torch.Tensor, gain: float,
     offset: float, subtract: bool,
 ) -> torch.Tensor:  # fmt: skip
-    """:func:`gradstat.compressors.counter_dither.reconstruct_rows_into` (float32 values) of the ``(rows, size)``
-    int8 codes whose first element has index ``base`` (see :func:`reconstructs`); split across torch's threads on
-    a long block."""
+    """:func:`gradstat.compressors.kernels.counter_dither.reconstruct_rows_into` (float32 values) of the ``(rows,
+    size)`` int8 codes whose first element has index ``base`` (see :func:`reconstructs`); split across torch's threads
+    on a long block."""
     return _over_rows("gs_reconstruct_rows", out, codes, scale, base, key, (gain, offset, int(subtract)))
 
 
 def nests(g: torch.Tensor, k: int, delta1: float) -> bool:
     """Whether :func:`nested_rows_into` and :func:`nested_estimate_into` run: float32 values on a CPU, int8 codes
-    (k <= 255), the small remainder's range (``1 / delta1 + 1 < 2^22``, :data:`gradstat.compressors.ndqsg.SMALL_T`)
-    and the library built."""
+    (k <= 255), the small remainder's range (``1 / delta1 + 1 < 2^22``,
+    :data:`gradstat.compressors.schemes.quantizers.ndqsg.SMALL_T`) and the library built."""
     return cpu_contiguous(g, (torch.float32,)) and k <= 255 and 1.0 / delta1 + 1.0 < 2.0**22 and _library() is not None
 
 
 def nested_rows_into(
     out: torch.Tensor, g: torch.Tensor, kappa: float, key: torch.Tensor, alpha: float, delta1: float, k: int
 ) -> torch.Tensor:
-    """:func:`gradstat.compressors.ndqsg.nested_rows_into` of the flat float32 ``g`` (first index 0) with the
-    nonzero scale ``kappa``: the int8 nested codes into ``out`` (see :func:`nests`); split across torch's
+    """:func:`gradstat.compressors.schemes.quantizers.ndqsg.nested_rows_into` of the flat float32 ``g`` (first index 0)
+    with the nonzero scale ``kappa``: the int8 nested codes into ``out`` (see :func:`nests`); split across torch's
     threads on a long vector."""
     lib = _library()
     assert lib is not None
@@ -380,9 +380,9 @@ def nested_estimate_into(
     out: torch.Tensor, s: torch.Tensor, side: torch.Tensor, kappa: float, key: torch.Tensor, alpha: float,
     delta1: float, k: int,
 ) -> torch.Tensor:  # fmt: skip
-    """:func:`gradstat.compressors.ndqsg.nested_reconstruct_rows_in_place` of the flat int8 codes ``s`` with the
-    float32 side information (first index 0, scale ``kappa``, possibly 0), into the float32 ``out``; split across
-    torch's threads on a long vector."""
+    """:func:`gradstat.compressors.schemes.quantizers.ndqsg.nested_reconstruct_rows_in_place` of the flat int8 codes
+    ``s`` with the float32 side information (first index 0, scale ``kappa``, possibly 0), into the float32 ``out``;
+    split across torch's threads on a long vector."""
     lib = _library()
     assert lib is not None
     k0, k1 = _words(key)

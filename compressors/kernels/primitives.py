@@ -26,7 +26,8 @@ import weakref
 import numpy as np
 import torch
 
-from gradstat.compressors import compaction
+from gradstat.compressors.kernels import compaction
+from gradstat.compressors.kernels.scratch import _SCRATCH, abs_scratch, release_scratch, scratch, scratch_like  # noqa: F401
 from gradstat.theory.fused import fused
 
 __all__ = [
@@ -94,44 +95,6 @@ A weak reference, so nothing is kept alive and a new tensor can never match; use
 every encode (:func:`forget_extremes`), because writes through ``.data`` or ``.numpy()`` do not bump the counter."""
 
 
-_SCRATCH = threading.local()
-
-
-def abs_scratch(x: torch.Tensor) -> torch.Tensor:
-    """``|x|`` (flat) written into a buffer reused across calls of the same thread, dtype and device.
-
-    A fresh d-element tensor on a CPU page-faults its whole output on every call (a 104 MB ``abs`` costs ~15
-    read passes fresh, ~2 into warm memory). The result is valid until the next ``abs_scratch`` call of the same
-    thread on a tensor of the same dtype and device: use it inside one encode and keep nothing that views it."""
-    flat = x.reshape(-1)
-    return torch.abs(flat, out=scratch(flat.numel(), flat.dtype, flat.device, "abs"))
-
-
-def scratch(numel: int, dtype: torch.dtype, device: torch.device, slot: str, keep: int = 0) -> torch.Tensor:
-    """A flat buffer of ``numel`` elements, reused across calls of the same thread, ``slot``, dtype and device.
-
-    The general form of :func:`abs_scratch` for a pass that writes a d-element temporary (a fresh 104 MB CPU tensor
-    page-faults ~15 read passes' worth on every call). The contents are undefined; the buffer is valid until the
-    next ``scratch`` call of the same thread with the same ``slot``, dtype and device: use it inside one encode or
-    decode, return nothing that views it. :func:`release_scratch` frees it. Off the CPU a fresh tensor is returned:
-    the device's caching allocator already reuses memory without faults, and a kept buffer would pin device memory
-    per thread and slot. ``keep``: when the buffer grows, its first ``keep`` elements are copied into the new one
-    (a buffer filled in steps, such as the compaction's output)."""
-    if torch.device(device).type != "cpu":
-        return torch.empty(numel, dtype=dtype, device=device)
-    cache = getattr(_SCRATCH, "buffers", None)
-    if cache is None:
-        cache = _SCRATCH.buffers = {}
-    key = (slot, dtype, torch.device(device))
-    buf = cache.get(key)
-    if buf is None or buf.numel() < numel:
-        grown = torch.empty(numel, dtype=dtype, device=device)
-        if buf is not None and keep:
-            grown[:keep] = buf[:keep]
-        buf = cache[key] = grown
-    return buf[:numel]
-
-
 def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
     """Indices (int64, 1-D, increasing) of the True elements of a 1-D bool tensor. On a CPU through numpy's
     ``flatnonzero`` on the same memory (one thread: 4-6x faster than ``torch.nonzero``, which counts first and
@@ -139,11 +102,6 @@ def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
     if mask.device.type == "cpu" and mask.is_contiguous():
         return torch.from_numpy(np.flatnonzero(mask.numpy()))
     return torch.nonzero(mask).squeeze(1)
-
-
-def release_scratch() -> None:
-    """Free this thread's :func:`scratch` buffers (e.g. after compressing a very large tensor once)."""
-    _SCRATCH.buffers = {}
 
 
 def count_true(mask: torch.Tensor) -> int:
@@ -165,7 +123,7 @@ def positive_threshold(threshold: torch.Tensor | float, like: torch.Tensor) -> t
 def count_excess(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """``[n, sum(|x| - t)]`` over ``|x| >= t``, as float64 (``t`` a 0-d float64 tensor): one fused read where
     compiled. With ``t > 0`` only nonzeros are counted; with ``t = 0`` the sum is ``sum |x|``. The count of every
-    iterative threshold search and the count and excess of :mod:`gradstat.compressors.tailcount`."""
+    iterative threshold search and the count and excess of :mod:`gradstat.compressors.schemes.sparsifiers.tailcount`."""
     a = x.abs().double()
     used = a >= t
     return torch.stack((used.sum().double(), torch.where(used, a - t, 0.0).sum()))
@@ -223,7 +181,7 @@ def select_at_least(
     (of ``|abs_g| >= threshold`` when ``signed``: the magnitudes of a signed vector, never formed in full).
 
     On a CPU (float32 or float64) the vector is read once: by the compaction kernel where it is built
-    (:mod:`gradstat.compressors.compaction`, ~1.2 read passes at 26M and delta = 1e-3), else chunk by chunk
+    (:mod:`gradstat.compressors.kernels.compaction`, ~1.2 read passes at 26M and delta = 1e-3), else chunk by chunk
     (:data:`SELECT_CHUNK` elements), each chunk's magnitudes, its comparison mask and the mask's nonzero search on
     numpy's vectorised loops in cached memory (~4 read passes; torch's CPU comparison runs at ~2.5 read passes
     where numpy's runs at one, and ``torch.nonzero`` counts before it writes). Elsewhere a sparse selection first
@@ -578,13 +536,3 @@ def max_abs_rows(x: torch.Tensor) -> torch.Tensor:
     if block_max.compiled_for(x):
         return block_max(x, True)
     return torch.maximum(-x.amin(dim=1), x.amax(dim=1))
-
-
-def scratch_like(x: torch.Tensor, slot: str) -> torch.Tensor:
-    """A :func:`scratch` buffer with the shape and the memory layout of ``x`` where ``x`` is contiguous or the
-    transpose of a contiguous matrix (the layout a fresh ``x * c`` would get), else contiguous. Reductions over a
-    tensor depend on its layout (the order of the additions), so a scratch copy keeps the plain form's layout."""
-    buf = scratch(x.numel(), x.dtype, x.device, slot)
-    if x.dim() == 2 and not x.is_contiguous() and x.T.is_contiguous():
-        return buf.view(x.T.shape).T
-    return buf.view(x.shape)

@@ -1,7 +1,7 @@
 """Momentum with sparse communication: DGC's local momentum correction and GMC's global momentum memory.
 
 Both wrap any compressor (in the papers a top-K or approximate top-K sparsifier) and keep the coordinates not
-sent in a per-worker memory, through :func:`gradstat.compressors.pipeline.feedback_round` with plain error feedback
+sent in a per-worker memory, through :func:`gradstat.compressors.memory.send.feedback_round` with plain error feedback
 (``u <- z - C(z)``, which is GMC eq. (4) ``u_{t+1} = (1 - m) * (g + u)`` whenever C sends exact values on a mask).
 
 DGC, local momentum (Lin et al. 2018, Sec. 3.2-3.3; as written in GMC (Zhao et al.), Sec. 2.1 and 3.3):
@@ -25,8 +25,8 @@ import torch
 
 from gradstat.compressors.base import Compressor, RoundResult
 from gradstat.compressors.context import Context
-from gradstat.compressors.feedback import ErrorFeedback
-from gradstat.compressors.pipeline import WorkerState, feedback_round
+from gradstat.compressors.memory.feedback import ErrorFeedback
+from gradstat.compressors.memory.send import WorkerState, feedback_round
 
 
 def _check_momentum(value: float, who: str) -> None:

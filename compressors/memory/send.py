@@ -1,8 +1,8 @@
 """The worker's send step with error feedback, and a round of it over P workers.
 
 GRACE's five-line ``send_step``: compensate, encode, decode, update memory. With ``feedback`` an
-:class:`~gradstat.compressors.feedback.ErrorFeedback` (none, plain EF, QCS's weighted feedback eq. (14), ECQ-SGD), one
-worker's step is
+:class:`~gradstat.compressors.memory.feedback.ErrorFeedback` (none, plain EF, QCS's weighted feedback eq. (14),
+ECQ-SGD), one worker's step is
 
     z = g + compensation * h;   payload = C.encode(z);   z_hat = C.decode(payload);   h <- decay * h + (z - z_hat)
 
@@ -19,8 +19,8 @@ import torch
 
 from gradstat.compressors.base import Compressor, RoundResult
 from gradstat.compressors.context import Context
-from gradstat.compressors.feedback import ErrorFeedback, FeedbackState
-from gradstat.compressors.payload import Payload
+from gradstat.compressors.memory.feedback import ErrorFeedback, FeedbackState
+from gradstat.compressors.wire.payload import Payload
 
 
 @dataclass

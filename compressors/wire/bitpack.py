@@ -1,6 +1,6 @@
 """Bit-packing: unsigned integers of a declared width written back to back into a byte stream, and read back.
 
-The one home of bit-packing (used by the wire format, :mod:`gradstat.compressors.payload`). Everything is
+The one home of bit-packing (used by the wire format, :mod:`gradstat.compressors.wire.payload`). Everything is
 vectorised with torch ops on the tensors' own device (no host round trip): value ``i`` of a run at width ``w``
 occupies bits ``[base + i w, base + (i + 1) w)`` of the stream, least significant bit first within a byte and
 within a value (little-endian bit order). Writing spreads each value, shifted to its bit offset, over the at most

@@ -6,7 +6,7 @@ integer codes beside it (it does read values, so it syncs; call it in analysis, 
 
 Wire format (:meth:`Payload.to_bytes` / :meth:`Payload.from_bytes`): one flat ``uint8`` tensor on the payload's
 device, a fixed header followed by the body, every part bit-packed at its declared width
-(:mod:`gradstat.compressors.bitpack`), back to back, only the very last byte padded with zeros. So
+(:mod:`gradstat.compressors.wire.bitpack`), back to back, only the very last byte padded with zeros. So
 ``8 * len(bytes) == header_bits(parts) + 8 * ceil(payload.bits / 8)``. All multi-byte fields are little-endian.
 
 Header, ``HEADER_PREFIX_BYTES + PART_DESCRIPTOR_BYTES * parts`` bytes (96 + 224 per part bits):
@@ -45,7 +45,7 @@ from typing import Literal
 
 import torch
 
-from gradstat.compressors import bitpack
+from gradstat.compressors.wire import bitpack
 
 SEED_BITS = 64
 """Width at which a payload sends the seed material its decoder needs."""

@@ -202,7 +202,7 @@ def test_validate_exit_status_follows_the_verdicts(tmp_path, monkeypatch):
     assert run("validate", "--quick", "--checks", "qcs-gamma,topk-contraction", "--out", out, "--quiet") == 0
     df = pd.read_csv(out / "validation.csv")
     assert list(df["check"]) == ["qcs-gamma", "topk-contraction"] and set(df["verdict"]) == {"holds"}
-    from gradstat.compressors.qcs import QCS
+    from gradstat.compressors.schemes.quantizers.qcs import QCS
 
     monkeypatch.setattr(QCS, "reconstruction_scale", lambda self: 1.1)
     assert run("validate", "--quick", "--checks", "qcs-gamma", "--out", out, "--quiet") == 1

@@ -32,8 +32,8 @@ from gradstat import compressors
 from gradstat.compressors import registry
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
-from gradstat.compressors.payload import Payload, float_width
-from gradstat.compressors.randk import RandK
+from gradstat.compressors.schemes.sparsifiers.randk import RandK
+from gradstat.compressors.wire.payload import Payload, float_width
 
 NAMES = compressors.names()
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

@@ -1,4 +1,4 @@
-"""The fast bit-packing paths of compressors/bitpack.py give the same bytes as the plain reference (``pack_into`` /
+"""The fast bit-packing paths of compressors/wire/bitpack.py give the same bytes as the plain reference (``pack_into`` /
 ``unpack``), bit for bit, at every width, length, dtype and starting bit."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradstat.compressors import bitpack
+from gradstat.compressors.wire import bitpack
 
 WIDTHS = list(range(1, bitpack.MAX_WIDTH + 1))
 LENGTHS = [1, 2, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1001, 4099]

@@ -1,4 +1,4 @@
-"""The compaction kernel (compressors/compaction.py) against the plain mask: indices, gathered values and the
+"""The compaction kernel (compressors/kernels/compaction.py) against the plain mask: indices, gathered values and the
 largest magnitude, on every kind of float32 and float64 value, across its 16-element steps, its scalar tail and its
 buffer growth; and its fallbacks (no compiler, a failed build, ``GRADSTAT_COMPILE=never``)."""
 
@@ -16,7 +16,7 @@ import warnings
 import pytest
 import torch
 
-from gradstat.compressors import compaction, native
+from gradstat.compressors.kernels import compaction, native
 
 FMAX = torch.finfo(torch.float32).max
 
@@ -165,7 +165,7 @@ def test_a_cached_library_that_does_not_load_is_built_again(tmp_path):
     new process: this one would get its loaded library back for the same path."""
     env = {**os.environ, "GRADSTAT_CACHE": str(tmp_path)}
     probe = (
-        "import warnings, torch; warnings.simplefilter('error'); from gradstat.compressors import compaction; "
+        "import warnings, torch; warnings.simplefilter('error'); from gradstat.compressors.kernels import compaction; "
         "assert compaction.available(torch.zeros(10)); "
         "print(compaction.select(torch.tensor([0.5, -2.0, 3.0]), 1.0, True)[0].tolist())"
     )

@@ -9,9 +9,9 @@ import torch
 
 from gradstat import compressors
 from gradstat.compressors.context import Context, derive_seed, generator
-from gradstat.compressors.feedback import ErrorFeedback, parse_feedback
-from gradstat.compressors.payload import Payload, code_width, empirical_entropy, index_width
+from gradstat.compressors.memory.feedback import ErrorFeedback, parse_feedback
 from gradstat.compressors.registry import create, parse_spec
+from gradstat.compressors.wire.payload import Payload, code_width, empirical_entropy, index_width
 
 
 # -- payload ------------------------------------------------------------------------------------------------

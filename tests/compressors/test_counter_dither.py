@@ -1,6 +1,7 @@
-"""The counter-based dither (compressors/counter_dither.py): the compiled fused quantizer equals the eager reference
-bit for bit; compiling degrades to eager (switched off, or failing); the numbers are uniform on [0, 1) (KS test) and
-make DQSG's error exactly uniform (Lemma 3) and QSGD unbiased; the same seed gives the same numbers on CPU and CUDA."""
+"""The counter-based dither (compressors/kernels/counter_dither.py): the compiled fused quantizer equals the eager
+reference bit for bit; compiling degrades to eager (switched off, or failing); the numbers are uniform on [0, 1) (KS
+test) and make DQSG's error exactly uniform (Lemma 3) and QSGD unbiased; the same seed gives the same numbers on CPU
+and CUDA."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import torch
 from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 from scipy import stats
 
-from gradstat.compressors import Context, counter_dither, counter_native, create, ndqsg
-from gradstat.compressors.dither import ScaledQuantizer
-from gradstat.compressors.payload import Payload
+from gradstat.compressors import Context, create
+from gradstat.compressors.kernels import counter_dither, counter_native
+from gradstat.compressors.schemes.quantizers import ndqsg
+from gradstat.compressors.schemes.quantizers.dither import ScaledQuantizer
+from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.dqsg import conditional_error
 from gradstat.theory.fused import can_compile
 

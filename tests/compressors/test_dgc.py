@@ -10,7 +10,7 @@ from _sparse_checks import kept_fraction, laplace, sparse_bits
 
 from gradstat.compressors import create
 from gradstat.compressors.context import Context
-from gradstat.compressors.dgc import sampled_threshold
+from gradstat.compressors.schemes.sparsifiers.dgc import sampled_threshold
 
 
 def _spiky(d: int = 10_000, k: int = 10) -> torch.Tensor:

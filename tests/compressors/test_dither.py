@@ -6,8 +6,15 @@ import pytest
 import torch
 from _quant_checks import check_mean_equals
 
-from gradstat.compressors.dither import ScaledQuantizer, bucket_norm, draw_dither, quantize, reconstruct, to_buckets
-from gradstat.compressors.payload import Payload
+from gradstat.compressors.schemes.quantizers.dither import (
+    ScaledQuantizer,
+    bucket_norm,
+    draw_dither,
+    quantize,
+    reconstruct,
+    to_buckets,
+)
+from gradstat.compressors.wire.payload import Payload
 
 N = 200_000  # dither draws per check
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 
-import gradstat.compressors.counter_dither as counter_dither
-import gradstat.compressors.dither as dither
+import gradstat.compressors.kernels.counter_dither as counter_dither
+import gradstat.compressors.schemes.quantizers.dither as dither
 from gradstat.analysis.validation.mutations import _dither_not_subtracted
 from gradstat.compressors import Context, create
-from gradstat.compressors.dqsg import DQSG
+from gradstat.compressors.schemes.quantizers.dqsg import DQSG
 from gradstat.theory.dqsg import conditional_error
 
 TRIALS = 400

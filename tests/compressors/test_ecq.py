@@ -9,7 +9,7 @@ import torch
 from _quant_checks import check_mean_at_most, check_unbiased, laplace, relative_errors
 
 from gradstat.compressors import Context, ErrorFeedback, create
-from gradstat.compressors.ecq import ECQ
+from gradstat.compressors.schemes.quantizers.ecq import ECQ
 from gradstat.theory.qsgd import variance_bound
 
 

@@ -7,7 +7,7 @@ from _sparse_checks import kept_fraction, laplace
 
 from gradstat.compressors import create
 from gradstat.compressors.context import Context
-from gradstat.compressors.threshold import search_threshold
+from gradstat.compressors.schemes.sparsifiers.threshold import search_threshold
 
 
 def test_gaussian_start_is_the_two_sided_normal_quantile():

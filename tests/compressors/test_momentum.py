@@ -7,7 +7,7 @@ import torch
 from _sparse_checks import laplace
 
 from gradstat.compressors import create
-from gradstat.compressors.momentum import GlobalMomentumCompression, LocalMomentumCorrection
+from gradstat.compressors.memory.momentum import GlobalMomentumCompression, LocalMomentumCorrection
 
 A, E, C = 1.0, 0.3, 1.2  # 0 < e < a < c < a + e (GMC Sec. 3.2)
 WORKER_GRADS = [torch.tensor([-A, E]), torch.tensor([A + E, C])]  # f(w; xi_1) = (-a, e).w, f(w; xi_2) = (a+e, c).w

@@ -7,7 +7,7 @@ import torch
 from _quant_checks import laplace
 
 from gradstat.compressors import Context, ErrorFeedback, create
-from gradstat.compressors.onebit import OneBit
+from gradstat.compressors.schemes.quantizers.onebit import OneBit
 
 
 def test_hand_example_per_column():

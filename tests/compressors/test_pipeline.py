@@ -7,8 +7,8 @@ from _sparse_checks import laplace
 
 from gradstat.compressors import create
 from gradstat.compressors.context import Context
-from gradstat.compressors.feedback import ErrorFeedback
-from gradstat.compressors.pipeline import WorkerState, feedback_round, new_worker_states, send_step
+from gradstat.compressors.memory.feedback import ErrorFeedback
+from gradstat.compressors.memory.send import WorkerState, feedback_round, new_worker_states, send_step
 
 
 def test_plain_feedback_conserves_the_gradient_sum():

@@ -10,7 +10,7 @@ import torch
 from _quant_checks import check_mean_at_most, check_unbiased, laplace, relative_errors
 
 from gradstat.compressors import Context, ErrorFeedback, create
-from gradstat.compressors.qcs import QCS, mix, rademacher, unmix
+from gradstat.compressors.schemes.quantizers.qcs import QCS, mix, rademacher, unmix
 from gradstat.theory import qcs as theory_qcs
 
 F64 = torch.float64

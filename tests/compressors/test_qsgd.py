@@ -9,7 +9,7 @@ import torch
 from _quant_checks import check_mean_at_most, check_mean_equals, check_unbiased, draws, laplace, relative_errors
 
 from gradstat.compressors import Context, create
-from gradstat.compressors.qsgd import QSGD
+from gradstat.compressors.schemes.quantizers.qsgd import QSGD
 from gradstat.theory.qsgd import variance_bound
 
 

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from gradstat.compressors.dither import ScaledQuantizer
-from gradstat.compressors.payload import Payload
+from gradstat.compressors.schemes.quantizers.dither import ScaledQuantizer
+from gradstat.compressors.wire.payload import Payload
 
 QUANTIZERS = [
     ScaledQuantizer(levels=4, bucket=512, norm="l2", subtract=False),  # QSGD

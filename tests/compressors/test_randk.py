@@ -10,7 +10,7 @@ from _sparse_checks import laplace
 
 from gradstat.compressors import create
 from gradstat.compressors.context import SEED_BITS, Context
-from gradstat.compressors.randk import random_subset
+from gradstat.compressors.schemes.sparsifiers.randk import random_subset
 
 
 def test_bits_are_k_float32_values_and_one_seed():

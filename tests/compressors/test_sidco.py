@@ -8,7 +8,7 @@ from _sparse_checks import double_gamma, laplace, sparse_bits
 
 from gradstat.compressors import create
 from gradstat.compressors.context import Context
-from gradstat.compressors.sidco import SIDCoState
+from gradstat.compressors.schemes.sparsifiers.sidco import SIDCoState
 
 D = 1_000_000
 

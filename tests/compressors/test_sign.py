@@ -7,7 +7,7 @@ import torch
 from _quant_checks import laplace
 
 from gradstat.compressors import Context, ErrorFeedback, create
-from gradstat.compressors.sign import SignSGD
+from gradstat.compressors.schemes.quantizers.sign import SignSGD
 
 
 def test_scaled_sign_hand_example():

@@ -1,12 +1,12 @@
-"""SIDCo's stage adaptation (gradstat.compressors.stage_adaptation): the ``error`` search explores before it
-reverses, finds a good M behind a worse one, settles, and says when no M meets the tolerance."""
+"""SIDCo's stage adaptation (gradstat.compressors.schemes.sparsifiers.stage_adaptation): the ``error`` search explores
+before it reverses, finds a good M behind a worse one, settles, and says when no M meets the tolerance."""
 
 from __future__ import annotations
 
 import pytest
 
 from gradstat.compressors import create
-from gradstat.compressors.stage_adaptation import StageState, record
+from gradstat.compressors.schemes.sparsifiers.stage_adaptation import StageState, record
 
 
 def feed(qualities_by_m: dict[int, float], periods: int, max_stages: int = 8, eps: float = 0.2) -> StageState:

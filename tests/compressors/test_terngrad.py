@@ -7,7 +7,7 @@ import torch
 from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 
 from gradstat.compressors import create
-from gradstat.compressors.terngrad import TernGrad
+from gradstat.compressors.schemes.quantizers.terngrad import TernGrad
 
 
 def test_bits_are_two_per_element_plus_the_scale():

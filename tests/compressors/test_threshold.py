@@ -8,7 +8,7 @@ from _sparse_checks import laplace, sparse_bits
 
 from gradstat.compressors import create
 from gradstat.compressors.context import Context
-from gradstat.compressors.threshold import count_at_least, search_threshold, select_at_least
+from gradstat.compressors.schemes.sparsifiers.threshold import count_at_least, search_threshold, select_at_least
 
 
 def test_selection_keeps_magnitudes_at_or_above_the_threshold_and_never_zeros():

@@ -11,7 +11,7 @@ import torch
 
 from gradstat import compressors
 from gradstat.compressors import Context
-from gradstat.compressors.threshold import FixedThreshold, ThresholdSparsifier
+from gradstat.compressors.schemes.sparsifiers.threshold import FixedThreshold, ThresholdSparsifier
 
 TARGETED = [
     n

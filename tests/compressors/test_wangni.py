@@ -14,7 +14,7 @@ from _sparse_checks import laplace, sparse_bits
 import gradstat.theory.wangni
 from gradstat.compressors import create
 from gradstat.compressors.context import Context
-from gradstat.compressors.wangni import optimal_probabilities
+from gradstat.compressors.schemes.sparsifiers.wangni import optimal_probabilities
 
 
 @pytest.mark.parametrize("k", [1, 10, 100, 999])

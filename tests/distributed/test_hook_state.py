@@ -11,7 +11,7 @@ from gradstat import compressors
 from gradstat.compressors.context import Context
 from gradstat.compressors.ddp import decode_all, make_hook
 from gradstat.compressors.ddp.state import CompressionHookState
-from gradstat.compressors.sidco import SIDCoState
+from gradstat.compressors.schemes.sparsifiers.sidco import SIDCoState
 
 
 def test_side_information_decoding_follows_algorithm_2():

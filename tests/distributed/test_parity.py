@@ -3,11 +3,11 @@ from the recorded dump.
 
 Training runs with a layer-wise hook (one block per parameter, seed key = the parameter's position) and records
 every step's local gradient of each rank (``worker = rank``) and its residual. Offline, the library's round with
-feedback (:func:`gradstat.compressors.pipeline.feedback_round`, what ``record`` and the replays run) goes over the
+feedback (:func:`gradstat.compressors.memory.send.feedback_round`, what ``record`` and the replays run) goes over the
 dump with per-rank states and ``Context(seed, step, block = position)``; bits and decoded tensors must agree bit
 for bit, for a deterministic compressor (Top-k), seeded randomized ones (QSGD, QCS) and a side-information scheme
 (NDQSG, Algorithm 2 order), each with its feedback, and DGC's local momentum correction
-(:class:`gradstat.compressors.momentum.LocalMomentumCorrection`).
+(:class:`gradstat.compressors.memory.momentum.LocalMomentumCorrection`).
 
 The same holds through the command a user runs: ``gradstat compress DUMP --blocks layer --compressor SPEC
 --feedback FB --seed 5 --save-decoded`` writes the bits of every (step, worker, block) and the decoded tensors,
@@ -27,8 +27,8 @@ from gradstat import compressors
 from gradstat.analysis.cli.main import main
 from gradstat.analysis.dumps import open_dump
 from gradstat.compressors.context import Context
-from gradstat.compressors.momentum import LocalMomentumCorrection
-from gradstat.compressors.pipeline import feedback_round, new_worker_states
+from gradstat.compressors.memory.momentum import LocalMomentumCorrection
+from gradstat.compressors.memory.send import feedback_round, new_worker_states
 
 ITERATIONS = 4
 SEED = 5  # the seed _scenarios.record_and_keep trains with

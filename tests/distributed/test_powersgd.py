@@ -7,7 +7,7 @@ import torch
 
 from gradstat import compressors
 from gradstat.compressors.context import Context
-from gradstat.compressors.powersgd import matrix_shape
+from gradstat.compressors.schemes.lowrank.powersgd import matrix_shape
 
 
 def test_a_rank_r_matrix_is_reconstructed_exactly():

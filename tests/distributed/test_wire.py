@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from gradstat import compressors
-from gradstat.compressors import bitpack
 from gradstat.compressors.context import Context
-from gradstat.compressors.payload import Payload, header_bits
+from gradstat.compressors.wire import bitpack
+from gradstat.compressors.wire.payload import Payload, header_bits
 
 
 def _laplace(d: int, seed: int, device) -> torch.Tensor:

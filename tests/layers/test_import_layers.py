@@ -64,7 +64,27 @@ def test_an_arrow_planted_from_measure_up_to_a_study_breaks_the_room_order(tmp_p
 def test_an_arrow_planted_from_theory_up_to_compressors_breaks_the_layers(tmp_path):
     staging = stage(tmp_path, copy=("theory",))
     planted = staging / "gradstat" / "theory" / "qcs.py"
-    planted.write_text(planted.read_text() + "\nfrom gradstat.compressors import payload  # planted\n")
+    planted.write_text(planted.read_text() + "\nfrom gradstat.compressors.wire import payload  # planted\n")
     r = lint_imports(staging)
     assert r.returncode != 0
-    assert "gradstat.theory.qcs -> gradstat.compressors.payload" in r.stdout
+    assert "gradstat.theory.qcs -> gradstat.compressors.wire.payload" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "arrow"),
+    [
+        ("wire/payload.py", "gradstat.compressors.schemes.sparsifiers.topk"),
+        ("kernels/primitives.py", "gradstat.compressors.base"),
+        ("schemes/quantizers/qsgd.py", "gradstat.compressors.memory.feedback"),
+        ("schemes/lowrank/powersgd.py", "gradstat.compressors.schemes.quantizers.dither"),
+        ("memory/feedback.py", "gradstat.compressors.ddp.hook"),
+    ],
+)
+def test_an_arrow_planted_up_through_compressors_concerns_breaks_their_order(tmp_path, module, arrow):
+    staging = stage(tmp_path, copy=("compressors",))
+    planted = staging / "gradstat" / "compressors" / module
+    planted.write_text(planted.read_text() + f"\nimport {arrow}  # planted\n")
+    r = lint_imports(staging)
+    assert r.returncode != 0
+    source = "gradstat.compressors." + module.removesuffix(".py").replace("/", ".")
+    assert f"{source} -> {arrow}" in " ".join(r.stdout.split())

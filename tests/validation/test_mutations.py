@@ -48,7 +48,7 @@ def test_every_explained_survivor_is_caught_by_its_companion():
 
 
 def test_patches_are_undone_after_the_run():
-    from gradstat.compressors.qcs import QCS
+    from gradstat.compressors.schemes.quantizers.qcs import QCS
 
     before = QCS.reconstruction_scale
     m = next(m for m in MUTATIONS if m.name == "alpha-1.1")

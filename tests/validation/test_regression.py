@@ -45,7 +45,7 @@ def test_on_a_dump_every_row_names_its_dump_block_or_its_synthetic_law():
 
 def test_qcs_with_alpha_1_1_violates_gamma_and_unbiasedness(monkeypatch):
     """QCS decoded with alpha = 1.1 instead of 1: E||e||^2 grows past gamma (10), and the projected bias is 0.1."""
-    from gradstat.compressors.qcs import QCS
+    from gradstat.compressors.schemes.quantizers.qcs import QCS
 
     monkeypatch.setattr(QCS, "reconstruction_scale", lambda self: 1.1)
     assert registry.get("qcs-gamma").run("quick").verdict == "violated"
@@ -55,8 +55,8 @@ def test_qcs_with_alpha_1_1_violates_gamma_and_unbiasedness(monkeypatch):
 
 def test_dqsg_without_subtracting_the_dither_violates_the_exact_variance(monkeypatch):
     """DQSG whose receiver forgets to subtract the dither (half-dithered) while claiming Lemma 3's exact variance."""
-    from gradstat.compressors.dither import ScaledQuantizer
-    from gradstat.compressors.dqsg import DQSG
+    from gradstat.compressors.schemes.quantizers.dither import ScaledQuantizer
+    from gradstat.compressors.schemes.quantizers.dqsg import DQSG
 
     def half(self, d):
         return ScaledQuantizer(levels=self.M, bucket=d, norm="linf", subtract=False)
@@ -79,10 +79,10 @@ def test_sidco_gamma_with_the_approximate_quantile_claimed_exact_is_caught(monke
 
 def test_topk_that_keeps_the_smallest_values_violates_the_contraction(monkeypatch):
     """A 'Top-k' that keeps the k smallest magnitudes loses more than 1 - k/d of the energy."""
-    from gradstat.compressors.topk import TopK
+    from gradstat.compressors.schemes.sparsifiers.topk import TopK
 
     def bottom_k(self, g, payload, ctx):
-        from gradstat.compressors.threshold import add_sparse
+        from gradstat.compressors.schemes.sparsifiers.threshold import add_sparse
 
         k = max(1, round(self.ratio * g.numel()))
         add_sparse(payload, g, torch.topk(g.abs(), k, largest=False).indices)
@@ -93,7 +93,7 @@ def test_topk_that_keeps_the_smallest_values_violates_the_contraction(monkeypatc
 
 def test_feedback_check_catches_a_residual_that_never_decays(monkeypatch):
     """Weighted feedback with decay 1 (r_{t+1} = r_t + e_t: the residual is never spent) breaks eta (15)."""
-    from gradstat.compressors.feedback import ErrorFeedback
+    from gradstat.compressors.memory.feedback import ErrorFeedback
 
     monkeypatch.setattr(ErrorFeedback, "qcs", classmethod(lambda cls, beta: cls(beta, 1.0)))
     assert registry.get("qcs-feedback-unbiased").run("quick").verdict == "violated"

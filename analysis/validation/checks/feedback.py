@@ -64,7 +64,7 @@ def _recursion(s: Setting) -> Measurement:
     in the same float32 arithmetic. Sample per seed: ``max_t ||r_t - r_t^ref|| / ||r_t^ref||`` (0 when the
     pipeline is the recursion)."""
     from gradstat.compressors import ErrorFeedback
-    from gradstat.compressors.pipeline import feedback_round, new_worker_states
+    from gradstat.compressors.memory.send import feedback_round, new_worker_states
 
     comp = create(QCS_UNBIASED)
     beta = RECURSION_BETA

@@ -1,7 +1,7 @@
 """GMC's claims (Zhao et al., Global Momentum Compression): the memory of Theorem 9 and the communication ratio CR
 of Sec. 5, each with a companion that can fail.
 
-Every run replays :class:`gradstat.compressors.momentum.GlobalMomentumCompression` over P workers and T steps.
+Every run replays :class:`gradstat.compressors.memory.momentum.GlobalMomentumCompression` over P workers and T steps.
 Worker k's mini-batch gradient at step t is a block drawn at random for that (run, step, worker)
 (:func:`~gradstat.analysis.validation.checks.common.random_block`: a random step and window of a dump, or a fresh
 synthetic draw), so runs are independent Monte Carlo trials.
@@ -48,7 +48,7 @@ def _grads(s: Setting, run: int, t: int) -> list[torch.Tensor]:
 def _run(s: Setting, run: int, masks: str, momentum: float) -> dict[str, float]:
     """One GMC run with ``masks`` ``randk`` or ``topk``: max_t ||u_tilde_t||^2, G^2, CR and the exact-recursion
     reference of max_t ||u_tilde_t||^2 (top-K only)."""
-    from gradstat.compressors.momentum import GlobalMomentumCompression
+    from gradstat.compressors.memory.momentum import GlobalMomentumCompression
     from gradstat.theory.gmc import communication_ratio
 
     gmc = GlobalMomentumCompression(create(f"{masks}:ratio={S / D}"), lr=LR, momentum=momentum)
@@ -82,7 +82,7 @@ def _run(s: Setting, run: int, masks: str, momentum: float) -> dict[str, float]:
 
 def _positions(payload: Payload) -> set[int]:
     """The coordinates a random-K payload covers (``randk`` sends values and the seed of its subset)."""
-    from gradstat.compressors.randk import random_subset
+    from gradstat.compressors.schemes.sparsifiers.randk import random_subset
 
     k = payload["values"].numel()
     return set(random_subset(payload.numel, k, payload.seed, payload["values"].device).tolist())

@@ -35,7 +35,7 @@ def _qcs_unbiased(s: Setting) -> Measurement:
 def _lemma1(s: Setting) -> Measurement:
     """E[T^T T] = I: the mean of ||T x||^2 / ||x||^2 over the random signs r is 1 (Lemma 1, eq. (3)); the note
     gives max |T T^T - (n/k) I| for one draw (exact identity). The signs are the default QCS's (counter-based)."""
-    from gradstat.compressors.qcs import mix, signs, unmix
+    from gradstat.compressors.schemes.quantizers.qcs import mix, signs, unmix
 
     k = 64
     x = block(s, N_QCS).double()[None, :]

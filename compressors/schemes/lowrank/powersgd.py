@@ -27,11 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
-from gradstat.compressors.base import Compressor, Properties
+from gradstat.compressors.base import Compressor, Properties, check_int
 from gradstat.compressors.context import Context, generator
-from gradstat.compressors.dither import check_int
-from gradstat.compressors.payload import Payload, float_width
-from gradstat.compressors.primitives import (
+from gradstat.compressors.kernels.primitives import (
     max_abs,
     normalise_by_pow2,
     pow2_exponent,
@@ -40,6 +38,7 @@ from gradstat.compressors.primitives import (
     to_float32_wire,
 )
 from gradstat.compressors.registry import register
+from gradstat.compressors.wire.payload import Payload, float_width
 
 
 @dataclass

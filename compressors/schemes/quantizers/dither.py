@@ -32,11 +32,10 @@ from typing import Callable, Literal
 
 import torch
 
-from gradstat.compressors import counter_dither, counter_native
 from gradstat.compressors.base import Compressor, nonfinite_error
 from gradstat.compressors.context import Context, generator
-from gradstat.compressors.payload import Payload, code_width
-from gradstat.compressors.primitives import (
+from gradstat.compressors.kernels import counter_dither, counter_native
+from gradstat.compressors.kernels.primitives import (
     all_finite,
     l2_norm,
     l2_norm_rows,
@@ -46,6 +45,7 @@ from gradstat.compressors.primitives import (
     scratch_like,
     to_float32_wire,
 )
+from gradstat.compressors.wire.payload import Payload, code_width
 
 Norm = Literal["l2", "linf"]
 DitherSource = Literal["torch", "counter"]
@@ -63,7 +63,7 @@ def draw_dither(numel: int, seed: int, device: torch.device, stream: int = DITHE
 def draw_dither_scratch(numel: int, seed: int, device: torch.device, stream: int = DITHER_STREAM) -> torch.Tensor:
     """:func:`draw_dither`'s numbers, bit for bit, drawn into this thread's dither scratch buffer (no fresh
     d-element tensor; valid until the next call of the same thread, see
-    :func:`gradstat.compressors.primitives.scratch`)."""
+    :func:`gradstat.compressors.kernels.primitives.scratch`)."""
     out = scratch(numel, torch.float32, torch.device(device), "dither")
     torch.rand(numel, generator=generator(seed, device, stream), out=out)
     return out.sub_(0.5)
@@ -94,13 +94,6 @@ def code_dtype(lo: int, hi: int) -> torch.dtype:
     return torch.int8 if big <= 127 else torch.int16 if big <= 32767 else torch.int32
 
 
-def check_int(who: str, value: object, minimum: int) -> int:
-    """``value`` as an int >= minimum, else ValueError naming ``who``, the value and what is accepted."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{who} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
 # -- buckets and scales --------------------------------------------------------------------------------------------
 def to_buckets(x: torch.Tensor, size: int) -> torch.Tensor:
     """Flat ``x`` of length d as a (ceil(d/size), size) matrix, the last row zero-padded."""
@@ -115,7 +108,7 @@ def to_buckets(x: torch.Tensor, size: int) -> torch.Tensor:
 
 def bucket_norm(blocks: torch.Tensor, norm: Norm) -> torch.Tensor:
     """Per-row norm of a (rows, size) matrix, shape (rows,): ``l2`` or ``linf``. The l2 norm factors out a power
-    of two per row first (:func:`gradstat.compressors.primitives.l2_norm`): no overflow of the squares for huge
+    of two per row first (:func:`gradstat.compressors.kernels.primitives.l2_norm`): no overflow of the squares for huge
     values, no underflow for denormal ones, exact equivariance to power-of-two scalings."""
     if norm == "linf":
         return max_abs(blocks, dim=1)
@@ -168,8 +161,8 @@ def _counter_rows(
     key: torch.Tensor,
     args: tuple[object, ...],
 ) -> torch.Tensor:
-    """``fn`` of :mod:`gradstat.compressors.counter_dither` over the full buckets of the flat ``src`` (a view; None:
-    ``fn`` reads ``out`` itself) and then its ragged last bucket, writing into the flat ``out``; ``factor[b]`` is
+    """``fn`` of :mod:`gradstat.compressors.kernels.counter_dither` over the full buckets of the flat ``src`` (a view;
+    None: ``fn`` reads ``out`` itself) and then its ragged last bucket, writing into the flat ``out``; ``factor[b]`` is
     bucket b's scale."""
     d = out.numel()
     full = d // size
@@ -195,7 +188,7 @@ def _native_rows(
     key: torch.Tensor,
     args: tuple[object, ...],
 ) -> bool:
-    """Run ``fn`` over the block in C (:mod:`gradstat.compressors.counter_native`) where that loop exists for it
+    """Run ``fn`` over the block in C (:mod:`gradstat.compressors.kernels.counter_native`) where that loop exists for it
     and these tensors; False where it does not (the caller runs the compiled kernel or the eager tiles)."""
     if not isinstance(block, torch.Tensor):
         return False
@@ -230,8 +223,8 @@ class ScaledQuantizer:
         sent), False for half-dithered (codes and scales only).
     onebit : QCS's 1-bit variant (5): midrise points +-1/2 at scale ``2 s_b`` (one bit per code); needs
         ``norm="linf"`` and ``levels=1``.
-    dither : where the dither comes from: ``counter`` (default; :mod:`gradstat.compressors.counter_dither`: keyed
-        by (seed, index), the same numbers on every device, drawn inside one fused pass) or ``torch`` (the
+    dither : where the dither comes from: ``counter`` (default; :mod:`gradstat.compressors.kernels.counter_dither`:
+        keyed by (seed, index), the same numbers on every device, drawn inside one fused pass) or ``torch`` (the
         ctx-seeded torch generator, stream DITHER_STREAM: a separate draw of d uniforms, ~60-100 ms per 26M on one
         CPU thread, and other numbers on CUDA than on a CPU). Both are U[-1/2, 1/2) in multiples of 2^-24; the
         payloads differ.

@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from gradstat.compressors.base import Properties
-from gradstat.compressors.dither import DitherSource, ScaledQuantizer, ScaledQuantizerCompressor, check_int
+from gradstat.compressors.base import Properties, check_int
 from gradstat.compressors.registry import register
+from gradstat.compressors.schemes.quantizers.dither import DitherSource, ScaledQuantizer, ScaledQuantizerCompressor
 
 
 @register("dqsg")
@@ -28,7 +28,8 @@ from gradstat.compressors.registry import register
 class DQSG(ScaledQuantizerCompressor):
     """M: levels per sign (Delta = 1/M, codes in {-M..M}), >= 1. partitions: K >= 1, each with its own kappa.
     half: half-dithered (do not subtract the dither; no seed sent).
-    dither: ``counter`` (default) or ``torch`` (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
+    dither: ``counter`` (default) or ``torch`` (see
+    :class:`gradstat.compressors.schemes.quantizers.dither.ScaledQuantizer`)."""
 
     M: int = 2
     partitions: int = 1

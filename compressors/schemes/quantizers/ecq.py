@@ -5,7 +5,7 @@
 ``32 + d r`` bits in all. It is QSGD's quantizer over the whole tensor (the half-dithered quantizer of
 DQSG/NDQSG (Abdi & Fekri) Lemma 2) with a choice of norm. The error compensation itself
 (``h <- beta h + (g - g_tilde)``, ``g_tilde = Q(g + alpha h)``) is
-:meth:`gradstat.compressors.feedback.ErrorFeedback.ecq`.
+:meth:`gradstat.compressors.memory.feedback.ErrorFeedback.ecq`.
 """
 
 from __future__ import annotations
@@ -13,16 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from gradstat.compressors.base import Properties
-from gradstat.compressors.dither import DitherSource, ScaledQuantizer, ScaledQuantizerCompressor, check_int
+from gradstat.compressors.base import Properties, check_int
 from gradstat.compressors.registry import register
+from gradstat.compressors.schemes.quantizers.dither import DitherSource, ScaledQuantizer, ScaledQuantizerCompressor
 
 
 @register("ecq")
 @dataclass
 class ECQ(ScaledQuantizerCompressor):
     """s: non-zero levels (codes in {-s..s}). norm: the scale, ``l2`` or ``linf`` (the paper's experiments: l2, s=4).
-    dither: ``counter`` (default) or ``torch`` (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
+    dither: ``counter`` (default) or ``torch`` (see
+    :class:`gradstat.compressors.schemes.quantizers.dither.ScaledQuantizer`)."""
 
     s: int = 4
     norm: Literal["l2", "linf"] = "l2"

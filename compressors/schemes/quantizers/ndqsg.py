@@ -8,9 +8,9 @@ different coarse bins, ``|alpha (x - y) + e| > Delta2/2`` (Theorem 6); the estim
 ``alpha Delta2``.
 
 Algorithm 2 as a :meth:`NDQSG.round`: workers ``0 .. p1-1`` (the group P1) send DQSG with step 1/M
-(:class:`gradstat.compressors.dqsg.DQSG`); the server averages them into g_tilde; each later worker (P2) sends nested
-indices, decoded with the running average g_tilde as side information, which is then updated with the decoded
-gradient. Failures are counted against the decode with perfect side information (the worker's own gradient,
+(:class:`gradstat.compressors.schemes.quantizers.dqsg.DQSG`); the server averages them into g_tilde; each later worker
+(P2) sends nested indices, decoded with the running average g_tilde as side information, which is then updated with the
+decoded gradient. Failures are counted against the decode with perfect side information (the worker's own gradient,
 known to the simulation only) and reported in ``RoundResult.info``; they are never sent.
 
 Units: as in DQSG (Sec. 3.1) every worker scales by its own ``kappa = ||g||_inf`` (sent as one float32), so
@@ -20,7 +20,7 @@ kappa. Sent by a P2 worker: d codes of ``ceil(log2 k)`` bits (s / Delta1 taken m
 depends on s modulo Delta2, and for even k, ``Q1(t) - Q2(t)`` takes k + 1 values whose two extremes coincide
 modulo Delta2), the scale, the seed.
 
-The dither: by default the counter dither of (seed, index) (:mod:`gradstat.compressors.counter_dither`), with a
+The dither: by default the counter dither of (seed, index) (:mod:`gradstat.compressors.kernels.counter_dither`), with a
 P2 worker's encode and decode each one fused loop (:func:`nested_rows_into`,
 :func:`nested_reconstruct_rows_in_place`: the operations of :func:`nested_encode` and :func:`nested_decode`, in
 their order); ``dither=torch`` draws it from torch's seeded generator.
@@ -34,14 +34,14 @@ from typing import Any, Sequence
 
 import torch
 
-from gradstat.compressors import counter_dither, counter_native
-from gradstat.compressors.base import Compressor, Properties, RoundResult
+from gradstat.compressors.base import Compressor, Properties, RoundResult, check_int
 from gradstat.compressors.context import Context
-from gradstat.compressors.dither import DITHER_STREAM, DitherSource, check_int, draw_dither_scratch
-from gradstat.compressors.dqsg import DQSG
-from gradstat.compressors.payload import Payload, code_width
-from gradstat.compressors.primitives import all_finite, max_abs, scratch, scratch_like, to_float32_wire
+from gradstat.compressors.kernels import counter_dither, counter_native
+from gradstat.compressors.kernels.primitives import all_finite, max_abs, scratch, scratch_like, to_float32_wire
 from gradstat.compressors.registry import register
+from gradstat.compressors.schemes.quantizers.dither import DITHER_STREAM, DitherSource, draw_dither_scratch
+from gradstat.compressors.schemes.quantizers.dqsg import DQSG
+from gradstat.compressors.wire.payload import Payload, code_width
 from gradstat.theory.fused import Fused
 
 
@@ -120,7 +120,7 @@ def nested_reconstruct_rows_in_place(
     alpha: float, delta1: float, k: int,
 ) -> torch.Tensor:  # fmt: skip
     """``kappa`` times :func:`nested_decode` of the codes ``s`` held in ``out`` (float32,
-    :func:`gradstat.compressors.counter_dither.widened`) with side information ``side / kappa`` (``kappa`` of
+    :func:`gradstat.compressors.kernels.counter_dither.widened`) with side information ``side / kappa`` (``kappa`` of
     shape (rows, 1), possibly 0) and the counter dither of ``(key, index)`` times Delta1, written over ``out``:
     one generated loop where compiled, reading no integer codes (their partial vector loads cost more than one
     conversion before the loop)."""
@@ -139,7 +139,7 @@ def nested_estimate(
 
 
 NESTED_KERNELS = (Fused(nested_rows_into), Fused(nested_reconstruct_rows_in_place))
-"""The counter-dither P2 encode and decode as fused kernels (:mod:`gradstat.compressors.counter_dither`)."""
+"""The counter-dither P2 encode and decode as fused kernels (:mod:`gradstat.compressors.kernels.counter_dither`)."""
 
 
 @register("ndqsg")
@@ -148,7 +148,7 @@ class NDQSG(Compressor):
     """p1: workers 0..p1-1 form the group P1 and send DQSG with step 1/M; the others (P2) send nested indices.
     delta1, delta2: fine and coarse steps of P2 (delta2/delta1 an integer k > 1, up to 1e-5 relative, so that
     spec strings may write 1/3 as 0.333333). alpha: shrinkage factor in (0, 1]. dither: ``counter`` (default) or
-    ``torch``, for both groups (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
+    ``torch``, for both groups (see :class:`gradstat.compressors.schemes.quantizers.dither.ScaledQuantizer`)."""
 
     p1: int = 1
     M: int = 2

@@ -5,7 +5,8 @@ The gradient is viewed as a matrix: a tensor of shape (r, ...) as (r, numel / r)
 column (``axis="column"``) or row (``axis="row"``) the two reconstruction values are the means of the elements of
 that group with b = 1 and with b = 0 (the values minimising the squared error for that split), sent as float32.
 Meant to be used with error feedback (Seide et al.; DQSG/NDQSG (Abdi & Fekri) Sec. 4 and
-QCS (Abdi & Fekri) Sec. 6 use it as the "one-bit" baseline): see :class:`gradstat.compressors.feedback.ErrorFeedback`.
+QCS (Abdi & Fekri) Sec. 6 use it as the "one-bit" baseline): see
+:class:`gradstat.compressors.memory.feedback.ErrorFeedback`.
 
 Contraction: replacing each class by its mean gives ``||C(g) - g||^2 = ||g||^2 - ||C(g)||^2`` and, per group of m
 elements, ``||C(g)||^2 >= ||g||_1^2 / m >= ||g||_2^2 / m``, so ``||C(g) - g||^2 <= (1 - 1/m) ||g||^2``.
@@ -21,8 +22,7 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
-from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import (
+from gradstat.compressors.kernels.primitives import (
     choose_by_bits,
     max_abs,
     max_abs_rows,
@@ -34,7 +34,8 @@ from gradstat.compressors.primitives import (
     to_float32_wire,
 )
 from gradstat.compressors.registry import register
-from gradstat.compressors.sign import sign_bits
+from gradstat.compressors.schemes.quantizers.sign import sign_bits
+from gradstat.compressors.wire.payload import Payload
 
 EXACT_COUNT = 2**24
 """Below this group length a float32 sum of 0/1 flags is exact in any order, so it equals an integer count."""

@@ -11,12 +11,13 @@ Source: QCS (Abdi & Fekri), eq. (1)-(13) and Algorithm 1. Per block g of n eleme
 alpha = 1 (unbiased, eq. (9); Theorem 2: E||g - g_hat||^2 <= gamma ||g||^2, gamma of eq. (10)) or
 alpha = 1 / (gamma + 1) (MMSE, eq. (12); Lemma 3: E||e||^2 <= (1 - alpha) ||g||^2). The 1-bit variant (5) sends
 ``sign(v/varsigma + u)`` with varsigma = 2 ||v||_inf, read as the midrise quantizer with points +-1/2 (see
-:mod:`gradstat.compressors.dither`): its error is that of range Q = 1/2, so its gamma is (10) at Q = 1/2.
+:mod:`gradstat.compressors.schemes.quantizers.dither`): its error is that of range Q = 1/2, so its gamma is (10) at Q =
+1/2.
 
 Blocks: the flat vector is cut into blocks of ``block`` elements, the last one zero-padded (padding is not sent).
 Sent per block: k codes at ``ceil(log2(2Q + 1))`` bits (1 bit for 1-bit QCS) and one 32-bit scale (``||v||_inf``,
-from which varsigma follows); once per tensor: the seed. The mixing uses :mod:`gradstat.compressors.hadamard` (fast
-Walsh-Hadamard transform for powers of two, Paley x Sylvester for the paper's other sizes; when k is a power of
+from which varsigma follows); once per tensor: the seed. The mixing uses :mod:`gradstat.compressors.kernels.hadamard`
+(fast Walsh-Hadamard transform for powers of two, Paley x Sylvester for the paper's other sizes; when k is a power of
 two dividing the Sylvester factor, only a k-point transform of the folded block is computed).
 """
 
@@ -28,14 +29,14 @@ from typing import Literal
 
 import torch
 
-from gradstat.compressors import counter_dither
-from gradstat.compressors.base import Compressor, Properties
+from gradstat.compressors.base import Compressor, Properties, check_int
 from gradstat.compressors.context import Context, generator
-from gradstat.compressors.dither import DitherSource, ScaledQuantizer, bucket_rows, check_int, to_buckets
-from gradstat.compressors.hadamard import factor, first_rows, first_rows_transpose
-from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import scratch, scratch_like
+from gradstat.compressors.kernels import counter_dither
+from gradstat.compressors.kernels.hadamard import factor, first_rows, first_rows_transpose
+from gradstat.compressors.kernels.primitives import scratch, scratch_like
 from gradstat.compressors.registry import register
+from gradstat.compressors.schemes.quantizers.dither import DitherSource, ScaledQuantizer, bucket_rows, to_buckets
+from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.qcs import gamma as theory_gamma
 
 SIGN_STREAM = 2
@@ -98,7 +99,7 @@ class QCS(Compressor):
     alpha: ``unbiased`` (alpha = 1) or ``mmse`` (alpha = 1/(gamma + 1)). onebit: the 1-bit variant (5).
     dither: source of the quantizer's dither and of the Rademacher signs: ``counter`` (default; keyed by (seed,
     index), the signs applied in one fused pass) or ``torch`` (torch's seeded generator; see
-    :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
+    :class:`gradstat.compressors.schemes.quantizers.dither.ScaledQuantizer`)."""
 
     k: int = 64
     Q: int = 4

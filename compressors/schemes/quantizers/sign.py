@@ -2,8 +2,8 @@
 
 One bit per element, ``b_i = [g_i >= 0]``, decoded as ``m * sign(g)`` (a bit has two values, so sign(0) = +1):
 - ``scale="l1"`` (default): ``m = ||g||_1 / d``, sent as one float32 -- the scaled sign of Karimireddy et al.;
-  used with error feedback (:meth:`gradstat.compressors.feedback.ErrorFeedback.plain`) it is EF-signSGD. A contraction:
-  ``||C(g) - g||^2 = (1 - ||g||_1^2 / (d ||g||_2^2)) ||g||^2 <= (1 - 1/d) ||g||^2``.
+  used with error feedback (:meth:`gradstat.compressors.memory.feedback.ErrorFeedback.plain`) it is EF-signSGD. A
+  contraction: ``||C(g) - g||^2 = (1 - ||g||_1^2 / (d ||g||_2^2)) ||g||^2 <= (1 - 1/d) ||g||^2``.
 - ``scale="unit"``: ``m = 1`` known to both sides (signSGD's update ``-lr sign(g)``, the step folded into lr);
   only the d bits are sent. Not a contraction, and an all-zero gradient decodes to all ones.
 Both are biased. Cited by QCS (Abdi & Fekri) Sec. 1-2 as the biased baselines that need error feedback.
@@ -18,9 +18,9 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
-from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import at_least_zero, mean_abs_scratch, plus_minus, to_float32_wire
+from gradstat.compressors.kernels.primitives import at_least_zero, mean_abs_scratch, plus_minus, to_float32_wire
 from gradstat.compressors.registry import register
+from gradstat.compressors.wire.payload import Payload
 
 
 def sign_bits(g: torch.Tensor) -> torch.Tensor:
@@ -30,7 +30,7 @@ def sign_bits(g: torch.Tensor) -> torch.Tensor:
 
 def signs(bits: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
     """+1 where the bit is set, -1 elsewhere (float32), times ``scale`` when given: ``scale * (2 b - 1)``
-    (:func:`gradstat.compressors.primitives.plus_minus`, the same values in fewer passes)."""
+    (:func:`gradstat.compressors.kernels.primitives.plus_minus`, the same values in fewer passes)."""
     return plus_minus(bits, scale)
 
 

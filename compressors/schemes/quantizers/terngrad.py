@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from gradstat.compressors.base import Properties
-from gradstat.compressors.dither import DitherSource, ScaledQuantizer, ScaledQuantizerCompressor, check_int
+from gradstat.compressors.base import Properties, check_int
 from gradstat.compressors.registry import register
+from gradstat.compressors.schemes.quantizers.dither import DitherSource, ScaledQuantizer, ScaledQuantizerCompressor
 
 
 @register("terngrad")
@@ -23,7 +23,8 @@ from gradstat.compressors.registry import register
 class TernGrad(ScaledQuantizerCompressor):
     """clip: c of the clipping at ``c * std(g)`` (0 = no clipping; the paper's value is 2.5).
     bucket: elements per scale (0 = one scale for the whole tensor, as the paper's per-layer scaler).
-    dither: ``counter`` (default) or ``torch`` (see :class:`gradstat.compressors.dither.ScaledQuantizer`)."""
+    dither: ``counter`` (default) or ``torch`` (see
+    :class:`gradstat.compressors.schemes.quantizers.dither.ScaledQuantizer`)."""
 
     clip: float = 0.0
     bucket: int = 0

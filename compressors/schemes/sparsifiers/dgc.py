@@ -1,7 +1,8 @@
 """Sampled-threshold sparsifiers: DGC's threshold from a random sample, and GMC's approximate top-K.
 
 Both estimate the top-k threshold from a random subset S of the coordinates: eta = the ceil(delta |S|)-th largest
-magnitude of S, then select ``|g| >= eta`` over the whole vector (one home: :mod:`gradstat.compressors.threshold`).
+magnitude of S, then select ``|g| >= eta`` over the whole vector (one home:
+:mod:`gradstat.compressors.schemes.sparsifiers.threshold`).
 
 - ``dgc`` (Lin et al., "Deep Gradient Compression", ICLR 2018, Sec. 3 / reference implementation; as described in
   SIDCo (Abdelmoniem et al.), Sec. 1 and its footnote 2): sample about 1 % of the coordinates (with
@@ -24,11 +25,11 @@ import torch
 
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context, generator
-from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import selects_signed
-from gradstat.compressors.randk import random_subset
+from gradstat.compressors.kernels.primitives import selects_signed
 from gradstat.compressors.registry import register
-from gradstat.compressors.threshold import ThresholdSparsifier, threshold_properties
+from gradstat.compressors.schemes.sparsifiers.randk import random_subset
+from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier, threshold_properties
+from gradstat.compressors.wire.payload import Payload
 
 
 def sampled_threshold(

@@ -6,10 +6,10 @@ eta_0 = |mu| + sigma Phi^{-1}(1 - delta/2) (exact for mu = 0: P(|G| >= eta_0) = 
 selected count is outside ``[band_low k, band_high k]`` (the SIDCo authors' baseline: 2/3 and 4/3, at most 5
 rounds); a baseline in SIDCo (Abdelmoniem et al.), Sec. 1.
 
-Done right (see :func:`gradstat.compressors.threshold.search_threshold`): the selection is on |g| (not on positive
-values only), every adjustment moves towards the band (halving/doubling until bracketed, then bisection, instead of
-the baseline's fixed x0.5 / x1.5 steps that can overshoot back and forth), and the number of rounds is bounded, so
-constant or all-zero input (sigma = 0) cannot loop forever.
+Done right (see :func:`gradstat.compressors.schemes.sparsifiers.threshold.search_threshold`): the selection is on |g|
+(not on positive values only), every adjustment moves towards the band (halving/doubling until bracketed, then
+bisection, instead of the baseline's fixed x0.5 / x1.5 steps that can overshoot back and forth), and the number of
+rounds is bounded, so constant or all-zero input (sigma = 0) cannot loop forever.
 """
 
 from __future__ import annotations
@@ -22,9 +22,13 @@ import torch
 
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
-from gradstat.compressors.payload import Payload
 from gradstat.compressors.registry import register
-from gradstat.compressors.threshold import ThresholdSparsifier, search_threshold, threshold_properties
+from gradstat.compressors.schemes.sparsifiers.threshold import (
+    ThresholdSparsifier,
+    search_threshold,
+    threshold_properties,
+)
+from gradstat.compressors.wire.payload import Payload
 
 
 @register("gaussianksgd")

@@ -19,9 +19,9 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, check_ratio
 from gradstat.compressors.context import Context, generator
-from gradstat.compressors.payload import Payload, float_width
-from gradstat.compressors.primitives import all_finite, to_float32_wire
+from gradstat.compressors.kernels.primitives import all_finite, to_float32_wire
 from gradstat.compressors.registry import register
+from gradstat.compressors.wire.payload import Payload, float_width
 
 
 def random_subset(d: int, k: int, seed: int, device: torch.device) -> torch.Tensor:

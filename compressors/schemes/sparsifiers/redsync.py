@@ -7,8 +7,9 @@ the threshold by moving the ratio between the maximum and mean values of the gra
 eta = mean|g| + r (max|g| - mean|g|), r in [0, 1] found by bisection until the selected count k_hat lies in
 ``[k, band k]`` or ``max_iter`` counts were made. Done right, unlike the SIDCo authors' baseline code: their
 search raises the threshold when k/2 <= k_hat <= k (too few selected already), moving it away from the target;
-here too many always raises it and too few always lowers it (:func:`gradstat.compressors.threshold.search_threshold`).
-When even eta = mean|g| selects fewer than k (a dense gradient, or a large delta) the search ends at the mean.
+here too many always raises it and too few always lowers it
+(:func:`gradstat.compressors.schemes.sparsifiers.threshold.search_threshold`). When even eta = mean|g| selects fewer
+than k (a dense gradient, or a large delta) the search ends at the mean.
 """
 
 from __future__ import annotations
@@ -20,9 +21,13 @@ import torch
 
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
-from gradstat.compressors.payload import Payload
 from gradstat.compressors.registry import register
-from gradstat.compressors.threshold import ThresholdSparsifier, search_threshold, threshold_properties
+from gradstat.compressors.schemes.sparsifiers.threshold import (
+    ThresholdSparsifier,
+    search_threshold,
+    threshold_properties,
+)
+from gradstat.compressors.wire.payload import Payload
 
 
 @register("redsync")

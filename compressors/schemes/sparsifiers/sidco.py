@@ -3,8 +3,8 @@
 SIDCo (Abdelmoniem et al.): Sec. 2.3-2.4 (single- and multi-stage threshold estimators, Lemma 2 and Cor. 2.1),
 Sec. 3 and Algorithm 1 (stage adaptation), Sec. 4 (delta_1 = 0.25, eps = 20 %, Q = 5). The fits and thresholds
 are :func:`gradstat.theory.pot.multistage_threshold` (no estimator lives here); this module adds the compressor
-around it: select ``|g| >= eta_M`` (Algorithm 1, line 8; :mod:`gradstat.compressors.threshold`) and the per-worker
-stage adaptation.
+around it: select ``|g| >= eta_M`` (Algorithm 1, line 8; :mod:`gradstat.compressors.schemes.sparsifiers.threshold`) and
+the per-worker stage adaptation.
 
 Variants (``dist``; named by what they fit, the paper's names being inconsistent between Sec. 4.1 and App. E/F):
 ``exp`` multi-stage exponential; ``gamma`` gamma first stage then generalized Pareto; ``gp`` generalized Pareto at
@@ -16,7 +16,7 @@ q = k_hat / (delta d) over Q calls and, when the average leaves [1 - eps, 1 + ep
 the rule ``adapt``: ``"error"`` (default), a search over [1, max_stages] that explores before it reverses and says
 when no M meets the tolerance, or ``"paper"``, Algorithm 1 as printed (M - 1 when q > 1 + eps, M + 1 when
 q < 1 - eps; from M = 1 on heavier-than-exponential gradients it stays at one stage). The rules live in
-:mod:`gradstat.compressors.stage_adaptation`.
+:mod:`gradstat.compressors.schemes.sparsifiers.stage_adaptation`.
 
 Without a state (``ctx.state is None``) an adaptive SIDCo runs with ``initial_stages`` and learns nothing.
 """
@@ -30,12 +30,12 @@ import torch
 
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
-from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import gather_at_least, selects_signed
+from gradstat.compressors.kernels.primitives import gather_at_least, selects_signed
 from gradstat.compressors.registry import register
-from gradstat.compressors.stage_adaptation import StageState as SIDCoState
-from gradstat.compressors.stage_adaptation import record
-from gradstat.compressors.threshold import Narrowed, ThresholdSparsifier, threshold_properties
+from gradstat.compressors.schemes.sparsifiers.stage_adaptation import StageState as SIDCoState
+from gradstat.compressors.schemes.sparsifiers.stage_adaptation import record
+from gradstat.compressors.schemes.sparsifiers.threshold import Narrowed, ThresholdSparsifier, threshold_properties
+from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.distributions.names import distribution_name
 from gradstat.theory.estimators.moments import summary, tail_moments
 from gradstat.theory.estimators.registry import SHAPED

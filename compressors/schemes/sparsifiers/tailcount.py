@@ -20,7 +20,8 @@ Sec. 4: estimation quality k_hat/k). Here the count is measured and the threshol
 The band is at least k - 1 .. k + 1 (a band narrower than one element cannot be hit when k is small). At most
 ``max_counts`` counts; if the band is not reached, the measured threshold whose count came closest to k (reported
 in ``payload.info["counts"]`` and ``["in_band"]``). Each count needs its value on the host, the same inherent
-synchronisation as RedSync's and GaussianKSGD's searches (:func:`gradstat.compressors.threshold.search_threshold`).
+synchronisation as RedSync's and GaussianKSGD's searches
+(:func:`gradstat.compressors.schemes.sparsifiers.threshold.search_threshold`).
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ import torch
 
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
-from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import count_excess, positive_threshold
+from gradstat.compressors.kernels.primitives import count_excess, positive_threshold
 from gradstat.compressors.registry import register
-from gradstat.compressors.threshold import ThresholdSparsifier, threshold_properties
+from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier, threshold_properties
+from gradstat.compressors.wire.payload import Payload
 
 FIRST_RATIO = 0.25
 """delta_1 of the anchor threshold (SIDCo Sec. 4: the first stage's ratio)."""

@@ -4,7 +4,7 @@ This module is the one home of the step every magnitude sparsifier shares (Top-k
 approximate top-K, RedSync, GaussianKSGD, SIDCo):
 
 - :func:`select_at_least` -- the indices of ``|g| >= eta`` (zeros never selected: sending a zero is waste; the
-  primitive itself lives in :mod:`gradstat.compressors.primitives`);
+  primitive itself lives in :mod:`gradstat.compressors.kernels.primitives`);
 - :func:`add_sparse` / :func:`decode_sparse` -- the wire format: ``indices`` (bit-packed at ``ceil(log2 d)`` bits or
   int32) and ``values`` (float32), so ``bits = k_hat * (ceil(log2 d) + 32)``;
 - :class:`ThresholdSparsifier` -- a compressor that only has to say how it finds its threshold (``_threshold``).
@@ -24,8 +24,7 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, nonfinite_error
 from gradstat.compressors.context import Context
-from gradstat.compressors.payload import Payload, float_width, index_width
-from gradstat.compressors.primitives import (
+from gradstat.compressors.kernels.primitives import (
     abs_scratch,
     count_at_least,
     max_abs,
@@ -37,6 +36,7 @@ from gradstat.compressors.primitives import (
     to_float32_wire,
 )
 from gradstat.compressors.registry import register
+from gradstat.compressors.wire.payload import Payload, float_width, index_width
 from gradstat.theory.estimators.moments import summary
 
 THRESHOLD_CONTRACTION = "1 - k_hat/d"

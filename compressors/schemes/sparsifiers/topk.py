@@ -13,9 +13,9 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, check_ratio
 from gradstat.compressors.context import Context
-from gradstat.compressors.payload import Payload
 from gradstat.compressors.registry import register
-from gradstat.compressors.threshold import add_sparse, decode_sparse
+from gradstat.compressors.schemes.sparsifiers.threshold import add_sparse, decode_sparse
+from gradstat.compressors.wire.payload import Payload
 
 
 @register("topk")

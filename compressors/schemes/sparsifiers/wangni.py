@@ -23,10 +23,10 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, check_ratio
 from gradstat.compressors.context import Context, generator
-from gradstat.compressors.payload import Payload
-from gradstat.compressors.primitives import all_finite, pow2_exponent, scale_by_pow2
+from gradstat.compressors.kernels.primitives import all_finite, pow2_exponent, scale_by_pow2
 from gradstat.compressors.registry import register
-from gradstat.compressors.threshold import add_sparse, decode_sparse
+from gradstat.compressors.schemes.sparsifiers.threshold import add_sparse, decode_sparse
+from gradstat.compressors.wire.payload import Payload
 
 
 def optimal_probabilities(abs_g: torch.Tensor, k: int) -> torch.Tensor:

@@ -1,0 +1,1 @@
+"""Low-rank compression: PowerSGD."""
