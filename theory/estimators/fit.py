@@ -11,8 +11,16 @@ from gradstat.theory.estimators.registry import SHAPED, estimator
 from gradstat.theory.estimators.result import Fit
 
 
-def resolve(estimate: Estimate, dist: str, method: str, n: int, n_zeros: int) -> Fit:
-    """Turn an on-device estimate into a Fit, reading converged and the warning flags in one synchronisation."""
+def resolve(
+    estimate: Estimate, dist: str, method: str, n: int, n_zeros: int, device: torch.device | None = None
+) -> Fit:
+    """Turn an on-device estimate into a Fit, reading converged and the warning flags in one synchronisation.
+
+    ``device``: the data's device (default: that of the ``scale`` parameter). Every tensor of the estimate must be
+    on it: a tensor made elsewhere (a flag built with ``torch.tensor(...)`` and no device lands on the CPU) is an
+    estimator bug that CUDA reports only as "Expected all tensors to be on the same device"; here it is named.
+    """
+    check_devices(estimate, dist, method, estimate.params["scale"].device if device is None else device)
     flags = [flag for flag, _ in estimate.flags]
     conv = estimate.converged
     tensors = [t.reshape(()).to(torch.bool) for t in ([conv] if isinstance(conv, torch.Tensor) else []) + flags]
@@ -29,6 +37,23 @@ def resolve(estimate: Estimate, dist: str, method: str, n: int, n_zeros: int) ->
         iterations=estimate.iterations,
         warnings=warnings,
     )
+
+
+def check_devices(estimate: Estimate, dist: str, method: str, device: torch.device) -> None:
+    """RuntimeError naming every tensor of ``estimate`` (parameters, converged, degenerate, flags) that is not on
+    ``device``, the data's device (device rule: a tensor made inside a computation lives on its input's device)."""
+    named: list[tuple[str, object]] = [(f"parameter {k!r}", v) for k, v in estimate.params.items()]
+    named += [("converged", estimate.converged), ("degenerate", estimate.degenerate)]
+    named += [(f"flag {message!r}", flag) for flag, message in estimate.flags]
+    wrong = [
+        f"{name} on {value.device}"
+        for name, value in named
+        if isinstance(value, torch.Tensor) and value.device != torch.device(device)
+    ]
+    if wrong:
+        raise RuntimeError(
+            f"estimator ({dist!r}, {method!r}) made tensors off the data's device {device}: {'; '.join(wrong)}"
+        )
 
 
 def fit(x: object, dist: str, method: str = "closed_form") -> Fit:
@@ -59,4 +84,4 @@ def fit(x: object, dist: str, method: str = "closed_form") -> Fit:
     run = estimator(dist, method)
     mags = check_magnitudes(x, "x", spread=dist in SHAPED)
     data = Exceedances(mags.values, n_hint=mags.n_nonzero, unit=unit_for(mags.max), bottom=mags.min_nonzero)
-    return resolve(run(data), dist, method, mags.n_nonzero, mags.n_zeros)
+    return resolve(run(data), dist, method, mags.n_nonzero, mags.n_zeros, device=mags.values.device)

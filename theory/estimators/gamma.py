@@ -55,7 +55,7 @@ def _estimate(data: Exceedances, steps: int) -> Estimate:
     shape = newton_steps(minka_shape(s), s, steps)
     residual = torch.log(shape) - torch.special.digamma(shape) - s
     converged = residual.abs() <= MLE_TOLERANCE * (1 + s) if steps >= MLE_STEPS else torch.ones_like(degenerate)
-    message = NEAR_CONSTANT_WARNING.format(floor=floor, shape=float(minka_shape(torch.tensor(floor))))
+    message = NEAR_CONSTANT_WARNING.format(floor=floor, shape=float(minka_shape(torch.tensor(floor, device="cpu"))))
     return Estimate(
         params={"shape": shape, "scale": data.mean() / shape * data.unit},
         iterations=steps,

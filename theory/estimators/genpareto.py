@@ -245,6 +245,6 @@ def mle(data: Exceedances) -> Estimate:
         converged=converged and not at_boundary,
         flags=[
             (shape <= -0.5, "generalized Pareto MLE shape <= -1/2: the estimator is not regular there"),
-            (torch.tensor(at_boundary), BOUNDARY_WARNING),
+            (torch.tensor(at_boundary, device=raw.device), BOUNDARY_WARNING),
         ],
     )
