@@ -22,6 +22,7 @@ import torch
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
+from gradstat.compressors.schemes.sparsifiers.degenerate import ExactFallback
 from gradstat.compressors.schemes.sparsifiers.threshold import (
     ThresholdSparsifier,
     search_threshold,
@@ -32,14 +33,17 @@ from gradstat.compressors.wire.payload import Payload
 
 @register("redsync")
 @dataclass
-class RedSync(ThresholdSparsifier):
+class RedSync(ExactFallback, ThresholdSparsifier):
     """ratio: target density delta in (0, 1). band: accepted k_hat/k upper end (k_hat in [k, band k]; RedSync: 2).
-    max_iter: at most this many bisection counts. packed: bit-packed indices, else int32."""
+    max_iter: at most this many bisection counts. packed: bit-packed indices, else int32.
+    exact_fallback: when the threshold selects none or every nonzero element, send the exact top-k instead
+    (``payload.info["fallback"]`` says so; :mod:`gradstat.compressors.schemes.sparsifiers.degenerate`)."""
 
     ratio: float = 0.01
     band: float = 2.0
     max_iter: int = 20
     packed: bool = True
+    exact_fallback: bool = True
 
     properties = threshold_properties(
         "Fang et al. 2019 (RedSync); SIDCo (Abdelmoniem et al.) Sec. 1 baseline",

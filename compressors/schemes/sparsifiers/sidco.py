@@ -32,6 +32,7 @@ from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.kernels.primitives import gather_at_least, selects_signed
 from gradstat.compressors.registry import register
+from gradstat.compressors.schemes.sparsifiers.degenerate import ExactFallback
 from gradstat.compressors.schemes.sparsifiers.stage_adaptation import StageState as SIDCoState
 from gradstat.compressors.schemes.sparsifiers.stage_adaptation import record
 from gradstat.compressors.schemes.sparsifiers.threshold import Narrowed, ThresholdSparsifier, threshold_properties
@@ -44,7 +45,7 @@ from gradstat.theory.pot import PotResult, multistage_threshold
 
 @register("sidco")
 @dataclass
-class SIDCo(ThresholdSparsifier):
+class SIDCo(ExactFallback, ThresholdSparsifier):
     """ratio: target density delta in (0, 1). dist: first-stage law, ``exponential`` | ``gamma`` | ``genpareto``
     (aliases ``exp``, ``laplace``, ``gp``).
     stages: a fixed number of stages M >= 1, or ``adaptive``. first_ratio: delta_1 of the first stage (0.25).
@@ -53,7 +54,9 @@ class SIDCo(ThresholdSparsifier):
     anchor: ``threshold`` | ``min_survivor``. method: ``closed_form`` (paper) | ``mle`` estimators.
     quantile: ``exact`` fitted quantile (Lemma 1 (4)-(5)) | ``approx``, the paper's gamma approximation
     -beta (log delta + log Gamma(alpha)) (Cor. 1.2 (15); differs from exact only for the gamma first stage).
-    packed: bit-packed indices, else int32."""
+    packed: bit-packed indices, else int32.
+    exact_fallback: when the threshold selects none or every nonzero element, send the exact top-k instead
+    (``payload.info["fallback"]`` says so; :mod:`gradstat.compressors.schemes.sparsifiers.degenerate`)."""
 
     ratio: float = 0.01
     dist: str = "exponential"
@@ -68,6 +71,7 @@ class SIDCo(ThresholdSparsifier):
     method: Literal["closed_form", "mle"] = "closed_form"
     quantile: Literal["exact", "approx"] = "exact"
     packed: bool = True
+    exact_fallback: bool = True
 
     properties = threshold_properties(
         "SIDCo (Abdelmoniem et al.) Sec. 2.3-2.4, 3, Algorithm 1",
@@ -163,12 +167,13 @@ class SIDCo(ThresholdSparsifier):
         return pot
 
     def _refine(self, abs_g: torch.Tensor, indices: torch.Tensor, payload: Payload, ctx: Context) -> torch.Tensor:
-        """Learn from the count selected by eta_M (k_hat before ties are resolved): the adaptive stages' q."""
+        """Learn from the count selected by eta_M (k_hat before ties are resolved): the adaptive stages' q; then the
+        exact top-k where that selection is degenerate (:class:`ExactFallback`)."""
         if isinstance(ctx.state, SIDCoState):
             used = payload.info["stages"]
             assert isinstance(used, int)  # set by _fit just before
             self._adapt(ctx.state, indices.numel() / (self.ratio * abs_g.numel()), used)
-        return indices
+        return super()._refine(abs_g, indices, payload, ctx)
 
     def _adapt(self, state: SIDCoState, quality: float, used: int) -> None:
         """Record q = k_hat/(delta d) for this call and, every Q calls, choose M (SIDCo Algorithm 1, Adapt_Stages)."""

@@ -35,6 +35,7 @@ from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.kernels.primitives import count_excess, positive_threshold
 from gradstat.compressors.registry import register
+from gradstat.compressors.schemes.sparsifiers.degenerate import ExactFallback
 from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier, threshold_properties
 from gradstat.compressors.wire.payload import Payload
 
@@ -75,14 +76,17 @@ def interpolate(low: tuple[torch.Tensor, int], high: tuple[torch.Tensor, int], k
 
 @register("tailcount")
 @dataclass
-class TailCount(ThresholdSparsifier):
+class TailCount(ExactFallback, ThresholdSparsifier):
     """ratio: target density delta in (0, 1). tol: accepted |k_hat/k - 1| (0.05). max_counts: at most this many
-    counting passes (8). packed: bit-packed indices, else int32."""
+    counting passes (8). packed: bit-packed indices, else int32.
+    exact_fallback: when the threshold selects none or every nonzero element, send the exact top-k instead
+    (``payload.info["fallback"]`` says so; :mod:`gradstat.compressors.schemes.sparsifiers.degenerate`)."""
 
     ratio: float = 0.01
     tol: float = 0.05
     max_counts: int = 8
     packed: bool = True
+    exact_fallback: bool = True
 
     properties = threshold_properties(
         "gradstat (count-corrected exponential threshold; SIDCo Cor. 1.1 and 2.1 for the first two steps)",
