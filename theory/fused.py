@@ -50,6 +50,14 @@ RECOMPILE_LIMIT = 64
 and the kernel would turn eager for the rest of the run."""
 
 
+def recompile_limit() -> contextlib.AbstractContextManager[None]:
+    """Raise dynamo's variant limit to :data:`RECOMPILE_LIMIT` while a kernel runs. The setting is
+    ``recompile_limit`` from torch 2.6 and ``cache_size_limit`` before (torch 2.1-2.5, the declared floor's)."""
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    return config.patch(**{name: RECOMPILE_LIMIT})
+
+
 _FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("gradstat_compile_forced", default=None)
 
 ALIASES = {"0": "never", "false": "never", "no": "never", "off": "never", "1": "always", "true": "always"}
@@ -108,7 +116,7 @@ class Fused:
     def __call__(self, x: torch.Tensor, *args: object) -> torch.Tensor:
         if self.compiled_for(x):
             try:
-                with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                with recompile_limit():
                     return self._kernel()(x, *args)
             except Exception as exc:  # noqa: BLE001 - any build failure falls back to the reference
                 self._broken = True
