@@ -213,9 +213,10 @@ def _plot(table: pd.DataFrame, curve: pd.DataFrame, loss_star: float, out: Path)
             mean, std = grp["log10_loss_mean"].to_numpy(), grp["log10_loss_std"].to_numpy()
             finite = np.isfinite(mean) & np.isfinite(std)
             mean, std = np.where(finite, mean, 0.0), np.where(finite, std, 0.0)
-            (line,) = ax.plot(grp["step"][finite], 10 ** mean[finite], label=method)
+            steps = grp["step"].to_numpy()[finite]  # arrays: matplotlib 3.7's fill_between rejects pandas objects
+            (line,) = ax.plot(steps, 10 ** mean[finite], label=method)
             ax.fill_between(
-                grp["step"][finite],
+                steps,
                 10 ** (mean - 1.5 * std)[finite],
                 10 ** (mean + 1.5 * std)[finite],
                 color=line.get_color(),

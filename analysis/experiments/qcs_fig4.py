@@ -116,8 +116,9 @@ def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int, devi
     ax = axes[0][0]
     for label, grp in per.groupby("method", sort=False):
         m = grp.groupby("step")["rel_error"].agg(["mean", "std"])
-        (line,) = ax.plot(m.index, m["mean"], label=label)
-        ax.fill_between(m.index, m["mean"] - m["std"], m["mean"] + m["std"], color=line.get_color(), alpha=0.2)
+        steps, mean, sd = m.index.to_numpy(), m["mean"].to_numpy(), m["std"].to_numpy()  # matplotlib 3.7: arrays
+        (line,) = ax.plot(steps, mean, label=label)
+        ax.fill_between(steps, mean - sd, mean + sd, color=line.get_color(), alpha=0.2)
     ax.set(
         yscale="log", xlabel="training step", ylabel="||g - g~||^2 / ||g||^2", title=f"{workload}: +-1 sd over draws"
     )
