@@ -30,6 +30,9 @@ __all__ = [
     "variance_bound",
     "excess_variance_bound",
     "second_moment_factor",
+    "sum_uniform_moment",
+    "half_dither_error_moment",
+    "printed_half_dither_moment",
     "nesting_ratio",
     "nested_encode",
     "nested_decode",
@@ -124,6 +127,54 @@ def second_moment_factor(n: int, delta: float) -> float:
     n = _checks.integer("n", n, minimum=1)
     delta = _checks.positive("delta", delta)
     return 1.0 + n * delta**2 / 12.0
+
+
+def sum_uniform_moment(order: int, terms: int, delta: float) -> float:
+    """``E[(u_1 + ... + u_terms)^order]`` for i.i.d. ``u_j ~ U[-Delta/2, Delta/2]`` (exact, from the uniform's
+    moments ``E[u^j] = (Delta/2)^j / (j + 1)`` for even j and 0 for odd j, convolved term by term).
+
+    Parameters
+    ----------
+    order : moment order >= 0. terms : number of uniforms summed, >= 0. delta : the step Delta > 0.
+    """
+    order = _checks.integer("order", order, minimum=0)
+    terms = _checks.integer("terms", terms, minimum=0)
+    delta = _checks.positive("delta", delta)
+    one = [(delta / 2.0) ** j / (j + 1) if j % 2 == 0 else 0.0 for j in range(order + 1)]
+    acc = [1.0] + [0.0] * order  # moments of an empty sum (the constant 0)
+    for _ in range(terms):
+        acc = [sum(math.comb(m, j) * acc[j] * one[m - j] for j in range(m + 1)) for m in range(order + 1)]
+    return acc[order]
+
+
+def half_dither_error_moment(order: int, k: int, delta: float) -> float:
+    """``E[eps^order]`` of the half-dithered error ``eps = x - Q(x + u)`` with the dither ``u`` a sum of ``k``
+    i.i.d. ``U[-Delta/2, Delta/2]``, for ``1 <= order <= k``: independent of x, and equal to the moment of a sum
+    of ``k + 1`` such uniforms (the rounding error of ``x + u`` is then uniform and independent of ``u``'s first
+    k moments; Gray & Stockham, *Dithered quantizers*, IEEE Trans. Inf. Theory 1993, Theorem 2). So
+    ``E[eps^2] = (k + 1) Delta^2 / 12`` for ``k >= 2`` and every odd moment is 0.
+
+    Source: DQSG/NDQSG (Abdi & Fekri), Sec. 2.1.1, which prints "the k-th moment ... (k + 1) Delta^2 / 12": that
+    value is the second moment, and only for k >= 2 (with one uniform, k = 1, the second moment is
+    ``Delta^2 f (1 - f)`` and depends on x's position f in its cell); see :func:`printed_half_dither_moment`.
+
+    Raises
+    ------
+    ValueError : ``order`` outside ``1..k`` (the moment then depends on x).
+    """
+    k = _checks.integer("k", k, minimum=1)
+    order = _checks.integer("order", order, minimum=1, maximum=k)
+    return sum_uniform_moment(order, k + 1, delta)
+
+
+def printed_half_dither_moment(k: int, delta: float) -> float:
+    """The paper's statement as printed: "the k-th moment of the quantization error ... ``E[eps^k | x] = E[eps^k]
+    = (k + 1) Delta^2 / 12``" for a dither summing k uniforms (DQSG/NDQSG (Abdi & Fekri), Sec. 2.1.1). A misprint:
+    :func:`half_dither_error_moment` gives the k-th moment (0 for odd k, ``(k + 1) Delta^2 / 12`` only for the
+    second moment at k >= 2). Kept so the validation can show the disagreement as measured."""
+    k = _checks.integer("k", k, minimum=1)
+    delta = _checks.positive("delta", delta)
+    return (k + 1) * delta**2 / 12.0
 
 
 def nesting_ratio(delta1: float, delta2: float) -> int:

@@ -2,7 +2,8 @@
 ``theory.thresholds``).
 
 Source: ``SIDCo (Abdelmoniem et al.)``: Sec. 2.2 (the number of exceedances of the threshold is binomial),
-Lemma 3 eq. (13), App. C eqs. (42)-(45).
+Lemma 3 eq. (13), App. C eqs. (42)-(45); the gamma threshold's three forms of App. A, eqs. (14), (22) and
+(23)/(15) (:func:`gamma_threshold`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, special, stats
 
 from gradstat.theory import _checks
 
 __all__ = [
+    "GAMMA_THRESHOLD_FORMS",
+    "gamma_threshold",
     "exceedance_count_mean",
     "exceedance_count_interval",
     "iterations_to_sgd_rate",
@@ -114,3 +117,47 @@ def ratio_error(
     if not math.isfinite(eta_hat):
         raise ValueError(f"fitted_ppf(1 - ratio) must be finite, got {eta_hat}")
     return (1.0 - ratio) - float(np.asarray(true_cdf(np.asarray(eta_hat))))
+
+
+GAMMA_THRESHOLD_FORMS = ("exact", "fixed-point", "approx")
+"""The forms of :func:`gamma_threshold`: the exact quantile (14), the fixed point of (22), the approximation (23)
+that gives (15)."""
+
+
+def gamma_threshold(shape: float, scale: float, ratio: float, form: str = "exact") -> float:
+    """Threshold ``eta`` with ``P(|G| > eta) = delta`` for ``|G| ~ Gamma(alpha, beta)``, in one of three forms.
+
+    Source: SIDCo (Abdelmoniem et al.), Cor. 1.2 and its proof (App. A). With ``x = eta / beta``:
+
+    - ``exact``: (14), ``x = P^{-1}(alpha, 1 - delta)`` (the inverse regularized incomplete gamma; the reference);
+    - ``fixed-point``: (22), the root of ``x = -log(delta Gamma(alpha)) - (1 - alpha) log(x)``, which the paper
+      derives from the tail bound (21) for ``alpha <= 1`` and then loosens; solved here (its right side decreases
+      in x, so the root is unique);
+    - ``approx``: (23), ``x = -log(delta) - log(Gamma(alpha))``, i.e. (15) ``eta = -beta (log(delta) +
+      log(Gamma(alpha)))`` as the paper uses it (clipped at 0).
+
+    At alpha = 0.3, delta = 0.01: exact 2.64, fixed point 2.79, approx 3.51 (units of beta); all three agree at
+    alpha = 1 (the exponential law).
+
+    Parameters
+    ----------
+    shape : alpha > 0 (``fixed-point`` and ``approx`` need alpha <= 1, where (21) holds). scale : beta > 0.
+    ratio : delta in (0, 1). form : one of :data:`GAMMA_THRESHOLD_FORMS`.
+    """
+    shape = _checks.positive("shape", shape)
+    scale = _checks.positive("scale", scale)
+    ratio = _checks.unit_open("ratio", ratio)
+    form = _checks.choice("form", form, GAMMA_THRESHOLD_FORMS)
+    if form == "exact":
+        return scale * float(special.gammaincinv(shape, 1.0 - ratio))
+    if shape > 1.0:
+        raise ValueError(f"the {form} form of the gamma threshold needs shape <= 1 (SIDCo (21)), got {shape}")
+    c = -math.log(ratio) - special.gammaln(shape)
+    if form == "approx" or shape == 1.0:
+        return scale * float(max(c, 0.0))
+
+    def gap(x: float) -> float:  # increasing in x: 1 + (1 - alpha) / x > 0
+        return x + (1.0 - shape) * math.log(x) - c
+
+    low, high = 1e-300, max(c, 1.0) + 1.0
+    return scale * float(optimize.brentq(gap, low, high, xtol=1e-14, rtol=1e-14))
