@@ -1,4 +1,4 @@
-"""``gradstat train``: real data-parallel training with torchrun, DDP and a compression hook (see
+"""``gradstat train``: real data-parallel training with DDP and a compression hook (see
 :mod:`gradstat.analysis.training.distributed_launch`)."""
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def register(group: click.Group) -> None:
         "--out",
         type=click.Path(path_type=Path),
         required=True,
-        help="Results directory; with --record-every the dump (results then go to OUT.train).",
+        help="Results directory; with --record-every the dump (results then go to OUT.train). gradstat's own "
+        "earlier result there is replaced; a folder holding other files is refused.",
     )
     @click.option(
         "--backend",
@@ -66,6 +67,11 @@ def register(group: click.Group) -> None:
         "--timeout", "timeout_s", type=float, default=300.0, show_default=True, help="Process-group timeout (s)."
     )
     @click.option("--config-only", is_flag=True, help="Write the ranks' configuration and print the torchrun command.")
+    @click.option(
+        "--interface",
+        default=None,
+        help="Multi-node (--config-only): the network interface the ranks' collectives bind to, e.g. eth1.",
+    )
     def train_cmd(
         workload: str,
         nproc: int,
@@ -84,12 +90,15 @@ def register(group: click.Group) -> None:
         seed: int,
         timeout_s: float,
         config_only: bool,
+        interface: str | None,
     ) -> None:
         """Train WORKLOAD for real on NPROC ranks (torchrun, DDP, gloo/NCCL) with each compressor as a DDP
         communication hook, beside plain all-reduce; per step: loss, exact bits, bytes sent, hook and step time.
 
-        Multi-node: --config-only writes the ranks' configuration and prints the torchrun command to start on
-        every node (the README's command table gives the rendezvous options)."""
+        On one machine nothing listens beyond the loopback interface. Multi-node: --config-only writes the ranks'
+        configuration and prints the torchrun command to start on every node (the README's command table gives the
+        rendezvous options; the rendezvous port must be reachable only from the training hosts)."""
+        from gradstat.analysis.cli.outputs import output_folder
         from gradstat.analysis.training.distributed_launch import build_config, torchrun_command, train
 
         config = build_config(
@@ -109,15 +118,18 @@ def register(group: click.Group) -> None:
             bucket_cap_mb=bucket_cap_mb,
             residual=residual,
             powersgd_rank=powersgd_rank,
+            interface=interface,
         )
-        result = train(config, nproc, launch=not config_only)
+        with output_folder(config.results, "train", click.echo):
+            result = train(config, nproc, launch=not config_only)
+            if not config_only:
+                import pandas as pd
+
+                with pd.option_context(
+                    "display.max_columns", 50, "display.width", 250, "display.float_format", "{:.4g}".format
+                ):
+                    click.echo(result.summary.to_string(index=False))
         if config_only:
             click.echo(" ".join(torchrun_command(result.files[0], nproc)))
-            return
-        import pandas as pd
-
-        with pd.option_context(
-            "display.max_columns", 50, "display.width", 250, "display.float_format", "{:.4g}".format
-        ):
-            click.echo(result.summary.to_string(index=False))
-        click.echo(f"wrote {result.results}" + (f"; dump {result.dump}" if result.dump else ""))
+        elif result.dump:
+            click.echo(f"dump {result.dump}")

@@ -31,10 +31,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from gradstat.analysis.training.parent_death import exit_with_parent
 from gradstat.analysis.training.recorder import RankRecorder
 from gradstat.analysis.training.workloads import Workload, get_workload
 from gradstat.compressors.context import derive_seed
-from gradstat.compressors.ddp import BASELINES, RemoteError, baseline_hook, make_hook
+from gradstat.compressors.ddp import BASELINES, CompressionHookState, RemoteError, baseline_hook, make_hook
 
 SINGLE_BUCKET_MB = 4096.0
 """DDP bucket cap that puts every built-in workload in one bucket (torch's PowerSGD baseline on gloo)."""
@@ -53,6 +54,8 @@ STEP_COLUMNS = (
     "error",
 )
 BLOCK_COLUMNS = ("run", "step", "rank", "block", "param", "bits", "wire_bytes")
+AGREEMENT_S = 30.0
+"""Seconds a rank whose step failed waits for the others to report the same failure before it raises."""
 
 
 @dataclass
@@ -76,7 +79,8 @@ class TrainConfig:
     record_every : K; record_residual : record the residual extra; seed : base seed (model, data, compressors);
     granularity : ``bucket`` | ``layer``; exchange : ``gather`` | ``allreduce``; backend : ``gloo`` | ``nccl``;
     timeout_s : process-group timeout; bucket_cap_mb : DDP bucket size (None: DDP's default);
-    powersgd_rank : rank of torch's PowerSGD baseline.
+    powersgd_rank : rank of torch's PowerSGD baseline; interface : network interface the ranks' collectives bind to
+    (``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``; None: torch's choice, or what the environment names).
     """
 
     workload: str
@@ -93,6 +97,7 @@ class TrainConfig:
     timeout_s: float = 300.0
     bucket_cap_mb: float | None = None
     powersgd_rank: int = 1
+    interface: str | None = None
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))
@@ -105,13 +110,25 @@ class TrainConfig:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of each torchrun process."""
-    parser = argparse.ArgumentParser(description="one rank of gradstat train (started by torchrun)")
+    """Entry point of each rank (started by gradstat's single-machine launcher or by torchrun). The rank ends when
+    its parent does (:func:`~gradstat.analysis.training.parent_death.exit_with_parent`)."""
+    parser = argparse.ArgumentParser(description="one rank of gradstat train (started by gradstat or torchrun)")
     parser.add_argument("--config", required=True, type=Path)
+    parser.add_argument(
+        "--store-file", type=Path, default=None, help="meet through this file store (default: torchrun's environment)"
+    )
     args = parser.parse_args(argv)
+    exit_with_parent()
     config = TrainConfig.load(args.config)
+    if config.interface:
+        os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = config.interface
     timeout = datetime.timedelta(seconds=config.timeout_s)
-    dist.init_process_group(config.backend, timeout=timeout)
+    if args.store_file is None:
+        dist.init_process_group(config.backend, timeout=timeout)
+    else:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        init = args.store_file.resolve().as_uri()
+        dist.init_process_group(config.backend, init_method=init, rank=rank, world_size=world, timeout=timeout)
     try:
         train_rank(config)
     finally:
@@ -134,9 +151,10 @@ def train_rank(config: TrainConfig) -> None:
         log, block_log = csv.DictWriter(fh, fieldnames=STEP_COLUMNS), csv.DictWriter(bh, fieldnames=BLOCK_COLUMNS)
         log.writeheader()
         block_log.writeheader()
+        agreement = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=AGREEMENT_S))
         for run in config.runs:
             blocks: list[dict[str, Any]] = []
-            for row in train_run(config, run, rank, world, device, blocks):
+            for row in train_run(config, run, rank, world, device, blocks, agreement):
                 log.writerow(row)
             block_log.writerows(blocks)
             fh.flush()
@@ -155,9 +173,15 @@ def train_run(
     world: int,
     device: torch.device,
     blocks: list[dict[str, Any]] | None = None,
+    agreement: Any = None,
 ) -> list[dict[str, Any]]:
     """One run from the common initial model; returns this rank's per-step rows and appends its per-block rows
-    (gradstat's compression hooks only) to ``blocks``."""
+    (gradstat's compression hooks only) to ``blocks``.
+
+    A step that raises on every rank alike (a compressor refusing its input, a diverged run whose all-reduced
+    gradient is not finite) ends this run with its error in the last row, and the next run starts; ranks agree on
+    that through ``agreement`` (a gloo group of their own). A failure on some ranks only is raised (the launcher
+    stops the others)."""
     wl = get_workload(config.workload)
     if wl.batch_size % world:
         raise ValueError(f"workload {wl.name}: batch_size {wl.batch_size} is not divisible by {world} ranks")
@@ -189,8 +213,12 @@ def train_run(
         loss = wl.loss(ddp(x), y)
         try:
             loss.backward()
-        except RemoteError as exc:  # raised alike on every rank: this run stops, the next one starts cleanly
-            rows.append({"run": run.label, "step": step, "rank": rank, "loss": float(loss.detach()), "error": str(exc)})
+        except Exception as exc:
+            if not _failed_on_every_rank(agreement, world):
+                raise
+            rows.append(
+                {"run": run.label, "step": step, "rank": rank, "loss": float(loss.detach()), "error": _why(exc)}
+            )
             break
         optimizer.step()
         if device.type == "cuda":
@@ -229,6 +257,29 @@ def train_run(
     return rows
 
 
+def _failed_on_every_rank(agreement: Any, world: int) -> bool:
+    """True when every rank reports a failure of the same step; False when the others do not report within
+    :data:`AGREEMENT_S` (they are still waiting in a collective) or without a group."""
+    if agreement is None:
+        return world == 1
+    count = torch.ones(1)
+    try:
+        dist.all_reduce(count, group=agreement)
+    except RuntimeError:
+        return False
+    return int(count.item()) == world
+
+
+def _why(exc: BaseException) -> str:
+    """The error's own message: a failure inside a DDP hook's callback reaches ``backward`` wrapped by torch
+    ("Got the following error when running the callback: ValueError: ..."); a RemoteError is kept whole."""
+    text = str(exc)
+    if isinstance(exc, RemoteError):
+        return text
+    inner = text.partition("running the callback: ")[2].strip()
+    return inner.splitlines()[0] if inner else f"{type(exc).__name__}: {text}"
+
+
 def _hook_for(config: TrainConfig, run: RunSpec, ddp: DDP) -> tuple[Any, Any]:
     if run.baseline == "allreduce":
         return make_hook(None, model=ddp.module, seed=config.seed)
@@ -260,7 +311,7 @@ def _recorder(
 ) -> RankRecorder:
     if config.dump is None:
         raise ValueError("recording needs a dump directory")
-    if not hasattr(state, "observers"):
+    if not isinstance(state, CompressionHookState):
         raise ValueError(f"run {run.label!r}: recording needs one of gradstat's hooks, not a torch baseline")
     seeds = {"seed": config.seed, "model": derive_seed(config.seed, 0), "data": derive_seed(config.seed, 1)}
     compression = {

@@ -1,20 +1,21 @@
-"""``gradstat train``: launch real data-parallel training with ``torchrun`` on this machine and summarise it.
+"""``gradstat train``: launch real data-parallel training on this machine and summarise it.
 
-:func:`train` checks every argument, writes the configuration of the ranks (``train_config.json``), starts
-``python -m torch.distributed.run --standalone --nproc-per-node P -m gradstat.analysis.training.distributed``,
-waits for it, and writes the summary table (``summary.csv``/``.md``) and the figures beside the per-step table.
+:func:`train` checks every argument, writes the configuration of the ranks (``train_config.json``), starts P ranks
+of ``python -m gradstat.analysis.training.distributed`` with :mod:`.local_launch` (a file rendezvous in a private
+folder, collectives on the loopback interface: nothing listens on the network), waits for them, and writes the
+summary table (``summary.csv``/``.md``) and the figures beside the per-step table.
 
-Multi-node: write the configuration with ``launch=False`` (``gradstat train ... --config-only``), copy it to
-every node (paths in it must exist there; the dump and results directory should be on a shared file system when
-recording), and start on each node ``python -m torch.distributed.run --nnodes N --node-rank I --rdzv-backend c10d
---rdzv-endpoint HOST:PORT --nproc-per-node P -m gradstat.analysis.training.distributed --config FILE`` -- the
-same arguments as any torchrun job; the training code does not change.
+Multi-node: write the configuration with ``launch=False`` (``gradstat train ... --config-only``, with
+``--interface IFNAME`` to bind the ranks' collectives to that interface), copy it to every node (paths in it must
+exist there; the dump and results directory should be on a shared file system when recording), and start on each
+node ``python -m torch.distributed.run --nnodes N --node-rank I --rdzv-backend c10d --rdzv-endpoint HOST:PORT
+--nproc-per-node P -m gradstat.analysis.training.distributed --config FILE`` -- the same arguments as any torchrun
+job. torch's rendezvous store listens on every interface of the first node and has no authentication: its port
+must be reachable only from the training hosts.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,14 +25,12 @@ import pandas as pd
 
 from gradstat.analysis.dumps.writer import check_new_dump_dir
 from gradstat.analysis.measure.tables import write_table
-from gradstat.analysis.training.distributed import RunSpec, TrainConfig
+from gradstat.analysis.training.distributed import RunSpec, TrainConfig, merge_rank_logs
 from gradstat.analysis.training.distributed_report import BASELINE, figures, summarize
+from gradstat.analysis.training.local_launch import ENTRY, LaunchOutcome, launch_local
 from gradstat.analysis.training.workloads import get_workload
-from gradstat.compressors import create, parse_feedback
+from gradstat.compressors import create, parse_memory
 from gradstat.compressors.ddp import BASELINES
-from gradstat.compressors.ddp.hook import parse_local_momentum
-
-ENTRY = "gradstat.analysis.training.distributed"
 
 
 class TrainingFailed(ValueError):
@@ -67,13 +66,15 @@ def build_config(
     bucket_cap_mb: float | None = None,
     residual: bool = False,
     powersgd_rank: int = 1,
+    interface: str | None = None,
 ) -> TrainConfig:
     """Check every argument (clear ValueError) and build the configuration of the ranks.
 
     Runs: ``allreduce`` first (the baseline of the summary), then ``baselines`` (``fp16``, ``bf16``,
     ``torch-powersgd``), then each compressor spec with ``feedback`` (``SPEC@FEEDBACK`` sets one compressor's own,
     e.g. ``qsgd@none`` beside ``topk@ef``). With ``record_every``, exactly one compressor
-    is recorded and ``out`` is its dump; the tables go to ``<out>.train``. Without, ``out`` holds the tables."""
+    is recorded and ``out`` is its dump; the tables go to ``<out>.train``. Without, ``out`` holds the tables.
+    ``interface`` (multi-node configurations) names the network interface of the ranks' collectives."""
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise ValueError(f"--nproc must be a positive integer, got {nproc!r}")
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
@@ -89,6 +90,8 @@ def build_config(
         raise ValueError(f"--granularity must be bucket or layer, got {granularity!r}")
     if exchange not in ("gather", "allreduce"):
         raise ValueError(f"--exchange must be gather or allreduce, got {exchange!r}")
+    if interface is not None and (not interface.strip() or any(c in interface for c in " /\0")):
+        raise ValueError(f"--interface must name a network interface (e.g. eth0), got {interface!r}")
     if not timeout_s > 0:
         raise ValueError(f"--timeout must be > 0 seconds, got {timeout_s}")
     wl = get_workload(workload)
@@ -97,10 +100,7 @@ def build_config(
     pairs = [_split_feedback(spec, feedback) for spec in compressors]
     for spec, fb in pairs:
         c = create(spec)
-        if fb.strip().partition(":")[0] == "dgc":
-            parse_local_momentum(fb)
-        else:
-            parse_feedback(fb)
+        parse_memory(fb)
         if exchange == "allreduce" and c.properties.needs_side:
             raise ValueError(f"{c.name} decodes with side information: use --exchange gather")
     for b in baselines:
@@ -135,6 +135,7 @@ def build_config(
         timeout_s=timeout_s,
         bucket_cap_mb=bucket_cap_mb,
         powersgd_rank=powersgd_rank,
+        interface=interface,
     )
 
 
@@ -145,14 +146,21 @@ def _split_feedback(spec: str, default: str) -> tuple[str, str]:
 
 
 def torchrun_command(config_path: Path, nproc: int) -> list[str]:
-    """The single-machine torchrun command line of a configuration file."""
+    """The multi-node torchrun command line of a configuration file, to start on every node after replacing ``N``
+    (nodes), ``I`` (this node's index) and ``HOST:PORT`` (the rendezvous endpoint on the first node; its port must
+    be reachable only from the training hosts: torch's store has no authentication)."""
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
-        "--standalone",
         "--nnodes",
-        "1",
+        "N",
+        "--node-rank",
+        "I",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "HOST:PORT",
         "--nproc-per-node",
         str(nproc),
         "-m",
@@ -163,8 +171,9 @@ def torchrun_command(config_path: Path, nproc: int) -> list[str]:
 
 
 def train(config: TrainConfig, nproc: int, launch: bool = True, wall_timeout_s: float | None = None) -> TrainResult:
-    """Write the configuration, run torchrun (unless ``launch`` is False), summarise. Raises
-    :class:`TrainingFailed` with the ranks' error lines when training fails."""
+    """Write the configuration, run the ranks on this machine (unless ``launch`` is False; see
+    :mod:`.local_launch`), summarise. Raises :class:`TrainingFailed` with the ranks' error lines when a rank
+    fails or ``wall_timeout_s`` passes; the steps the ranks logged until then are merged and summarised first."""
     results = Path(config.results)
     results.mkdir(parents=True, exist_ok=True)
     config_path = results / "train_config.json"
@@ -172,25 +181,48 @@ def train(config: TrainConfig, nproc: int, launch: bool = True, wall_timeout_s: 
     dump = Path(config.dump) if config.dump else None
     if not launch:
         return TrainResult(results, dump, pd.DataFrame(), pd.DataFrame(), [config_path])
-    log_path = results / "torchrun.log"
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    with open(log_path, "w") as log:
-        proc = subprocess.run(
-            torchrun_command(config_path, nproc),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            timeout=wall_timeout_s,
-        )
-    if proc.returncode != 0:
-        tail = log_path.read_text(errors="replace").splitlines()
-        errors = [line for line in tail if "Error" in line and "rank" in line][-4:]
-        raise TrainingFailed(
-            f"distributed training failed (exit status {proc.returncode}); see {log_path}\n"
-            + "\n".join(errors or tail[-15:])
-        )
+    outcome = launch_local(config_path, nproc, results, wall_timeout_s)
+    if not outcome.ok:
+        partial = _merge_partial(results, nproc)
+        raise TrainingFailed(_failure_message(outcome, wall_timeout_s, partial))
     steps = pd.read_csv(results / "steps.csv")
+    return _summarise(config_path, results, dump, steps)
+
+
+def _summarise(config_path: Path, results: Path, dump: Path | None, steps: pd.DataFrame) -> TrainResult:
     summary = summarize(steps)
     files = list(write_table(summary, results, "summary").values())
     files += figures(steps, results)
     return TrainResult(results, dump, summary, steps, [config_path, results / "steps.csv", *files])
+
+
+def _merge_partial(results: Path, nproc: int) -> Path | None:
+    """After a failed launch: merge and summarise the steps every rank logged (whole runs), if any; the path of the
+    partial summary or None."""
+    if not all((results / f"steps.rank-{r}.csv").is_file() for r in range(nproc)):
+        return None
+    merge_rank_logs(results, nproc)
+    if all((results / f"blocks.rank-{r}.csv").is_file() for r in range(nproc)):
+        merge_rank_logs(results, nproc, "blocks")
+    steps = pd.read_csv(results / "steps.csv")
+    if steps.empty:
+        return None
+    _summarise(results / "train_config.json", results, None, steps)
+    return results / "summary.csv"
+
+
+def _failure_message(outcome: LaunchOutcome, wall_timeout_s: float | None, partial: Path | None) -> str:
+    if outcome.timed_out:
+        head = f"distributed training did not finish within {wall_timeout_s} s; every rank was stopped"
+    else:
+        r = outcome.first_failed
+        head = f"distributed training failed: rank {r} exited with status {outcome.codes[r or 0]}"
+    lines = [head + f"; see {', '.join(str(p) for p in outcome.logs)}"]
+    for r, log in enumerate(outcome.logs):
+        text = log.read_text(errors="replace").splitlines() if log.is_file() else []
+        errors = [line for line in text if "Error" in line]
+        if errors or (r == outcome.first_failed and text):
+            lines.append(f"rank {r}: {(errors or text)[-1]}")
+    if partial is not None:
+        lines.append(f"the runs finished before the failure are summarised in {partial}")
+    return "\n".join(lines)
