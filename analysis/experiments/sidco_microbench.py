@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal, Sequence, TypedDict
+from typing import TYPE_CHECKING, Literal, Sequence, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,9 @@ from matplotlib.ticker import NullFormatter
 from gradstat.analysis.bench import microbench
 from gradstat.analysis.experiments.base import Comparison, Experiment, ExperimentResult
 from gradstat.analysis.plots.common import legend_outside, log_axis, new_figure, save_figure
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 BASELINE = "torch.topk(|g|)"
 PAPER_METHODS: dict[str, str] = {
@@ -253,9 +256,53 @@ def _short(n: int) -> str:
     return f"{n / 1e6:g}M" if n >= 1e5 else (f"{n / 1e3:g}k" if n >= 1e3 else str(n))
 
 
+def _plottable(sub: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The rows of ``sub`` a log axis can show: ``column`` (and, for times, the Top-k time) finite and > 0. A
+    timing can be 0 or absent (a clock's resolution above a GPU kernel's time, a method that did not run)."""
+    columns = [column, "topk_ms"] if column == "ms" else [column]
+    values = sub[columns].astype(float)
+    return sub[(np.isfinite(values) & (values > 0)).all(axis=1)]
+
+
+def _plot_cell(ax: Axes, sub: pd.DataFrame, column: str) -> bool:
+    """One panel of ``column`` (speed-up or time) against size; False when no row of it can be drawn."""
+    shown = _plottable(sub, column)
+    for name, grp in shown.groupby("name", sort=False):
+        grp = grp.sort_values("size")
+        style = "-o" if name in PAPER_METHODS else "--s"
+        if column == "ms":
+            low = (grp["ms"] - grp["ms_min"]).clip(lower=0).fillna(0)
+            high = (grp["ms_max"] - grp["ms"]).clip(lower=0).fillna(0)
+            ax.errorbar(
+                grp["size"].to_numpy(),
+                grp["ms"].to_numpy(),
+                yerr=[low.to_numpy(), high.to_numpy()],
+                fmt=style,
+                ms=3,
+                lw=1,
+                capsize=2,
+                label=grp["method"].iloc[0],
+            )
+        else:
+            ax.plot(grp["size"].to_numpy(), grp["speedup"].to_numpy(), style, ms=3, lw=1, label=grp["method"].iloc[0])
+    if shown.empty:
+        return False
+    if column == "ms":
+        base = shown.drop_duplicates("size").sort_values("size")
+        ax.plot(base["size"].to_numpy(), base["topk_ms"].to_numpy(), "k-", lw=2.5, label="Top-k (torch.topk)")
+    else:
+        ax.axhline(1.0, color="k", lw=1.5, label="Top-k (torch.topk)")
+    return True
+
+
 def _plot(table: pd.DataFrame, out: Path) -> list[str]:
+    """The speed-up and time figures, one panel per thread setting and ratio. A panel without a positive finite
+    value says how many of its rows could not be drawn (linear axes) instead of failing the log scale; no figure
+    when the table has no row at all."""
     settings = list(dict.fromkeys(table["threads"]))
     ratios = sorted(table["ratio"].unique(), reverse=True)
+    if not settings or not ratios:
+        return []
     figures = []
     for stem, column, ylabel in (
         ("sidco_microbench_speedup", "speedup", "speed-up over torch.topk (median)"),
@@ -266,35 +313,27 @@ def _plot(table: pd.DataFrame, out: Path) -> list[str]:
             for j, ratio in enumerate(ratios):
                 ax = axes[i, j]
                 sub = table[(table["threads"] == threads) & (table["ratio"] == ratio)]
-                for name, grp in sub.groupby("name", sort=False):
-                    grp = grp.sort_values("size")
-                    style = "-o" if name in PAPER_METHODS else "--s"
-                    if column == "ms":
-                        ax.errorbar(
-                            grp["size"],
-                            grp["ms"],
-                            yerr=[grp["ms"] - grp["ms_min"], grp["ms_max"] - grp["ms"]],
-                            fmt=style,
-                            ms=3,
-                            lw=1,
-                            capsize=2,
-                            label=grp["method"].iloc[0],
-                        )
-                    else:
-                        ax.plot(grp["size"], grp["speedup"], style, ms=3, lw=1, label=grp["method"].iloc[0])
-                if column == "ms":
-                    base = sub.drop_duplicates("size").sort_values("size")
-                    ax.plot(base["size"], base["topk_ms"], "k-", lw=2.5, label="Top-k (torch.topk)")
-                else:
-                    ax.axhline(1.0, color="k", lw=1.5, label="Top-k (torch.topk)")
-                ax.set(xscale="log", yscale="log", xlabel="elements d", title=f"delta = {ratio:g}, {_setting(threads)}")
-                sizes = sorted(sub["size"].unique())
+                ax.set(xlabel="elements d", title=f"delta = {ratio:g}, {_setting(threads)}")
+                if j == 0:
+                    ax.set_ylabel(ylabel)
+                if not _plot_cell(ax, sub, column):
+                    ax.text(
+                        0.5,
+                        0.5,
+                        f"no positive finite {column} in {len(sub)} rows",
+                        ha="center",
+                        va="center",
+                        transform=ax.transAxes,
+                    )
+                    continue
+                ax.set(xscale="log", yscale="log")
+                sizes = sorted(_plottable(sub, column)["size"].unique())
                 ax.set_xticks(sizes, [_short(n) for n in sizes])
                 ax.xaxis.set_minor_formatter(NullFormatter())
                 log_axis(ax.yaxis)
-                if j == 0:
-                    ax.set_ylabel(ylabel)
-            legend_outside(axes[i, -1])
+            drawn = [a for a in axes[i] if a.get_legend_handles_labels()[0]]
+            if drawn:
+                legend_outside(axes[i, -1], source=drawn[-1])
         save_figure(fig, table, out, stem)
         figures.append(f"{stem}.png")
     return figures
