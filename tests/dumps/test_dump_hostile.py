@@ -1,9 +1,13 @@
 """Hostile dump and import files: each is refused with a one-line ``gradstat: error: ...`` and exit status 2,
-quickly and within a 1 GiB address-space limit (``resource.setrlimit`` in a subprocess), never by allocating what
-the file declares.
+quickly and within an address-space limit (``resource.setrlimit`` in a subprocess), never by allocating what the
+file declares.
 
-The limit is far below what the forged sizes would need (10^12 elements, 10^9 workers) and far above what gradstat
-itself needs; a reader that allocated first would fail with an allocation error (a traceback, not exit 2). All the
+The limit is derived from what the interpreter needs: the child imports gradstat's command line and asks torch
+for a CUDA device (a CUDA build of torch maps several GiB of libraries; the CPU build under 1 GiB), reads its
+peak address space (``VmPeak``) and allows :data:`ALLOWANCE` more. That is far below what the forged sizes would
+need (10^12 elements, 10^9 workers, a 4 GiB member; a test below checks that the smallest is refused) and far
+above what gradstat itself needs; a reader that allocated first would fail with an allocation error (a traceback,
+not exit 2). All the
 cases run in one limited subprocess (one interpreter start-up for the whole suite), each command's stderr captured
 separately. The elapsed time of each command is bounded by 10 s only to catch hangs (the 82 s ``workers: 10^9``
 case); it is no performance claim.
@@ -30,12 +34,24 @@ from gradstat.analysis.dumps.convert import export_npz, import_dump
 from gradstat.analysis.dumps.format import sha256_file
 
 pytest.importorskip("resource", reason="address-space limits need the POSIX resource module")
+if not Path("/proc/self/status").is_file():
+    pytest.skip("the address-space baseline is read from /proc/self/status (Linux)", allow_module_level=True)
 ROOT = Path(__file__).resolve().parents[2]
-LIMIT = 1 << 30
-RUNNER = """
-import contextlib, io, json, resource, sys, time
-resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+ALLOWANCE = 512 << 20
+"""Address space allowed above the interpreter's own peak once gradstat and torch are loaded (512 MiB)."""
+SMALLEST_FORGED = 4_294_967_294
+"""The smallest size a hostile case declares (bytes): the npz member's forged uncompressed size."""
+LIMIT_SETUP = """
+import re, resource
 from gradstat.analysis.cli.main import main
+import torch
+torch.cuda.is_available()  # a CUDA build maps its libraries (and the driver its reservations) before the limit
+with open("/proc/self/status") as status:
+    peak = int(re.search(r"VmPeak:\\s+(\\d+) kB", status.read()).group(1)) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (peak + {allowance}, peak + {allowance}))
+"""
+RUNNER = """
+import contextlib, io, json, sys, time
 results = []
 for argv in json.loads(sys.argv[1]):
     err = io.StringIO()
@@ -51,11 +67,13 @@ print(json.dumps(results))
 """
 
 
-def run_limited(commands: list[list[str]]) -> list[dict]:
-    """Run gradstat commands one after the other in a subprocess limited to 1 GiB of address space."""
+def run_limited(commands: list[list[str]], runner: str = RUNNER) -> list[dict]:
+    """Run gradstat commands one after the other in a subprocess limited to its own peak address space after
+    loading gradstat plus :data:`ALLOWANCE`; ``runner``: the code run under the limit (``sys.argv[1]``: the
+    commands as JSON, its last output line: a JSON list)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(
-        [sys.executable, "-c", RUNNER.format(limit=LIMIT), json.dumps(commands)],
+        [sys.executable, "-c", (LIMIT_SETUP + runner).format(allowance=ALLOWANCE), json.dumps(commands)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -354,3 +372,16 @@ def test_no_space_left_names_the_file(tmp_path, monkeypatch):
 def test_a_sound_dump_still_reads_under_the_same_limit(tmp_path):
     (result,) = run_limited([["info", str(small_dump(tmp_path))]])
     assert result["code"] == 0 and result["crash"] is None, result
+
+
+def test_the_limit_refuses_an_allocation_of_the_smallest_forged_size():
+    """The limit has teeth: allocating what the smallest hostile case declares fails under it."""
+    runner = f"""
+import json
+try:
+    bytearray({SMALLEST_FORGED})
+    print(json.dumps(["allocated"]))
+except MemoryError:
+    print(json.dumps(["refused"]))
+"""
+    assert run_limited([], runner) == ["refused"]
