@@ -80,8 +80,20 @@ def fit(x: object, dist: str, method: str = "closed_form") -> Fit:
     ValueError
         Unknown dist/method, empty, NaN/Inf, negative or all-zero input, constant non-zeros for gamma and
         generalized Pareto.
+
+    A shaped fit of non-float64 data that is degenerate (constant within the rounding of its dtype's reductions)
+    is computed again on the same values in float64: the result is the float64 input's, and stays flagged
+    (``converged`` false, a warning) only where the values are constant within float64's rounding.
     """
     run = estimator(dist, method)
     mags = check_magnitudes(x, "x", spread=dist in SHAPED)
     data = Exceedances(mags.values, n_hint=mags.n_nonzero, unit=unit_for(mags.max), bottom=mags.min_nonzero)
-    return resolve(run(data), dist, method, mags.n_nonzero, mags.n_zeros, device=mags.values.device)
+    estimate = run(data)
+    result = resolve(estimate, dist, method, mags.n_nonzero, mags.n_zeros, device=mags.values.device)
+    if mags.values.dtype != torch.float64 and bool(estimate.degenerate):
+        # constant within the rounding of reductions in the data's dtype (a float32 shape clipped at its noise
+        # floor, ~1.3e5 for the gamma): the same values' statistics in float64 tell a near-constant vector from a
+        # constant one, as a float64 input would (read after resolve's synchronisation: no extra wait)
+        wide = Exceedances(mags.values.double(), n_hint=mags.n_nonzero, unit=data.unit, bottom=mags.min_nonzero)
+        result = resolve(run(wide), dist, method, mags.n_nonzero, mags.n_zeros, device=mags.values.device)
+    return result

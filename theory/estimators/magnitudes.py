@@ -83,6 +83,19 @@ def as_magnitudes_tensor(x: object, name: str = "x") -> torch.Tensor:
     return t.reshape(-1)
 
 
+class ConstantMagnitudes(ValueError):
+    """The non-zero magnitudes are all ``value`` (``count`` of them): a shaped fit (gamma, generalized Pareto) has
+    no shape. ``value`` is in the units of the data checked; a caller that normalised them (SIDCo's power-of-two
+    normalisation) says the value in its own units (:attr:`name` names the argument)."""
+
+    def __init__(self, name: str, value: float, count: int) -> None:
+        self.name, self.value, self.count = name, value, count
+        super().__init__(
+            f"{name} is constant ({value} on all {count} non-zero elements): the shape of a gamma or generalized "
+            "Pareto fit is undefined (zero variance)"
+        )
+
+
 def check_magnitudes(
     x: object, name: str = "x", *, spread: bool = False, signed: bool = False, stats: torch.Tensor | None = None
 ) -> Magnitudes:
@@ -147,9 +160,6 @@ def check_magnitudes(
             v = t.abs() if signed else t
             min_nonzero = float(torch.where(v > 0, v, hi_f).min())
         if min_nonzero == hi_f:
-            raise ValueError(
-                f"{name} is constant ({hi_f} on all {n_nonzero} non-zero elements): the shape of a "
-                "gamma or generalized Pareto fit is undefined (zero variance)"
-            )
+            raise ConstantMagnitudes(name, hi_f, n_nonzero)
         mags = dataclasses.replace(mags, min_nonzero=min_nonzero)
     return mags

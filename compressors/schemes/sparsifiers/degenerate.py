@@ -52,11 +52,11 @@ def exact_top(magnitudes: torch.Tensor, k: int) -> torch.Tensor:
 
 def fall_back(magnitudes: torch.Tensor, indices: torch.Tensor, k: int, info: dict[str, object]) -> torch.Tensor:
     """``indices`` unchanged, or the exact top-k when the selection is :func:`degenerate` (its reason in
-    ``info["fallback"]``)."""
+    ``info["fallback"]``, unless the rule has put its own there)."""
     why = degenerate(magnitudes, indices.numel(), k)
     if why is None:
         return indices
-    info["fallback"] = f"exact top-k: {why}"
+    info.setdefault("fallback", f"exact top-k: {why}")  # a rule that knows better has said why already
     return exact_top(magnitudes, k)
 
 

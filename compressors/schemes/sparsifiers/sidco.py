@@ -30,7 +30,7 @@ import torch
 
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
-from gradstat.compressors.kernels.primitives import gather_at_least, selects_signed
+from gradstat.compressors.kernels.primitives import gather_at_least, max_abs, selects_signed
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.sparsifiers.degenerate import ExactFallback
 from gradstat.compressors.schemes.sparsifiers.stage_adaptation import StageState as SIDCoState
@@ -38,6 +38,7 @@ from gradstat.compressors.schemes.sparsifiers.stage_adaptation import record
 from gradstat.compressors.schemes.sparsifiers.threshold import Narrowed, ThresholdSparsifier, threshold_properties
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.distributions.names import distribution_name
+from gradstat.theory.estimators.magnitudes import ConstantMagnitudes
 from gradstat.theory.estimators.moments import summary, tail_moments
 from gradstat.theory.estimators.registry import SHAPED
 from gradstat.theory.pot import PotResult, multistage_threshold
@@ -120,7 +121,7 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
         return summary(g, True, self.dist in SHAPED, self.dist != "exponential")
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
-        return self._fit(abs_g, ctx, payload, signed=False).threshold
+        return self._fit(abs_g, ctx, payload, signed=False, original=g).threshold
 
     def _signed_threshold(
         self, g: torch.Tensor, ctx: Context, payload: Payload, stats: torch.Tensor | None = None
@@ -140,9 +141,15 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
         signed: bool,
         stats: torch.Tensor | None = None,
         narrow: bool = False,
+        original: torch.Tensor | None = None,
     ) -> PotResult:
         """The multi-stage fit of ``|x|`` (``x`` signed or magnitudes), its threshold eta_M; with ``narrow``, the
-        last stage runs on the elements above eta_{M-1}, gathered once (:class:`PotResult` ``candidates``)."""
+        last stage runs on the elements above eta_{M-1}, gathered once (:class:`PotResult` ``candidates``).
+        ``original``: the gradient in its own units when ``x`` is normalised (for messages).
+
+        Constant nonzero magnitudes leave a shaped first stage without a shape: with ``exact_fallback`` the
+        threshold is that magnitude (every nonzero element tied: the exact top-k takes the first k by index and
+        ``payload.info["fallback"]`` says why), else a ValueError giving the magnitude in the gradient's units."""
         check_ratio(self.ratio, x.numel(), who="sidco ratio")
         state = ctx.state if isinstance(ctx.state, SIDCoState) else None
         m = self.stage_count(state)
@@ -161,6 +168,13 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
                 stats=stats,
                 narrow=exceedances_above if narrow else None,
             )
+        except ConstantMagnitudes as exc:
+            value = float(max_abs(original)) if original is not None else exc.value
+            why = f"every nonzero |g| is {value} ({exc.count} elements): a {self.dist} fit has no shape"
+            if not self.exact_fallback:
+                raise ValueError(f"sidco ({self.dist}, {m} stages): {why}") from None
+            payload.info.update(stages=m, stopped_reason=why, fallback=f"exact top-k: {why}")
+            return PotResult(torch.full((), exc.value, dtype=torch.float64, device=x.device), [], why)
         except ValueError as exc:
             raise ValueError(f"sidco ({self.dist}, {m} stages): {exc}") from None
         payload.info.update(stages=m, stopped_reason=pot.stopped_reason)
