@@ -1,0 +1,628 @@
+/* gradstat's C loops, built by the package build as the extension module gradstat.compressors.kernels._native.
+
+Plain C on raw buffers (Python's buffer protocol: numpy arrays viewing torch's CPU tensors), so the module does not
+depend on the torch version it runs beside. Every function checks its buffers' element type, contiguity and length
+before it reads or writes, then releases the GIL for its loop: the callers split a long loop across torch's threads
+(native.run_all) and the pieces run at once.
+
+- select_f32 / select_f64: threshold compaction (compaction.py): the increasing indices of v >= t (v = |x| or x),
+  with the largest v and a NaN flag kept in the same read; 16 float32 elements per AVX2 step.
+- quantize_rows, reconstruct_rows, nested_rows, nested_estimate: the counter-dither loops of counter_dither.py and
+  NDQSG's nested worker (counter_native.py), float32 values and int8 codes, 8 elements per AVX2 step.
+
+AVX2 is chosen at run time (__builtin_cpu_supports, with function-level target attributes), so a module built on one
+x86-64 CPU runs on another; elsewhere (another architecture, another compiler) the scalar loops run. Build flags keep
+a multiply and an add from being contracted into one FMA, so float arithmetic rounds as torch's eager operations. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifndef GS_SOURCE_DIGEST
+#define GS_SOURCE_DIGEST ""
+#endif
+
+/* the multipliers of counter_dither.MULTIPLIERS (a test compares them) */
+#define M0 0x7FEB352Du
+#define M1 0x5BD1E995u
+#define ULP24 5.9604644775390625e-08f /* 2^-24 */
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define GS_AVX2 1
+static int gs_wide(void) { return __builtin_cpu_supports("avx2"); }
+#else
+static int gs_wide(void) { return 0; }
+#endif
+
+/* ---------------------------------------------------------------------------------------------------------------
+   Buffers: element type, C-contiguity, writability and length checked before any loop runs. */
+
+typedef enum { GS_F32, GS_F64, GS_I8, GS_I64 } gs_kind;
+
+static const char* gs_kind_name(gs_kind kind) {
+    switch (kind) {
+        case GS_F32: return "float32";
+        case GS_F64: return "float64";
+        case GS_I8: return "int8";
+        default: return "int64";
+    }
+}
+
+static int gs_matches(const Py_buffer* view, gs_kind kind) {
+    const char* f = view->format ? view->format : "B";
+    if (*f == '@' || *f == '=') f++;
+    if (f[0] == '\0' || f[1] != '\0') return 0;
+    switch (kind) {
+        case GS_F32: return f[0] == 'f' && view->itemsize == 4;
+        case GS_F64: return f[0] == 'd' && view->itemsize == 8;
+        case GS_I8: return f[0] == 'b' && view->itemsize == 1;
+        default: return (f[0] == 'q' || f[0] == 'l') && view->itemsize == 8;
+    }
+}
+
+/* The buffer of obj as a contiguous array of kind (writable when asked); its element count in *count. On failure
+   an exception is set, nothing is held, and -1 is returned. */
+static int gs_get(PyObject* obj, Py_buffer* view, gs_kind kind, int writable, const char* what, Py_ssize_t* count) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) != 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: needs a contiguous%s %s buffer, got %.80s", what,
+                     writable ? " writable" : "", gs_kind_name(kind), Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    if (!gs_matches(view, kind)) {
+        PyErr_Format(PyExc_TypeError, "%s: needs %s elements, got buffer format '%s' of %zd bytes", what,
+                     gs_kind_name(kind), view->format ? view->format : "B", view->itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    *count = view->len / view->itemsize;
+    return 0;
+}
+
+/* The buffers taken by one call, released together. */
+typedef struct {
+    Py_buffer views[4];
+    int held;
+} gs_views;
+
+static void gs_release(gs_views* v) {
+    for (int j = 0; j < v->held; j++) PyBuffer_Release(&v->views[j]);
+    v->held = 0;
+}
+
+static int gs_take(gs_views* v, PyObject* obj, gs_kind kind, int writable, const char* what, Py_ssize_t* count,
+                   void** data) {
+    if (gs_get(obj, &v->views[v->held], kind, writable, what, count) != 0) return -1;
+    *data = v->views[v->held].buf;
+    v->held++;
+    return 0;
+}
+
+static int gs_length(const char* fn, const char* what, Py_ssize_t have, long long want) {
+    if ((long long)have != want) {
+        PyErr_Format(PyExc_ValueError, "%s: %s holds %zd elements, expected %lld", fn, what, have, want);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+   Threshold compaction. */
+
+#define GS_SCALAR(T, ABS)                                                                       \
+    for (; i < end && c < cap; i++) {                                                           \
+        T v = absolute ? ABS(x[i]) : x[i];                                                      \
+        if (v != v) {                                                                           \
+            *nan = 1;                                                                           \
+        } else if ((double)v > *top) {                                                          \
+            *top = (double)v;                                                                   \
+        }                                                                                       \
+        if (v >= t) {                                                                           \
+            idx[c] = i;                                                                         \
+            if (vals) vals[c] = v;                                                              \
+            c++;                                                                                \
+        }                                                                                       \
+    }
+
+#ifdef GS_AVX2
+__attribute__((target("avx2"))) static int64_t select_f32_avx2(const float* x, int64_t i, int64_t end, float t,
+                                                              int absolute, int64_t* idx, float* vals, int64_t cap,
+                                                              int64_t* count, double* top, int* nan) {
+    const __m256 vt = _mm256_set1_ps(t);
+    const __m256 keep = _mm256_castsi256_ps(_mm256_set1_epi32(absolute ? 0x7fffffff : -1));
+    __m256 hi = _mm256_set1_ps(-INFINITY);
+    __m256 bad = _mm256_setzero_ps();
+    int64_t c = *count;
+    for (; i + 16 <= end && c + 16 <= cap; i += 16) {
+        __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), keep);
+        __m256 b = _mm256_and_ps(_mm256_loadu_ps(x + i + 8), keep);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+        hi = _mm256_max_ps(hi, _mm256_max_ps(a, b));
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(a, vt, _CMP_GE_OQ)) |
+                     ((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(b, vt, _CMP_GE_OQ)) << 8);
+        while (m) {
+            int j = __builtin_ctz(m);
+            idx[c] = i + j;
+            if (vals) vals[c] = absolute ? fabsf(x[i + j]) : x[i + j];
+            c++;
+            m &= m - 1;
+        }
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, hi);
+    for (int j = 0; j < 8; j++) {
+        if ((double)lanes[j] > *top) *top = (double)lanes[j];
+    }
+    if (_mm256_movemask_ps(bad)) *nan = 1;
+    *count = c;
+    return i;
+}
+#endif
+
+static int64_t select_f32_loop(const float* x, int64_t i, int64_t end, float t, int absolute, int64_t* idx,
+                               float* vals, int64_t cap, int64_t* count, double* top, int* nan) {
+#ifdef GS_AVX2
+    if (gs_wide()) {
+        i = select_f32_avx2(x, i, end, t, absolute, idx, vals, cap, count, top, nan);
+        if (i + 16 <= end) return i; /* stopped for room: the caller grows the buffers */
+    }
+#endif
+    int64_t c = *count;
+    GS_SCALAR(float, fabsf)
+    *count = c;
+    return i;
+}
+
+static int64_t select_f64_loop(const double* x, int64_t i, int64_t end, double t, int absolute, int64_t* idx,
+                               double* vals, int64_t cap, int64_t* count, double* top, int* nan) {
+    int64_t c = *count;
+    GS_SCALAR(double, fabs)
+    *count = c;
+    return i;
+}
+
+/* select_f32 / select_f64(x, start, end, t, absolute, idx, vals or None, count, top, nan)
+   -> (stop, count, top, nan): scans x[start:end) from where the last call stopped, appending to idx (and vals)
+   after their first count entries; stops early (stop < end) when the next step could overflow them. */
+static PyObject* gs_select(PyObject* args, gs_kind kind, const char* fn) {
+    PyObject *xo, *idxo, *valso;
+    long long start, end, count;
+    double t, top;
+    int absolute, nan;
+    if (!PyArg_ParseTuple(args, "OLLdpOOLdp", &xo, &start, &end, &t, &absolute, &idxo, &valso, &count, &top, &nan))
+        return NULL;
+    gs_views v = {.held = 0};
+    Py_ssize_t n, cap, nvals;
+    void *x, *idx, *vals = NULL;
+    if (gs_take(&v, xo, kind, 0, fn, &n, &x) || gs_take(&v, idxo, GS_I64, 1, fn, &cap, &idx)) goto fail;
+    if (valso != Py_None) {
+        if (gs_take(&v, valso, kind, 1, fn, &nvals, &vals)) goto fail;
+        if (nvals < cap) cap = nvals;
+    }
+    if (start < 0 || start > end || end > (long long)n || count < 0 || count > (long long)cap) {
+        PyErr_Format(PyExc_ValueError, "%s: range [%lld, %lld) of %zd elements with %lld of %zd entries filled", fn,
+                     start, end, n, count, cap);
+        goto fail;
+    }
+    int64_t at, c = (int64_t)count;
+    Py_BEGIN_ALLOW_THREADS;
+    if (kind == GS_F32)
+        at = select_f32_loop((const float*)x, start, end, (float)t, absolute, (int64_t*)idx, (float*)vals, cap, &c,
+                             &top, &nan);
+    else
+        at = select_f64_loop((const double*)x, start, end, t, absolute, (int64_t*)idx, (double*)vals, cap, &c, &top,
+                             &nan);
+    Py_END_ALLOW_THREADS;
+    gs_release(&v);
+    return Py_BuildValue("LLdO", (long long)at, (long long)c, top, nan ? Py_True : Py_False);
+fail:
+    gs_release(&v);
+    return NULL;
+}
+
+static PyObject* gs_select_f32(PyObject* self, PyObject* args) {
+    (void)self;
+    return gs_select(args, GS_F32, "select_f32");
+}
+
+static PyObject* gs_select_f64(PyObject* self, PyObject* args) {
+    (void)self;
+    return gs_select(args, GS_F64, "select_f64");
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+   Counter-hash dither: the hash of counter_dither.counter_bits, round(fold(round(i ^ k0)) ^ k1), read as a signed
+   number; the same operations in the same order as the eager torch functions, in float32. */
+
+static inline uint32_t gs_round(uint32_t x) {
+    x *= M0;
+    x ^= x >> 15;
+    return x * M1;
+}
+
+static inline float gs_dither(uint32_t i, uint32_t k0, uint32_t k1) {
+    uint32_t h = gs_round(i ^ k0);
+    h = gs_round((h ^ (h >> 16)) ^ k1);
+    return (float)(((int32_t)h) >> 8) * ULP24;
+}
+
+static void quantize_scalar(const float* x, int64_t n, float s, uint32_t first, uint32_t k0, uint32_t k1,
+                            float gain, float lo, float hi, float shift, int8_t* out) {
+    for (int64_t c = 0; c < n; c++) {
+        float u = gs_dither(first + (uint32_t)c, k0, k1);
+        float y = x[c] / s * gain;
+        float q = floorf(y + u + shift);
+        q = q < lo ? lo : q;
+        q = q > hi ? hi : q;
+        out[c] = (int8_t)q;
+    }
+}
+
+static void reconstruct_scalar(const int8_t* codes, int64_t n, float s, uint32_t first, uint32_t k0, uint32_t k1,
+                               float gain, float offset, int subtract, float* out) {
+    for (int64_t c = 0; c < n; c++) {
+        float v = (float)codes[c] + offset;
+        if (subtract) v = v - gs_dither(first + (uint32_t)c, k0, k1);
+        out[c] = v / gain * s;
+    }
+}
+
+/* NDQSG's nested worker (ndqsg.nested_index and nested_estimate; the small remainder: two conditional additions
+   and two conditional subtractions of k) */
+static void nested_scalar(const float* g, int64_t n, float kappa, uint32_t first, uint32_t k0, uint32_t k1,
+                          float alpha, float delta1, float k, float h, int8_t* out) {
+    for (int64_t c = 0; c < n; c++) {
+        float u = gs_dither(first + (uint32_t)c, k0, k1) * delta1;
+        float t = (g[c] / kappa * alpha + u) / delta1;
+        float coarse = floorf(t / k + 0.5f) * k;
+        float v = floorf(t + 0.5f) - coarse + h;
+        v = v < 0 ? v + k : v;
+        v = v < 0 ? v + k : v;
+        v = v >= k ? v - k : v;
+        v = v >= k ? v - k : v;
+        out[c] = (int8_t)(v - h);
+    }
+}
+
+static void nested_estimate_scalar(const int8_t* s, const float* side, int64_t n, float kappa, uint32_t first,
+                                   uint32_t k0, uint32_t k1, float alpha, int shrink, float delta1, float k,
+                                   float step, float* out) {
+    float safe = kappa > 0 ? kappa : 1.0f;
+    for (int64_t c = 0; c < n; c++) {
+        float u = gs_dither(first + (uint32_t)c, k0, k1) * delta1;
+        float y = side[c] / safe;
+        float r = ((float)s[c] * delta1 - u - (shrink ? y * alpha : y)) / delta1;
+        float coarse = floorf(r / k + 0.5f) * k;
+        out[c] = ((r - coarse) * step + y) * kappa;
+    }
+}
+
+#ifdef GS_AVX2
+__attribute__((target("avx2"))) static inline __m256 gs_dither8(__m256i i, __m256i k0, __m256i k1) {
+    const __m256i m0 = _mm256_set1_epi32((int32_t)M0), m1 = _mm256_set1_epi32((int32_t)M1);
+    __m256i h = _mm256_mullo_epi32(_mm256_xor_si256(i, k0), m0);
+    h = _mm256_mullo_epi32(_mm256_xor_si256(h, _mm256_srli_epi32(h, 15)), m1);
+    h = _mm256_xor_si256(_mm256_xor_si256(h, _mm256_srli_epi32(h, 16)), k1);
+    h = _mm256_mullo_epi32(h, m0);
+    h = _mm256_mullo_epi32(_mm256_xor_si256(h, _mm256_srli_epi32(h, 15)), m1);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srai_epi32(h, 8)), _mm256_set1_ps(ULP24));
+}
+
+__attribute__((target("avx2"))) static inline __m256i gs_index8(uint32_t first) {
+    return _mm256_add_epi32(_mm256_set1_epi32((int32_t)first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+__attribute__((target("avx2"))) static inline void gs_store_codes8(int8_t* out, __m256 q) {
+    __m256i w = _mm256_cvttps_epi32(q);
+    __m128i p = _mm_packs_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+    _mm_storel_epi64((__m128i*)out, _mm_packs_epi16(p, p));
+}
+
+__attribute__((target("avx2"))) static inline __m256 gs_load_codes8(const int8_t* codes) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)codes)));
+}
+
+__attribute__((target("avx2"))) static int64_t quantize_avx2(const float* x, int64_t n, float s, uint32_t first,
+                                                            uint32_t k0, uint32_t k1, float gain, float lo,
+                                                            float hi, float shift, int8_t* out) {
+    const __m256i vk0 = _mm256_set1_epi32((int32_t)k0), vk1 = _mm256_set1_epi32((int32_t)k1);
+    const __m256 vs = _mm256_set1_ps(s), vg = _mm256_set1_ps(gain), vlo = _mm256_set1_ps(lo);
+    const __m256 vhi = _mm256_set1_ps(hi), vsh = _mm256_set1_ps(shift);
+    const __m256i eight = _mm256_set1_epi32(8);
+    __m256i i = gs_index8(first);
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+        __m256 u = gs_dither8(i, vk0, vk1);
+        __m256 y = _mm256_mul_ps(_mm256_div_ps(_mm256_loadu_ps(x + c), vs), vg);
+        __m256 q = _mm256_floor_ps(_mm256_add_ps(_mm256_add_ps(y, u), vsh));
+        gs_store_codes8(out + c, _mm256_min_ps(_mm256_max_ps(q, vlo), vhi));
+        i = _mm256_add_epi32(i, eight);
+    }
+    return c;
+}
+
+__attribute__((target("avx2"))) static int64_t reconstruct_avx2(const int8_t* codes, int64_t n, float s,
+                                                               uint32_t first, uint32_t k0, uint32_t k1,
+                                                               float gain, float offset, int subtract, float* out) {
+    const __m256i vk0 = _mm256_set1_epi32((int32_t)k0), vk1 = _mm256_set1_epi32((int32_t)k1);
+    const __m256 vs = _mm256_set1_ps(s), vg = _mm256_set1_ps(gain), voff = _mm256_set1_ps(offset);
+    const __m256i eight = _mm256_set1_epi32(8);
+    __m256i i = gs_index8(first);
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+        __m256 v = _mm256_add_ps(gs_load_codes8(codes + c), voff);
+        if (subtract) v = _mm256_sub_ps(v, gs_dither8(i, vk0, vk1));
+        _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_div_ps(v, vg), vs));
+        i = _mm256_add_epi32(i, eight);
+    }
+    return c;
+}
+
+__attribute__((target("avx2"))) static inline __m256 gs_wrap8(__m256 v, __m256 k) {
+    const __m256 zero = _mm256_setzero_ps();
+    v = _mm256_blendv_ps(v, _mm256_add_ps(v, k), _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+    v = _mm256_blendv_ps(v, _mm256_add_ps(v, k), _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+    v = _mm256_blendv_ps(v, _mm256_sub_ps(v, k), _mm256_cmp_ps(v, k, _CMP_GE_OQ));
+    return _mm256_blendv_ps(v, _mm256_sub_ps(v, k), _mm256_cmp_ps(v, k, _CMP_GE_OQ));
+}
+
+__attribute__((target("avx2"))) static int64_t nested_avx2(const float* g, int64_t n, float kappa, uint32_t first,
+                                                          uint32_t k0, uint32_t k1, float alpha, float delta1,
+                                                          float k, float h, int8_t* out) {
+    const __m256i vk0 = _mm256_set1_epi32((int32_t)k0), vk1 = _mm256_set1_epi32((int32_t)k1);
+    const __m256 vkap = _mm256_set1_ps(kappa), va = _mm256_set1_ps(alpha), vd = _mm256_set1_ps(delta1);
+    const __m256 vk = _mm256_set1_ps(k), vh = _mm256_set1_ps(h), half = _mm256_set1_ps(0.5f);
+    const __m256i eight = _mm256_set1_epi32(8);
+    __m256i i = gs_index8(first);
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+        __m256 u = _mm256_mul_ps(gs_dither8(i, vk0, vk1), vd);
+        __m256 x = _mm256_mul_ps(_mm256_div_ps(_mm256_loadu_ps(g + c), vkap), va);
+        __m256 t = _mm256_div_ps(_mm256_add_ps(x, u), vd);
+        __m256 coarse = _mm256_mul_ps(_mm256_floor_ps(_mm256_add_ps(_mm256_div_ps(t, vk), half)), vk);
+        __m256 v = _mm256_add_ps(_mm256_sub_ps(_mm256_floor_ps(_mm256_add_ps(t, half)), coarse), vh);
+        gs_store_codes8(out + c, _mm256_sub_ps(gs_wrap8(v, vk), vh));
+        i = _mm256_add_epi32(i, eight);
+    }
+    return c;
+}
+
+__attribute__((target("avx2"))) static int64_t nested_estimate_avx2(const int8_t* s, const float* side, int64_t n,
+                                                                   float kappa, uint32_t first, uint32_t k0,
+                                                                   uint32_t k1, float alpha, int shrink,
+                                                                   float delta1, float k, float step, float* out) {
+    const __m256i vk0 = _mm256_set1_epi32((int32_t)k0), vk1 = _mm256_set1_epi32((int32_t)k1);
+    const __m256 vkap = _mm256_set1_ps(kappa), vsafe = _mm256_set1_ps(kappa > 0 ? kappa : 1.0f);
+    const __m256 va = _mm256_set1_ps(alpha), vd = _mm256_set1_ps(delta1), vk = _mm256_set1_ps(k);
+    const __m256 vstep = _mm256_set1_ps(step), half = _mm256_set1_ps(0.5f);
+    const __m256i eight = _mm256_set1_epi32(8);
+    __m256i i = gs_index8(first);
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+        __m256 u = _mm256_mul_ps(gs_dither8(i, vk0, vk1), vd);
+        __m256 y = _mm256_div_ps(_mm256_loadu_ps(side + c), vsafe);
+        __m256 r = _mm256_sub_ps(_mm256_sub_ps(_mm256_mul_ps(gs_load_codes8(s + c), vd), u),
+                                 shrink ? _mm256_mul_ps(y, va) : y);
+        r = _mm256_div_ps(r, vd);
+        __m256 coarse = _mm256_mul_ps(_mm256_floor_ps(_mm256_add_ps(_mm256_div_ps(r, vk), half)), vk);
+        __m256 e = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(r, coarse), vstep), y);
+        _mm256_storeu_ps(out + c, _mm256_mul_ps(e, vkap));
+        i = _mm256_add_epi32(i, eight);
+    }
+    return c;
+}
+#endif
+
+/* rows x size elements; element (r, c) has index base + r size + c; scale[r] is row r's divisor / factor */
+static void quantize_rows_loop(const float* x, int64_t rows, int64_t size, const float* scale, uint32_t base,
+                               uint32_t k0, uint32_t k1, float gain, float lo, float hi, float shift, int8_t* out) {
+    int wide = gs_wide();
+    for (int64_t r = 0; r < rows; r++) {
+        const float* xr = x + r * size;
+        int8_t* o = out + r * size;
+        uint32_t first = base + (uint32_t)(r * size);
+        int64_t c = 0;
+#ifdef GS_AVX2
+        if (wide) c = quantize_avx2(xr, size, scale[r], first, k0, k1, gain, lo, hi, shift, o);
+#endif
+        quantize_scalar(xr + c, size - c, scale[r], first + (uint32_t)c, k0, k1, gain, lo, hi, shift, o + c);
+    }
+    (void)wide;
+}
+
+static void reconstruct_rows_loop(const int8_t* codes, int64_t rows, int64_t size, const float* scale,
+                                  uint32_t base, uint32_t k0, uint32_t k1, float gain, float offset, int subtract,
+                                  float* out) {
+    int wide = gs_wide();
+    for (int64_t r = 0; r < rows; r++) {
+        const int8_t* cr = codes + r * size;
+        float* o = out + r * size;
+        uint32_t first = base + (uint32_t)(r * size);
+        int64_t c = 0;
+#ifdef GS_AVX2
+        if (wide) c = reconstruct_avx2(cr, size, scale[r], first, k0, k1, gain, offset, subtract, o);
+#endif
+        reconstruct_scalar(cr + c, size - c, scale[r], first + (uint32_t)c, k0, k1, gain, offset, subtract, o + c);
+    }
+    (void)wide;
+}
+
+/* The shape arguments of a row loop: rows, size >= 0 and rows * size representable. */
+static int gs_block(const char* fn, long long rows, long long size) {
+    if (rows < 0 || size < 0 || (size > 0 && rows > (long long)PY_SSIZE_T_MAX / size)) {
+        PyErr_Format(PyExc_ValueError, "%s: a block of %lld x %lld elements", fn, rows, size);
+        return -1;
+    }
+    return 0;
+}
+
+/* quantize_rows(x, rows, size, scale, base, k0, k1, gain, lo, hi, shift, out): the int8 codes of the float32
+   (rows, size) block x into out */
+static PyObject* gs_quantize_rows(PyObject* self, PyObject* args) {
+    (void)self;
+    const char* fn = "quantize_rows";
+    PyObject *xo, *so, *oo;
+    long long rows, size, base;
+    unsigned long long k0, k1;
+    float gain, lo, hi, shift;
+    if (!PyArg_ParseTuple(args, "OLLOLKKffffO", &xo, &rows, &size, &so, &base, &k0, &k1, &gain, &lo, &hi, &shift,
+                          &oo))
+        return NULL;
+    gs_views v = {.held = 0};
+    Py_ssize_t nx, ns, no;
+    void *x, *s, *o;
+    if (gs_block(fn, rows, size) || gs_take(&v, xo, GS_F32, 0, fn, &nx, &x) ||
+        gs_take(&v, so, GS_F32, 0, fn, &ns, &s) || gs_take(&v, oo, GS_I8, 1, fn, &no, &o) ||
+        gs_length(fn, "the values", nx, rows * size) || gs_length(fn, "the scales", ns, rows) ||
+        gs_length(fn, "the codes", no, rows * size))
+        goto fail;
+    Py_BEGIN_ALLOW_THREADS;
+    quantize_rows_loop((const float*)x, rows, size, (const float*)s, (uint32_t)base, (uint32_t)k0, (uint32_t)k1, gain,
+                       lo, hi, shift, (int8_t*)o);
+    Py_END_ALLOW_THREADS;
+    gs_release(&v);
+    Py_RETURN_NONE;
+fail:
+    gs_release(&v);
+    return NULL;
+}
+
+/* reconstruct_rows(codes, rows, size, scale, base, k0, k1, gain, offset, subtract, out): the float32
+   reconstruction of the int8 (rows, size) codes into out */
+static PyObject* gs_reconstruct_rows(PyObject* self, PyObject* args) {
+    (void)self;
+    const char* fn = "reconstruct_rows";
+    PyObject *co, *so, *oo;
+    long long rows, size, base;
+    unsigned long long k0, k1;
+    float gain, offset;
+    int subtract;
+    if (!PyArg_ParseTuple(args, "OLLOLKKffpO", &co, &rows, &size, &so, &base, &k0, &k1, &gain, &offset, &subtract,
+                          &oo))
+        return NULL;
+    gs_views v = {.held = 0};
+    Py_ssize_t nc, ns, no;
+    void *c, *s, *o;
+    if (gs_block(fn, rows, size) || gs_take(&v, co, GS_I8, 0, fn, &nc, &c) ||
+        gs_take(&v, so, GS_F32, 0, fn, &ns, &s) || gs_take(&v, oo, GS_F32, 1, fn, &no, &o) ||
+        gs_length(fn, "the codes", nc, rows * size) || gs_length(fn, "the scales", ns, rows) ||
+        gs_length(fn, "the output", no, rows * size))
+        goto fail;
+    Py_BEGIN_ALLOW_THREADS;
+    reconstruct_rows_loop((const int8_t*)c, rows, size, (const float*)s, (uint32_t)base, (uint32_t)k0, (uint32_t)k1,
+                          gain, offset, subtract, (float*)o);
+    Py_END_ALLOW_THREADS;
+    gs_release(&v);
+    Py_RETURN_NONE;
+fail:
+    gs_release(&v);
+    return NULL;
+}
+
+/* nested_rows(g, kappa, base, k0, k1, alpha, delta1, k, h, out): NDQSG's int8 nested codes of the float32 g */
+static PyObject* gs_nested_rows(PyObject* self, PyObject* args) {
+    (void)self;
+    const char* fn = "nested_rows";
+    PyObject *go, *oo;
+    long long base;
+    unsigned long long k0, k1;
+    float kappa, alpha, delta1, k, h;
+    if (!PyArg_ParseTuple(args, "OfLKKffffO", &go, &kappa, &base, &k0, &k1, &alpha, &delta1, &k, &h, &oo))
+        return NULL;
+    gs_views v = {.held = 0};
+    Py_ssize_t n, no;
+    void *g, *o;
+    if (gs_take(&v, go, GS_F32, 0, fn, &n, &g) || gs_take(&v, oo, GS_I8, 1, fn, &no, &o) ||
+        gs_length(fn, "the codes", no, n))
+        goto fail;
+    int64_t c = 0;
+    Py_BEGIN_ALLOW_THREADS;
+#ifdef GS_AVX2
+    if (gs_wide())
+        c = nested_avx2((const float*)g, n, kappa, (uint32_t)base, (uint32_t)k0, (uint32_t)k1, alpha, delta1, k, h,
+                        (int8_t*)o);
+#endif
+    nested_scalar((const float*)g + c, n - c, kappa, (uint32_t)base + (uint32_t)c, (uint32_t)k0, (uint32_t)k1, alpha,
+                  delta1, k, h, (int8_t*)o + c);
+    Py_END_ALLOW_THREADS;
+    gs_release(&v);
+    Py_RETURN_NONE;
+fail:
+    gs_release(&v);
+    return NULL;
+}
+
+/* nested_estimate(s, side, kappa, base, k0, k1, alpha, shrink, delta1, k, step, out): NDQSG's float32 estimate
+   from the int8 codes s and the float32 side information */
+static PyObject* gs_nested_estimate(PyObject* self, PyObject* args) {
+    (void)self;
+    const char* fn = "nested_estimate";
+    PyObject *so, *yo, *oo;
+    long long base;
+    unsigned long long k0, k1;
+    float kappa, alpha, delta1, k, step;
+    int shrink;
+    if (!PyArg_ParseTuple(args, "OOfLKKfpfffO", &so, &yo, &kappa, &base, &k0, &k1, &alpha, &shrink, &delta1, &k,
+                          &step, &oo))
+        return NULL;
+    gs_views v = {.held = 0};
+    Py_ssize_t n, ny, no;
+    void *s, *y, *o;
+    if (gs_take(&v, so, GS_I8, 0, fn, &n, &s) || gs_take(&v, yo, GS_F32, 0, fn, &ny, &y) ||
+        gs_take(&v, oo, GS_F32, 1, fn, &no, &o) || gs_length(fn, "the side information", ny, n) ||
+        gs_length(fn, "the output", no, n))
+        goto fail;
+    int64_t c = 0;
+    Py_BEGIN_ALLOW_THREADS;
+#ifdef GS_AVX2
+    if (gs_wide())
+        c = nested_estimate_avx2((const int8_t*)s, (const float*)y, n, kappa, (uint32_t)base, (uint32_t)k0,
+                                 (uint32_t)k1, alpha, shrink, delta1, k, step, (float*)o);
+#endif
+    nested_estimate_scalar((const int8_t*)s + c, (const float*)y + c, n - c, kappa, (uint32_t)base + (uint32_t)c,
+                           (uint32_t)k0, (uint32_t)k1, alpha, shrink, delta1, k, step, (float*)o + c);
+    Py_END_ALLOW_THREADS;
+    gs_release(&v);
+    Py_RETURN_NONE;
+fail:
+    gs_release(&v);
+    return NULL;
+}
+
+static PyObject* gs_avx2(PyObject* self, PyObject* unused) {
+    (void)self;
+    (void)unused;
+    return PyBool_FromLong(gs_wide());
+}
+
+static PyMethodDef gs_methods[] = {
+    {"select_f32", gs_select_f32, METH_VARARGS, "Threshold compaction of a float32 buffer (see _native.c)."},
+    {"select_f64", gs_select_f64, METH_VARARGS, "Threshold compaction of a float64 buffer (see _native.c)."},
+    {"quantize_rows", gs_quantize_rows, METH_VARARGS, "Counter-dither int8 codes of float32 rows."},
+    {"reconstruct_rows", gs_reconstruct_rows, METH_VARARGS, "Counter-dither float32 reconstruction of int8 rows."},
+    {"nested_rows", gs_nested_rows, METH_VARARGS, "NDQSG's nested int8 codes of float32 values."},
+    {"nested_estimate", gs_nested_estimate, METH_VARARGS, "NDQSG's float32 estimate from nested codes."},
+    {"avx2", gs_avx2, METH_NOARGS, "Whether the AVX2 loops run on this CPU."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef gs_module = {
+    PyModuleDef_HEAD_INIT, "_native", "gradstat's C loops on raw buffers (see compressors/kernels/native.py).", -1,
+    gs_methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    PyObject* m = PyModule_Create(&gs_module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddStringConstant(m, "SOURCE_DIGEST", GS_SOURCE_DIGEST) != 0 ||
+        PyModule_AddObject(m, "MULTIPLIERS", Py_BuildValue("(kk)", (unsigned long)M0, (unsigned long)M1)) != 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
