@@ -39,6 +39,7 @@ from gradstat.analysis.studies import replay as replay_study
 from gradstat.analysis.studies import thresholds as threshold_study
 from gradstat.analysis.studies import variance as variance_study
 from gradstat.analysis.studies import variance_gain as variance_gain_study
+from gradstat.analysis.studies.replay_device import replay_device
 from gradstat.analysis.validation import outputs as validation_table
 from gradstat.analysis.validation import registry as validation_registry
 from gradstat.theory.distributions.names import accepted
@@ -211,6 +212,10 @@ def register(cli: click.Group) -> None:
         --per-layer is a study beside these: on the first selected worker it compresses each tensor on its own
         and the flat model vector, and compares the two (tensors too small for the ratio are sent dense, as DGC
         does, unlike the hook); it takes neither --blocks layer nor --save-decoded.
+
+        The replay runs on the device the dump was recorded on (CUDA when the dump does not say and one is
+        present) unless --device names one; it warns where that device differs from the recording's, since a
+        replay there cannot be bit-exact.
         """
         d = _open(dump)
         if per_layer and (blocks == "layer" or save_decoded):
@@ -229,7 +234,8 @@ def register(cli: click.Group) -> None:
             hook_replay.check([(s, feedback) for s in specs], chosen[1], d.workers, seeds, save_decoded)
         else:
             _check_specs(specs, feedback)
-        dev = resolve_device(device)
+        named = click.get_current_context().get_parameter_source("device") is not click.core.ParameterSource.DEFAULT
+        dev = replay_device(d, device if named else None)
         with _results(out, "compress") as folder:
             if per_layer:
                 from gradstat.analysis.studies import layerwise

@@ -330,7 +330,12 @@ def _recorder(
         workload=wl.name,
         optimizer=wl.optimizer_config(),
         seeds=seeds,
-        metadata={"workload_config": wl.config(), "workload_spec": wl.spec(), **wl.metadata()},
+        metadata={
+            "workload_config": wl.config(),
+            "workload_spec": wl.spec(),
+            **wl.metadata(),
+            "device": next(ddp.module.parameters()).device.type,  # where a replay reproduces the run
+        },
         compression=compression,
     )
     rec.attach(state, optimizer)

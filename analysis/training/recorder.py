@@ -136,6 +136,7 @@ def record(
         {"compressor": comp.spec(), "feedback": feedback or "none", "granularity": "whole model"} if comp else None
     )
     meta = {"workload_config": wl.config(), "workload_spec": wl.spec(), **wl.metadata(), **dict(metadata or {})}
+    meta["device"] = torch.device(device).type  # where a replay reproduces the run (studies.replay_device)
     rec = Recorder.create(
         out,
         model,
