@@ -7,6 +7,9 @@ import torch
 
 HAS_CUDA = torch.cuda.is_available()
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
+DEVICE_PARAMS = [pytest.param(d, marks=[pytest.mark.cuda] if d == "cuda" else [], id=d) for d in DEVICES]
+"""The ``device`` fixture's parameters: the CUDA case carries the ``cuda`` marker, so ``pytest -m cuda`` selects
+every device test's CUDA run (and ``-m "not cuda"`` leaves them out)."""
 
 
 def pytest_collection_modifyitems(config, items):
@@ -28,7 +31,7 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-@pytest.fixture(params=DEVICES)
+@pytest.fixture(params=DEVICE_PARAMS)
 def device(request) -> torch.device:
-    """Every device present: the same test runs on CPU and, where available, on CUDA."""
+    """Every device present: the same test runs on CPU and, where available, on CUDA (marked ``cuda``)."""
     return torch.device(request.param)
