@@ -11,6 +11,10 @@ One worker, gradient reshaped to a matrix M (n x m):
     Q  <- M^T P                          m x r
     send P and Q (float32);  the receiver reconstructs  M_hat = P Q^T  (= P P^T M, a projection of M)
 
+Scale: the iteration runs on M 2^-e (2^e the power of two at max |M|) and the factor 2^e is split between the sent
+P and Q (exact powers of two), so neither factor nor the receiver's products leave float32's range at any scale of
+the gradient (1e-30 or 3e38); only a reconstruction that itself exceeds float32's range is refused.
+
 The paper averages P and then Q over the workers with all-reduce (a linear scheme); this module is the per-worker
 compressor (what one worker sends and what its message decodes to), so it can be replayed offline, wrapped in
 error feedback (``--feedback ef``, as in the paper) and sent by the DDP hooks like any other compressor.
@@ -100,10 +104,13 @@ class PowerSGD(Compressor):
         q = matrix.T @ p
         if state is not None:
             state.q = q.float()  # the direction only (scale-free): the warm start is the same at every scale
-        payload.add("p", p.float(), float_width(torch.float32), "value")
-        payload.add(
-            "q", to_float32_wire(scale_by_pow2(q, e), "powersgd", "factor Q"), float_width(torch.float32), "value"
-        )
+        # 2^e is shared between the factors (2^h on P, 2^(e-h) on Q, h = floor(e/2), exact): each stays within
+        # float32's range at every scale, and so do the products of the receiver's P Q^T (a whole 2^e on Q alone
+        # overflowed at |g| ~ 3e38: Q's entries reach sqrt(n) times the largest |g|)
+        h = torch.div(e, 2, rounding_mode="floor")
+        for name, factor, exponent in (("p", p, h), ("q", q, e - h)):
+            wire = to_float32_wire(scale_by_pow2(factor, exponent), "powersgd", f"factor {name.upper()}")
+            payload.add(name, wire, float_width(torch.float32), "value")
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         p, q = payload["p"], payload["q"]
