@@ -8,6 +8,7 @@ spec string.
 from gradstat.compressors.base import Compressor, Properties, RoundResult, decode_named, encode_named
 from gradstat.compressors.context import Context
 from gradstat.compressors.memory.feedback import ErrorFeedback, FeedbackState, parse_feedback
+from gradstat.compressors.memory.send import Memory, WorkerState, parse_memory
 from gradstat.compressors.registry import create, get, names, register
 from gradstat.compressors.schemes.lowrank import powersgd  # noqa: F401
 from gradstat.compressors.schemes.quantizers import (  # noqa: F401
@@ -42,6 +43,9 @@ __all__ = [
     "ErrorFeedback",
     "FeedbackState",
     "parse_feedback",
+    "Memory",
+    "WorkerState",
+    "parse_memory",
     "create",
     "get",
     "names",

@@ -117,6 +117,13 @@ class Compressor(ABC):
         mean = torch.stack([d.float() for d in decoded]).mean(0).to(grads[0].dtype)
         return RoundResult(mean=mean, decoded=decoded, payloads=payloads)
 
+    def decode_all(self, payloads: Sequence[Payload], ctx: Context | None = None) -> list[torch.Tensor]:
+        """Every worker's reconstruction from the payloads of one round, in worker order (``payloads[w]`` decoded
+        with ``ctx.but(worker=w)``), as a receiver that holds them all computes it. Side-information schemes
+        override it with their decoding order."""
+        ctx = ctx or Context()
+        return [self.decode(p, ctx.but(worker=w)) for w, p in enumerate(payloads)]
+
     def spec(self) -> str:
         """The spec string that rebuilds this compressor (see :mod:`gradstat.compressors.registry`)."""
         args = ",".join(f"{f.name}={getattr(self, f.name)}" for f in hyper_fields(self))

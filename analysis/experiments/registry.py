@@ -1,36 +1,32 @@
 """The registry of experiments: one module per experiment, each exposing ``EXPERIMENT`` (an
-:class:`~gradstat.analysis.experiments.base.Experiment`). Listing order is the order below."""
+:class:`~gradstat.analysis.experiments.base.Experiment`), imported here by name. Listing order is the order of
+:data:`MEMBERS`; a module that fails to import fails the registry (nothing is skipped)."""
 
 from __future__ import annotations
 
-import importlib
-
+from gradstat.analysis.experiments import (
+    ecq_syn,
+    gmc,
+    layerwise,
+    ndqsg_bits,
+    qcs_fig2,
+    qcs_fig4,
+    sidco_microbench,
+    sidco_quality,
+)
 from gradstat.analysis.experiments.base import Experiment
 
-MODULES = (
-    "qcs_fig2",
-    "qcs_fig4",
-    "ecq_syn",
-    "gmc",
-    "ndqsg_bits",
-    "sidco_quality",
-    "sidco_microbench",
-    "layerwise",
-)
-"""Experiment modules under :mod:`gradstat.analysis.experiments`, in listing order."""
+MEMBERS = (qcs_fig2, qcs_fig4, ecq_syn, gmc, ndqsg_bits, sidco_quality, sidco_microbench, layerwise)
+"""The experiment modules, in listing order."""
 
 
 def experiments() -> dict[str, Experiment]:
-    """name -> experiment, for every module in :data:`MODULES` that exists."""
+    """name -> experiment, in listing order."""
     found: dict[str, Experiment] = {}
-    for module in MODULES:
-        try:
-            mod = importlib.import_module(f"gradstat.analysis.experiments.{module}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"gradstat.analysis.experiments.{module}":
-                continue
-            raise
+    for mod in MEMBERS:
         exp: Experiment = mod.EXPERIMENT
+        if exp.name in found:
+            raise ValueError(f"two experiments are called {exp.name!r} ({mod.__name__} and another module)")
         found[exp.name] = exp
     return found
 

@@ -7,9 +7,9 @@ worker = r, block = j)`` and with its own error-feedback residual and compressor
 side-information schemes (NDQSG) decode the ranks in the order of Algorithm 2 of Abdi & Fekri (Nested Dithered
 Quantization), and DGC's local momentum correction (Lin et al. 2018, Sec. 3.2-3.3) keeps a velocity per rank and
 parameter. This replay does the same from the dump that run recorded (every step, ``worker = rank``), through the
-library's rounds (:func:`gradstat.compressors.memory.send.feedback_round`,
-:meth:`gradstat.compressors.memory.momentum.LocalMomentumCorrection.round`), not through the hook's code: payloads that
-agree bit for bit are evidence that what runs online is what gradstat measures offline.
+library's round (:func:`gradstat.compressors.memory.send.feedback_round`: the send step the hook runs too, around
+the compressor's own ``round`` instead of the hook's serialisation, exchange and decoding): payloads that agree
+bit for bit are evidence that what runs online is what gradstat measures offline.
 
 Per (seed, step, worker, block) it reports the exact payload ``bits`` and ``wire_bytes`` (the serialised length:
 header plus ``ceil(bits / 8)``, :attr:`gradstat.compressors.wire.payload.Payload.wire_bytes`); per (seed, step, worker)
@@ -40,40 +40,31 @@ from gradstat import compressors
 from gradstat.analysis.dumps.atomic import write_atomic
 from gradstat.analysis.measure.tables import atomic_write_text, write_table
 from gradstat.analysis.studies.replay import ReplayWarning
-from gradstat.compressors import Compressor, Context, ErrorFeedback
+from gradstat.compressors import Compressor, Context, Memory, WorkerState
 from gradstat.compressors.base import RoundResult
-from gradstat.compressors.ddp.hook import parse_local_momentum
-from gradstat.compressors.memory.momentum import LocalMomentumCorrection
-from gradstat.compressors.memory.send import feedback_round, new_worker_states
+from gradstat.compressors.memory.send import feedback_round
 
 LABELS = ("compressor", "feedback", "seed")
 
 
 @dataclass(frozen=True)
 class HookRound:
-    """The per-block round of one hook configuration: ``compressor`` with ``feedback`` (an error feedback), or with
-    DGC's local momentum correction (``momentum`` set; plain error feedback underneath, as in the hook)."""
+    """The per-block round of one hook configuration: ``compressor`` with ``memory`` (error feedback, optionally
+    over DGC's local momentum correction, as the hook runs it)."""
 
     compressor: Compressor
-    feedback: ErrorFeedback
-    momentum: LocalMomentumCorrection | None = None
+    memory: Memory
 
     @classmethod
     def parse(cls, compressor: str, feedback: str) -> "HookRound":
         """``feedback`` as the hook takes it: none | ef | qcs:beta=B | ecq:alpha=A,beta=B | dgc:momentum=M."""
-        comp = compressors.create(compressor)
-        if feedback.strip().partition(":")[0] == "dgc":
-            momentum, masking = parse_local_momentum(feedback)
-            return cls(comp, ErrorFeedback.plain(), LocalMomentumCorrection(comp, momentum, masking))
-        return cls(comp, compressors.parse_feedback(feedback))
+        return cls(compressors.create(compressor), compressors.parse_memory(feedback))
 
-    def new_states(self, workers: int) -> list:
-        return self.momentum.new_states(workers) if self.momentum else new_worker_states(self.compressor, workers)
+    def new_states(self, workers: int) -> list[WorkerState]:
+        return self.memory.new_states(self.compressor, workers)
 
-    def round(self, grads: Sequence[torch.Tensor], states: list, ctx: Context) -> RoundResult:
-        if self.momentum is not None:
-            return self.momentum.round(grads, states, ctx)
-        return feedback_round(self.compressor, self.feedback, grads, states, ctx)
+    def round(self, grads: Sequence[torch.Tensor], states: list[WorkerState], ctx: Context) -> RoundResult:
+        return feedback_round(self.compressor, self.memory, grads, states, ctx)
 
 
 def replay_blocks(
@@ -241,7 +232,10 @@ def _warn_unfaithful(dump: Any, compressor: str, feedback: str, steps: list[int]
     manifest = getattr(dump, "manifest", None) or {}
     label = f"{compressor} with feedback {feedback}"
     hook = HookRound.parse(compressor, feedback)
-    carries = hook.momentum is not None or hook.feedback.compensation != 0 or hook.compressor.new_state() is not None
+    memory = hook.memory
+    carries = (
+        memory.momentum is not None or memory.feedback.compensation != 0 or hook.compressor.new_state() is not None
+    )
     if carries and steps != list(range(len(steps))):
         warnings.warn(
             ReplayWarning(

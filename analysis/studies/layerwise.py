@@ -26,7 +26,8 @@ import torch
 
 from gradstat import compressors
 from gradstat.analysis.measure.tables import write_table
-from gradstat.compressors import Compressor, Context, ErrorFeedback
+from gradstat.compressors import Compressor, Context, ErrorFeedback, WorkerState
+from gradstat.compressors.memory.send import send_locally
 
 MODES = ("whole", "per-layer")
 
@@ -39,8 +40,7 @@ class LayerwiseReplay:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.comp, self.fb, self.mode = comp, fb, mode
-        self.states: dict[str, Any] = {}
-        self.residuals: dict[str, Any] = {}
+        self.states: dict[str, WorkerState] = {}
 
     def step(self, step: int, grads: Mapping[str, torch.Tensor], seed: int = 0) -> dict[str, float]:
         """Compress one step's gradients ``{param: tensor}`` (model order); returns the step's metrics."""
@@ -62,13 +62,9 @@ class LayerwiseReplay:
                 target += g.numel()
                 continue
             if name not in self.states:
-                self.states[name] = self.comp.new_state(like=g)
-                self.residuals[name] = self.fb.new_state()
-            z = self.fb.compensate(g, self.residuals[name])
-            ctx = Context(seed=seed, step=step, block=i, state=self.states[name])
-            payload = self.comp.encode(z, ctx)
-            z_hat = self.comp.decode(payload, ctx)
-            self.fb.update(z, z_hat, self.residuals[name])
+                self.states[name] = WorkerState(compressor=self.comp.new_state(like=g))
+            one = send_locally(self.comp, self.fb, [g], [self.states[name]], [Context(seed=seed, step=step, block=i)])
+            z, payload, z_hat = one.compensated[0], one.payloads[0], one.decoded[0]
             err += float((z_hat.double() - z.double()).square().sum())
             norm += float(z.double().square().sum())
             bits += payload.bits

@@ -35,7 +35,8 @@ from tqdm.auto import tqdm
 
 from gradstat import compressors
 from gradstat.analysis.measure.tables import CsvLog, write_table
-from gradstat.compressors import Compressor, Context, ErrorFeedback
+from gradstat.compressors import Compressor, Context, ErrorFeedback, Memory, WorkerState
+from gradstat.compressors.memory.send import send_round
 
 GROWTH_FACTOR = 4.0
 """A warning is given when ``agg_rel_error`` ends above 1 and at least this many times its first value: the update
@@ -87,11 +88,10 @@ def replay(
     rows = []
     bar = tqdm(total=len(config.seeds) * len(steps), desc="replay", disable=not progress, leave=False)
     for seed in config.seeds:
-        states = [comp.new_state() for _ in workers]
-        fstates = [fb.new_state() for _ in workers]
+        states = Memory(fb).new_states(comp, len(workers))
         for step in steps:
             grads = [dump.flat(step, worker=w, device=device, dtype=torch.float32) for w in workers]
-            row = replay_step(comp, fb, grads, states, fstates, Context(seed=int(seed), step=int(step)))
+            row = replay_step(comp, fb, grads, states, Context(seed=int(seed), step=int(step)))
             row = {"seed": int(seed), "step": int(step), **row}
             rows.append(row)
             if on_step is not None:
@@ -164,16 +164,18 @@ def _shown(steps: Sequence[int]) -> str:
 
 
 def replay_step(
-    comp: Compressor, fb: ErrorFeedback, grads: Sequence[torch.Tensor], states: list, fstates: list, ctx: Context
+    comp: Compressor,
+    fb: ErrorFeedback,
+    grads: Sequence[torch.Tensor],
+    states: Sequence[WorkerState],
+    ctx: Context,
 ) -> dict[str, float]:
-    """One synchronous round with feedback; updates ``states``/``fstates`` in place; returns the step's metrics."""
-    z = [fb.compensate(g, st) for g, st in zip(grads, fstates, strict=True)]
-    res = comp.round(z, ctx, states)
-    for zi, zh, st in zip(z, res.decoded, fstates, strict=True):
-        fb.update(zi, zh, st)
+    """One synchronous round with feedback (the send step's :func:`~gradstat.compressors.memory.send.feedback_round`);
+    updates ``states`` in place; returns the step's metrics."""
+    z, res = send_round(comp, fb, grads, states, ctx)
     d = grads[0].numel()
     rel, bias, resid, resid_rel = [], [], [], []
-    for g, zi, zh, st in zip(grads, z, res.decoded, fstates, strict=True):
+    for g, zi, zh, st in zip(grads, z, res.decoded, (s.feedback for s in states), strict=True):
         zz = float(zi.double().square().sum())
         err = zh.double() - zi.double()
         rel.append(float(err.square().sum()) / zz if zz > 0 else math.nan)

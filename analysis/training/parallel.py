@@ -5,19 +5,21 @@ first dimension); the model is updated with the average of the P gradients, as s
 (SIDCo (Abdelmoniem et al.), App. A, Algorithm 2; ECQ-SGD (Wu et al.), w <- w - eta/P sum_p g_p).
 
 With a compressor in the loop, every worker compresses its whole flat gradient (model order), with its own
-error-feedback state (``z = g + compensation*h``, see :mod:`gradstat.compressors.memory.feedback`), and the model is
-updated with the average of the decoded messages.
+error-feedback state (``z = g + compensation*h``, see :mod:`gradstat.compressors.memory.feedback`), through the send
+step of :mod:`gradstat.compressors.memory.send` (the compressor's own ``round``, so side-information schemes decode
+in their order), and the model is updated with the average of the decoded messages.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from torch import nn
 
-from gradstat.compressors import Compressor, Context, ErrorFeedback
+from gradstat.compressors import Compressor, Context, ErrorFeedback, Memory, WorkerState
+from gradstat.compressors.memory.send import send_round
 
 Grads = dict[str, torch.Tensor]
 
@@ -63,8 +65,7 @@ class DataParallel:
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.compressor = compressor
         self.feedback = feedback if feedback is not None else (ErrorFeedback.none() if compressor else None)
-        self.feedback_states = [self.feedback.new_state() for _ in range(workers)] if self.feedback else []
-        self.compressor_states: list[Any] = [None] * workers
+        self.states: list[WorkerState] = Memory().new_states(compressor, workers) if compressor is not None else []
         self.seed = seed
 
     @property
@@ -108,23 +109,23 @@ class DataParallel:
         return StepResult(loss, grads, extras)
 
     def _compressed_round(self, step: int, grads: list[Grads]) -> tuple[Grads, dict[str, list[Grads]]]:
+        """The workers' send step (:func:`gradstat.compressors.memory.send.send_round`) on their flat gradients."""
         assert self.compressor is not None and self.feedback is not None
-        decoded, residuals, compensated = [], [], []
-        for w, g in enumerate(grads):
-            flat = torch.cat([g[n].reshape(-1) for n, _ in self.named])
-            state = self.feedback_states[w]
-            before = state.residual if state.residual is not None else torch.zeros_like(flat, dtype=torch.float32)
-            z = self.feedback.compensate(flat, state)
-            if self.compressor_states[w] is None:
-                self.compressor_states[w] = self.compressor.new_state(like=z)
-            ctx = Context(seed=self.seed, step=step, worker=w, state=self.compressor_states[w])
-            z_hat = self.compressor.decode(self.compressor.encode(z, ctx), ctx)
-            self.feedback.update(z, z_hat, state)
-            decoded.append(z_hat)
-            residuals.append(self.unflatten(before))
-            compensated.append(self.unflatten(z))
-        mean = self.unflatten(torch.stack(decoded).mean(0))
-        return mean, ({"residual": residuals, "compensated": compensated} if self.extras else {})
+        flats = [torch.cat([g[n].reshape(-1) for n, _ in self.named]) for g in grads]
+        before = [
+            s.feedback.residual if s.feedback.residual is not None else torch.zeros_like(f, dtype=torch.float32)
+            for f, s in zip(flats, self.states, strict=True)
+        ]
+        compensated, result = send_round(
+            self.compressor, self.feedback, flats, self.states, Context(seed=self.seed, step=step)
+        )
+        mean = self.unflatten(torch.stack(result.decoded).mean(0))
+        if not self.extras:
+            return mean, {}
+        return mean, {
+            "residual": [self.unflatten(r) for r in before],
+            "compensated": [self.unflatten(z) for z in compensated],
+        }
 
     def unflatten(self, flat: torch.Tensor) -> Grads:
         """Split a flat model-order vector into ``{param: view}`` with the parameters' shapes."""

@@ -227,9 +227,9 @@ class RankRecorder:
 
     def attach(self, hook_state: Any, optimizer: torch.optim.Optimizer) -> torch.utils.hooks.RemovableHandle:
         """Observe ``hook_state`` (a bound compression hook state) and write before every ``optimizer.step()``."""
-        if hook_state.param_index is None:
+        if hook_state.memory.param_index is None:
             raise ValueError("the hook state must be bound to the model (make_hook(..., model=...)) to record")
-        hook_state.observers.append(self.observe)
+        hook_state.taps.observers.append(self.observe)
         return optimizer.register_step_pre_hook(lambda opt, args, kwargs: self.flush())
 
     def observe(self, step: int, view: Any) -> None:

@@ -1,11 +1,15 @@
 """The explicit, checkpointable state of a compression hook: per rank, per DDP bucket, per block.
 
-One :class:`CompressionHookState` lives on each rank (like torch's ``PowerSGDState``). For every DDP bucket it
-holds a :class:`BucketState`: the bucket's signature (which parameters it holds, in which order) and, per block
-(the whole bucket, or each parameter's slice in layer-wise mode), a
-:class:`~gradstat.compressors.memory.send.WorkerState`: the error-feedback residual and the compressor's own state
-(SIDCo's stage count, PowerSGD's warm-start factor). States are keyed by the bucket's signature (the positions of
-its parameters among the model's trainable parameters, in bucket order), not by DDP's bucket index.
+One :class:`CompressionHookState` lives on each rank (like torch's ``PowerSGDState``), in four parts: ``settings``
+(:class:`HookSettings`: what to run, fixed for the run), ``memory`` (:class:`BucketMemories`: the step counter and
+the per-bucket memories, what a checkpoint holds), ``metrics`` (:class:`StepMetrics`, this step's totals) and
+``taps`` (:class:`HookTaps`: observers and the optional capture of what was received). For every DDP bucket the
+memories hold a :class:`BucketState`: the bucket's signature (which parameters it holds, in which order) and, per
+block (the whole bucket, or each parameter's slice in layer-wise mode), a
+:class:`~gradstat.compressors.memory.send.WorkerState`: the error-feedback residual, DGC's velocity and the
+compressor's state (SIDCo's stage count, PowerSGD's warm-start factor). States are keyed by the bucket's signature
+(the positions of its parameters among the model's trainable parameters, in bucket order), not by DDP's bucket
+index.
 
 DDP rebuilds its buckets after the first iteration of every DDP instance (and a bucket index may then hold other
 parameters). A bucket with a new signature gets a fresh compressor state (a stage count or a low-rank factor of
@@ -30,9 +34,7 @@ import torch.distributed as dist
 from torch import nn
 
 from gradstat.compressors.base import Compressor
-from gradstat.compressors.memory.feedback import ErrorFeedback
-from gradstat.compressors.memory.momentum import LocalMomentumState
-from gradstat.compressors.memory.send import WorkerState
+from gradstat.compressors.memory.send import Memory, WorkerState
 
 MEMORIES = ("residual", "velocity")
 """Per-coordinate memories of a block: the feedback residual and DGC's local velocity (re-sliced and carried over
@@ -86,7 +88,7 @@ class BucketState:
 
     signature: tuple
     shapes: list[tuple[int, ...]]
-    blocks: list[LocalMomentumState]
+    blocks: list[WorkerState]
     last_step: int = -1
 
     def residual_of(self, j: int) -> torch.Tensor | None:
@@ -127,62 +129,87 @@ class StepMetrics:
         return dataclasses.asdict(self)
 
 
-@dataclass
-class CompressionHookState:
-    """State of :func:`gradstat.compressors.ddp.hook.compression_hook` on one rank.
+@dataclass(frozen=True)
+class HookSettings:
+    """What a compression hook runs, fixed for the run.
 
-    Parameters
-    ----------
     compressor : any registered compressor, or None for plain all-reduce (the baseline, instrumented alike).
-    feedback : error feedback around the compressor (``ErrorFeedback.none()`` for none).
+    memory : error feedback around the compressor, optionally over DGC's local momentum correction (Lin et al.
+        2018, Sec. 3.2-3.3; :class:`~gradstat.compressors.memory.send.Memory`).
     process_group : the group to communicate in (None: the default group).
     seed : base seed of the compressors' randomness (the same on every rank; ranks differ by ``worker = rank``).
     granularity : ``bucket`` (one block per bucket) or ``layer`` (one block per parameter slice).
     exchange : ``gather`` (serialised payloads, padded all-gather; every compressor) or ``allreduce`` (each rank
         all-reduces its own decoded message densely; not for side-information schemes).
-    momentum, masking : DGC's local momentum correction with momentum factor masking (Lin et al. 2018, Sec.
-        3.2-3.3): ``u <- momentum * u + g`` is what error feedback accumulates and compresses; ``u`` is zeroed where
-        the message was nonzero. None: off.
-    keep_payloads : keep every (rank, block)'s received payload and decoded tensor of the last step in ``last``
-        (for tests and inspection; ``last[(rank, block)] = (payload, decoded)``).
     """
 
     compressor: Compressor | None
-    feedback: ErrorFeedback = field(default_factory=ErrorFeedback.none)
+    memory: Memory = field(default_factory=Memory)
     process_group: dist.ProcessGroup | None = None
     seed: int = 0
     granularity: Granularity = "bucket"
     exchange: Exchange = "gather"
-    keep_payloads: bool = False
-    momentum: float | None = None
-    masking: bool = True
-    step: int = 0
-    buckets: dict[tuple, BucketState] = field(default_factory=dict)
-    rebuilds: int = 0
-    metrics: StepMetrics = field(default_factory=StepMetrics)
-    observers: list[Observer] = field(default_factory=list)
-    param_index: dict[int, int] | None = None
-    last: dict[tuple[int, int], tuple[Any, torch.Tensor]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.granularity not in ("bucket", "layer"):
             raise ValueError(f"granularity must be 'bucket' or 'layer', got {self.granularity!r}")
         if self.exchange not in ("gather", "allreduce"):
             raise ValueError(f"exchange must be 'gather' or 'allreduce', got {self.exchange!r}")
-        if self.momentum is not None and not (0.0 <= float(self.momentum) < 1.0):
-            raise ValueError(f"DGC momentum must lie in [0, 1), got {self.momentum}")
-        if self.momentum is not None and self.compressor is None:
-            raise ValueError("local momentum correction needs a compressor")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        if self.compressor is None and self.memory.active:
+            raise ValueError(
+                "error feedback and local momentum need a compressor (plain all-reduce has no compression error)"
+            )
         if self.exchange == "allreduce" and self.compressor is not None and self.compressor.properties.needs_side:
             raise ValueError(f"{self.compressor.name} decodes with side information: it needs exchange='gather'")
 
-    # -- binding and buckets --------------------------------------------------------------------------------------
-    def bind(self, model: nn.Module) -> "CompressionHookState":
+    def describe(self) -> dict[str, Any]:
+        """What a checkpoint must agree on (plain values)."""
+        fb, m = self.memory.feedback, self.memory.momentum
+        return {
+            "compressor": None if self.compressor is None else self.compressor.spec(),
+            "feedback": [fb.compensation, fb.decay],
+            "granularity": self.granularity,
+            "momentum": None if m is None else m.momentum,
+            "masking": None if m is None else m.masking,
+        }
+
+
+@dataclass
+class HookTaps:
+    """What a hook shows outside its computation on one rank.
+
+    observers : called with ``(step, BucketView)`` for every bucket before compression (the per-rank recorder).
+    keep_payloads : keep every (rank, block)'s received payload and decoded tensor of the last step in ``last``
+        (for tests and inspection; ``last[(rank, block)] = (payload, decoded)``).
+    """
+
+    observers: list[Observer] = field(default_factory=list)
+    keep_payloads: bool = False
+    last: dict[tuple[int, int], tuple[Any, torch.Tensor]] = field(default_factory=dict)
+
+
+@dataclass
+class BucketMemories:
+    """The run-time state of a hook on one rank: the step counter and every bucket's memories.
+
+    compressor : the compressor whose ``new_state()`` starts a block's compressor state (None: no compression).
+    step : the next step's number; buckets : bucket states by key (see :func:`_key`); rebuilds : how often DDP
+    changed its buckets; param_index : ``id(parameter) -> position`` once bound to a model (:meth:`bind`).
+    """
+
+    compressor: Compressor | None = None
+    step: int = 0
+    buckets: dict[tuple, BucketState] = field(default_factory=dict)
+    rebuilds: int = 0
+    param_index: dict[int, int] | None = None
+
+    def bind(self, model: nn.Module) -> None:
         """Name parameters by their position among ``model``'s trainable parameters (stable across processes and
-        checkpoints): bucket signatures and layer-wise seeds use it. Call before training."""
+        checkpoints): bucket signatures and layer-wise seeds use it."""
         trainable = [p for p in model.parameters() if p.requires_grad]
         self.param_index = {id(p): i for i, p in enumerate(trainable)}
-        return self
 
     def positions(self, params: Sequence[torch.Tensor]) -> list[int] | None:
         if self.param_index is None:
@@ -205,7 +232,7 @@ class CompressionHookState:
         if current is None or len(current.blocks) != blocks:
             if any(b.last_step < step for b in self.buckets.values()):  # DDP used other buckets before
                 self.rebuilds += 1
-            current = BucketState(signature, list(shapes), [self._new_worker_state() for _ in range(blocks)])
+            current = BucketState(signature, list(shapes), [self.new_worker_state() for _ in range(blocks)])
             self._carry_residuals(current, granularity_layer)
             self.buckets[key] = current
         current.last_step = step
@@ -253,25 +280,13 @@ class CompressionHookState:
             else:
                 set_memory(fresh.blocks[0], name, torch.cat([r.reshape(-1) for r in filled]))
 
-    def _new_worker_state(self) -> LocalMomentumState:
-        return LocalMomentumState(compressor=self.compressor.new_state() if self.compressor is not None else None)
+    def new_worker_state(self) -> WorkerState:
+        return WorkerState(compressor=self.compressor.new_state() if self.compressor is not None else None)
 
-    def take_metrics(self) -> StepMetrics:
-        """This step's metrics, and reset them for the next step."""
-        out, self.metrics = self.metrics, StepMetrics()
-        return out
-
-    # -- checkpointing --------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Step counter, seed and every bucket's signature, residuals and compressor states (tensors and plain
-        values only)."""
+        """Step counter and every bucket's signature, memories and compressor states (tensors and plain values)."""
         return {
-            "compressor": None if self.compressor is None else self.compressor.spec(),
-            "feedback": [self.feedback.compensation, self.feedback.decay],
-            "granularity": self.granularity,
-            "momentum": self.momentum,
             "step": self.step,
-            "seed": self.seed,
             "rebuilds": self.rebuilds,
             "buckets": [
                 {
@@ -279,11 +294,7 @@ class CompressionHookState:
                     "shapes": [list(x) for x in b.shapes],
                     "last_step": b.last_step,
                     "blocks": [
-                        {
-                            "residual": w.feedback.residual,
-                            "velocity": getattr(w, "velocity", None),
-                            "compressor": _plain(w.compressor),
-                        }
+                        {"residual": w.feedback.residual, "velocity": w.velocity, "compressor": _plain(w.compressor)}
                         for w in b.blocks
                     ],
                 }
@@ -292,17 +303,12 @@ class CompressionHookState:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; the compressor, feedback and granularity must be the same."""
-        mine = self.state_dict()
-        for key in ("compressor", "feedback", "granularity", "momentum"):
-            if state.get(key) != mine[key]:
-                raise ValueError(f"hook state was saved with {key}={state.get(key)!r}, this hook uses {mine[key]!r}")
-        self.step, self.seed, self.rebuilds = int(state["step"]), int(state["seed"]), int(state["rebuilds"])
+        self.step, self.rebuilds = int(state["step"]), int(state["rebuilds"])
         self.buckets = {}
         for b in state["buckets"]:
             blocks = []
             for saved in b["blocks"]:
-                w = self._new_worker_state()
+                w = self.new_worker_state()
                 w.feedback.residual = saved["residual"]
                 w.velocity = saved.get("velocity")
                 w.compressor = _restore(w.compressor, saved["compressor"])
@@ -310,6 +316,43 @@ class CompressionHookState:
             signature = tuple(tuple(x) if isinstance(x, list) else x for x in b["signature"])
             shapes = [tuple(x) for x in b["shapes"]]
             self.buckets[_key(signature)] = BucketState(signature, shapes, blocks, int(b["last_step"]))
+
+
+class CompressionHookState:
+    """State of :func:`gradstat.compressors.ddp.hook.compression_hook` on one rank: ``settings``, ``memory``,
+    ``metrics`` and ``taps`` (see the module docstring). Build it with
+    :func:`gradstat.compressors.ddp.hook.make_hook`."""
+
+    def __init__(self, settings: HookSettings, taps: HookTaps | None = None) -> None:
+        self.settings = settings
+        self.memory = BucketMemories(settings.compressor)
+        self.metrics = StepMetrics()
+        self.taps = taps if taps is not None else HookTaps()
+
+    def bind(self, model: nn.Module) -> "CompressionHookState":
+        """Bind the memories to ``model``'s parameters (:meth:`BucketMemories.bind`). Call before training."""
+        self.memory.bind(model)
+        return self
+
+    def take_metrics(self) -> StepMetrics:
+        """This step's metrics, and reset them for the next step."""
+        out, self.metrics = self.metrics, StepMetrics()
+        return out
+
+    # -- checkpointing --------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The settings a resumed run must share, the seed, and the memories (tensors and plain values only)."""
+        return {**self.settings.describe(), "seed": self.settings.seed, **self.memory.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (the saved seed included); the compressor, feedback, momentum and
+        granularity must be the same."""
+        mine = self.settings.describe()
+        for key, value in mine.items():
+            if key in state and state[key] != value or key not in state and key != "masking":
+                raise ValueError(f"hook state was saved with {key}={state.get(key)!r}, this hook uses {value!r}")
+        self.memory.load_state_dict(state)
+        self.settings = dataclasses.replace(self.settings, seed=int(state["seed"]))
 
 
 def _key(signature: tuple) -> tuple:

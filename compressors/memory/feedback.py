@@ -23,6 +23,8 @@ from typing import Callable
 
 import torch
 
+from gradstat.compressors.spec import convert, parse_spec
+
 
 @dataclass
 class FeedbackState:
@@ -86,25 +88,27 @@ class ErrorFeedback:
 
 
 def parse_feedback(spec: str) -> ErrorFeedback:
-    """``none`` | ``ef`` | ``qcs:beta=0.3`` | ``ecq:alpha=1,beta=0.9`` | ``weighted:compensation=..,decay=..``."""
-    name, _, rest = spec.strip().partition(":")
-    args: dict[str, float] = {}
-    for item in filter(None, (s.strip() for s in rest.split(","))):
-        key, eq, value = item.partition("=")
-        try:
-            args[key.strip()] = float(value)
-        except ValueError:
-            raise ValueError(f"feedback spec {spec!r}: {item!r} is not key=number") from None
-    builders: dict[str, tuple[Callable[..., ErrorFeedback], set[str]]] = {
-        "none": (ErrorFeedback.none, set()),
-        "ef": (ErrorFeedback.plain, set()),
-        "qcs": (ErrorFeedback.qcs, {"beta"}),
-        "ecq": (ErrorFeedback.ecq, {"alpha", "beta"}),
-        "weighted": (ErrorFeedback, {"compensation", "decay"}),
+    """``none`` | ``ef`` | ``qcs:beta=0.3`` | ``ecq:alpha=1,beta=0.9`` | ``weighted:compensation=..,decay=..``, in
+    the one spec grammar (:mod:`gradstat.compressors.spec`). DGC's ``dgc:momentum=..`` is a momentum memory, read
+    by :func:`gradstat.compressors.memory.send.parse_memory` where momentum is accepted."""
+    name, raw = parse_spec(spec, "feedback")
+    builders: dict[str, tuple[Callable[..., ErrorFeedback], tuple[str, ...]]] = {
+        "none": (ErrorFeedback.none, ()),
+        "ef": (ErrorFeedback.plain, ()),
+        "qcs": (ErrorFeedback.qcs, ("beta",)),
+        "ecq": (ErrorFeedback.ecq, ("alpha", "beta")),
+        "weighted": (ErrorFeedback, ("compensation", "decay")),
     }
+    if name == "dgc":
+        raise ValueError(
+            f"feedback spec {spec!r} is DGC's local momentum correction, which is accepted only where a momentum "
+            "memory is (the DDP hook, gradstat train, the layer-wise replay); here use none, ef, qcs, ecq or weighted"
+        )
     if name not in builders:
-        raise ValueError(f"unknown feedback {name!r}; known: {', '.join(builders)}")
+        raise ValueError(
+            f"unknown feedback {name!r}; known: {', '.join(builders)} (and dgc where momentum is accepted)"
+        )
     fn, keys = builders[name]
-    if set(args) - keys:
-        raise ValueError(f"feedback {name!r} takes {sorted(keys) or 'no parameters'}, got {sorted(args)}")
-    return fn(**args)
+    if set(raw) - set(keys):
+        raise ValueError(f"feedback {name!r} takes {list(keys) or 'no parameters'}, got {sorted(raw)}")
+    return fn(**{k: convert(v, float, f"feedback {name}:{k}") for k, v in raw.items()})

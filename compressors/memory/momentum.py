@@ -26,7 +26,8 @@ import torch
 from gradstat.compressors.base import Compressor, RoundResult
 from gradstat.compressors.context import Context
 from gradstat.compressors.memory.feedback import ErrorFeedback
-from gradstat.compressors.memory.send import WorkerState, feedback_round
+from gradstat.compressors.memory.send import Memory, WorkerState, feedback_round
+from gradstat.compressors.memory.velocity import LocalMomentum
 
 
 def _check_momentum(value: float, who: str) -> None:
@@ -34,16 +35,11 @@ def _check_momentum(value: float, who: str) -> None:
         raise ValueError(f"{who} must lie in [0, 1), got {value}")
 
 
-@dataclass
-class LocalMomentumState(WorkerState):
-    """One DGC worker: the memory v (``feedback.residual``), its local velocity u and its compressor's state."""
-
-    velocity: torch.Tensor | None = None
-
-
 @dataclass(frozen=True)
 class LocalMomentumCorrection:
-    """DGC's local momentum correction with momentum factor masking (Lin et al. 2018).
+    """DGC's local momentum correction with momentum factor masking (Lin et al. 2018) over P workers: the send
+    step's :class:`~gradstat.compressors.memory.send.Memory` of plain error feedback over
+    :class:`~gradstat.compressors.memory.velocity.LocalMomentum`.
 
     Parameters
     ----------
@@ -57,29 +53,21 @@ class LocalMomentumCorrection:
     masking: bool = True
 
     def __post_init__(self) -> None:
-        _check_momentum(self.momentum, "DGC momentum")
+        LocalMomentum(self.momentum, self.masking)  # checks both
 
-    def new_states(self, workers: int) -> list[LocalMomentumState]:
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
-        return [LocalMomentumState(compressor=self.compressor.new_state()) for _ in range(workers)]
+    @property
+    def memory(self) -> Memory:
+        return Memory(ErrorFeedback.plain(), LocalMomentum(self.momentum, self.masking))
+
+    def new_states(self, workers: int) -> list[WorkerState]:
+        return self.memory.new_states(self.compressor, workers)
 
     def round(
-        self, grads: Sequence[torch.Tensor], states: Sequence[LocalMomentumState], ctx: Context | None = None
+        self, grads: Sequence[torch.Tensor], states: Sequence[WorkerState], ctx: Context | None = None
     ) -> RoundResult:
         """One step over the workers; ``result.mean`` is the averaged sparse update direction (apply
         ``w <- w - lr * result.mean``). States are updated in place."""
-        if len(states) != len(grads):
-            raise ValueError(f"{len(grads)} gradients but {len(states)} worker states")
-        velocities = []
-        for g, s in zip(grads, states, strict=True):
-            s.velocity = g.float() if s.velocity is None else self.momentum * s.velocity + g.float()
-            velocities.append(s.velocity)
-        result = feedback_round(self.compressor, ErrorFeedback.plain(), velocities, states, ctx)
-        if self.masking:
-            for s, u, sent in zip(states, velocities, result.decoded, strict=True):
-                s.velocity = u.masked_fill(sent.reshape(u.shape) != 0, 0.0)
-        return result
+        return feedback_round(self.compressor, self.memory, grads, states, ctx)
 
 
 @dataclass
@@ -112,9 +100,7 @@ class GlobalMomentumCompression:
             raise ValueError(f"GMC lr (eta) must be > 0, got {self.lr}")
 
     def new_states(self, workers: int) -> list[WorkerState]:
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
-        return [WorkerState(compressor=self.compressor.new_state()) for _ in range(workers)]
+        return Memory().new_states(self.compressor, workers)
 
     def new_shared(self) -> GlobalMomentumState:
         return GlobalMomentumState()

@@ -58,13 +58,13 @@ def train_each(rank: int, world: int, specs: list[str], feedback: str, iteration
         before = _eval_loss(wl, model)
         steps = []
         for _ in range(iterations):
-            state.last.clear()
+            state.taps.last.clear()
             _step(wl, ddp, opt, *next(batches))
             m = state.take_metrics()
             wire = {r: 0 for r in range(world)}
-            for (r, _block), (payload, _decoded) in state.last.items():
+            for (r, _block), (payload, _decoded) in state.taps.last.items():
                 wire[r] += payload.header_bits // 8 + math.ceil(payload.bits / 8)
-            bits_mine = sum(p.bits for (r, _b), (p, _d) in state.last.items() if r == rank)
+            bits_mine = sum(p.bits for (r, _b), (p, _d) in state.taps.last.items() if r == rank)
             steps.append(
                 {
                     "bits": m.bits,
@@ -85,15 +85,29 @@ def failures(rank: int, world: int) -> dict:
     SIDCo selection): what each rank sees."""
     out: dict = {}
     wl, model, ddp, state, opt = _setup("topk:ratio=0.01")
-    x, y = next(_batches(wl, rank, world))
+    batches = _batches(wl, rank, world)
+    x, y = next(batches)
+    clean = x
     if rank == 1:
         x = x.clone()
         x[0, 0] = float("nan")
+    before = [p.detach().clone() for p in model.parameters()]
     try:
         _step(wl, ddp, opt, x, y)
         out["nan"] = None
     except Exception as exc:  # what the training loop of each rank sees
         out["nan"] = f"{type(exc).__name__}: {exc}"
+    # the bad batch is skipped: the same DDP model and hook train on the next one
+    out["skipped_unchanged"] = all(torch.equal(a, b.detach()) for a, b in zip(before, model.parameters(), strict=True))
+    out["memory_untouched"] = all(w.feedback.residual is None for b in state.memory.buckets.values() for w in b.blocks)
+    try:
+        out["next_loss"] = _step(wl, ddp, opt, clean, y)
+        out["next_moved"] = not all(torch.equal(a, b.detach()) for a, b in zip(before, model.parameters(), strict=True))
+        out["next_residual_finite"] = all(
+            bool(torch.isfinite(w.feedback.residual).all()) for b in state.memory.buckets.values() for w in b.blocks
+        )
+    except Exception as exc:
+        out["next_loss"] = f"{type(exc).__name__}: {exc}"
     wl, model, ddp, state, opt = _setup("topk:ratio=0.000001")  # keeps < 1 of 266,610 elements: refused
     try:
         _step(wl, ddp, opt, x if rank == 0 else x.nan_to_num(0.0), y)
@@ -106,7 +120,7 @@ def failures(rank: int, world: int) -> dict:
     (0.0 * wl.loss(ddp(x.nan_to_num(0.0)), y)).backward()  # every gradient is exactly zero
     out["zero_grads_nonzero"] = sum(int(p.grad.count_nonzero()) for p in model.parameters())
     out["zero_bits"] = state.take_metrics().bits
-    out["zero_indices"] = [int(p["indices"].numel()) for (r, b), (p, d) in state.last.items()]
+    out["zero_indices"] = [int(p["indices"].numel()) for (r, b), (p, d) in state.taps.last.items()]
     opt.step()
     out["params_unchanged"] = all(torch.equal(a, b.detach()) for a, b in zip(params, model.parameters(), strict=True))
     # the group is still usable afterwards: two steps with each exchange give the same model
@@ -142,11 +156,13 @@ def checkpoint(
         sigs = []
         for _ in range(first, stop if stop is not None else iterations):
             _step(wl, ddp, opt, *next(batches))
-            sigs.append(sorted(list(k) for k, b in state.buckets.items() if b.last_step == state.step - 1))
+            sigs.append(
+                sorted(list(k) for k, b in state.memory.buckets.items() if b.last_step == state.memory.step - 1)
+            )
         buf = io.BytesIO()
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "hook": state.state_dict()}, buf)
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        return flat, buf.getvalue(), sigs, state.rebuilds, len(state.buckets)
+        return flat, buf.getvalue(), sigs, state.memory.rebuilds, len(state.memory.buckets)
 
     straight, _, sigs, rebuilds, buckets = run(None, None)
     _, saved, _, _, _ = run(split, None)
@@ -167,9 +183,9 @@ def record_and_keep(rank: int, world: int, runs: list[tuple[str, str, str]], ite
         batches = _batches(wl, rank, world)
         kept = {}
         for step in range(iterations):
-            state.last.clear()
+            state.taps.last.clear()
             _step(wl, ddp, opt, *next(batches))
-            for (r, block), (payload, decoded) in state.last.items():
+            for (r, block), (payload, decoded) in state.taps.last.items():
                 kept[f"{step}/{r}/{block}"] = (payload.bits, decoded)
         out[spec] = kept
     dist.barrier()
@@ -186,13 +202,19 @@ def rebuild(rank: int, world: int, spec: str, caps: list[int], iterations: int) 
         for pos, r in zip(view.params, view.residuals, strict=True):
             seen[(step, pos)] = None if r is None else r.detach().clone()
 
-    state.observers.append(observe)
+    state.taps.observers.append(observe)
     batches = _batches(wl, rank, world)
     used, after = [], []
     for _ in range(iterations):
         _step(wl, ddp, opt, *next(batches))
-        now = [b for b in state.buckets.values() if b.last_step == state.step - 1]
+        now = [b for b in state.memory.buckets.values() if b.last_step == state.memory.step - 1]
         used.append(sorted(list(b.signature) for b in now))
         after.append({pos: b.residual_of(j).clone() for b in now for j, pos in enumerate(b.signature)})
     before = [{pos: seen[(t, pos)] for pos in range(6)} for t in range(iterations)]
-    return {"used": used, "after": after, "before": before, "rebuilds": state.rebuilds, "kept": len(state.buckets)}
+    return {
+        "used": used,
+        "after": after,
+        "before": before,
+        "rebuilds": state.memory.rebuilds,
+        "kept": len(state.memory.buckets),
+    }

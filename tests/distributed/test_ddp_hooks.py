@@ -63,6 +63,15 @@ def test_a_rank_with_nan_gradients_fails_every_rank_with_a_clear_error(failure_m
         assert "rank 1" in res["nan"] and "NaN" in res["nan"], res["nan"]
 
 
+def test_after_a_failed_step_the_same_model_trains_on_the_next_batch(failure_modes):
+    # the failure reaches DDP through the bucket's future, so its reducer finishes the backward pass; torch's own
+    # internal assert on the next backward pass (when the hook raised in its body) must not come back
+    for rank, res in enumerate(failure_modes):
+        assert res["skipped_unchanged"] and res["memory_untouched"], f"rank {rank}: the failed step left a trace"
+        assert isinstance(res["next_loss"], float) and math.isfinite(res["next_loss"]), res["next_loss"]
+        assert res["next_moved"] and res["next_residual_finite"]
+
+
 def test_a_compressor_refusing_its_input_fails_every_rank(failure_modes):
     for res in failure_modes:
         assert res["refused"] is not None

@@ -9,13 +9,13 @@ import torch
 
 from gradstat import compressors
 from gradstat.compressors.context import Context
-from gradstat.compressors.ddp import decode_all, make_hook
-from gradstat.compressors.ddp.state import CompressionHookState
+from gradstat.compressors.ddp import make_hook
+from gradstat.compressors.ddp.state import CompressionHookState, HookSettings
 from gradstat.compressors.schemes.sparsifiers.sidco import SIDCoState
 
 
 def test_side_information_decoding_follows_algorithm_2():
-    # NDQSG with p1 = 2 of 5 ranks: decode_all (what every rank does with the gathered payloads) must give
+    # NDQSG with p1 = 2 of 5 ranks: decode_all (what every rank's hook does with the gathered payloads) must give
     # exactly NDQSG.round's reconstructions (P1 averaged first, then each P2 rank with the running average)
     comp = compressors.create("ndqsg:p1=2")
     gen = torch.Generator().manual_seed(0)
@@ -23,7 +23,7 @@ def test_side_information_decoding_follows_algorithm_2():
     grads = [base + 0.05 * torch.randn(3000, generator=gen) for _ in range(5)]
     ctx = Context(seed=4, step=7, block=1)
     expected = comp.round(grads, ctx)
-    got = decode_all(comp, [comp.encode(g, ctx.but(worker=w)) for w, g in enumerate(grads)], ctx)
+    got = comp.decode_all([comp.encode(g, ctx.but(worker=w)) for w, g in enumerate(grads)], ctx)
     for a, b in zip(got, expected.decoded, strict=True):
         assert torch.equal(a, b)
     # decoding the P2 ranks with the wrong side information gives something else: the order matters
@@ -33,17 +33,17 @@ def test_side_information_decoding_follows_algorithm_2():
 
 def test_compressor_states_checkpoint_through_weights_only_torch_save():
     state, _ = make_hook("sidco:ratio=0.01", "ef")
-    b = state.bucket_state((0, 1), [(10,), (5,)], 1, step=0, granularity_layer=False)
+    b = state.memory.bucket_state((0, 1), [(10,), (5,)], 1, step=0, granularity_layer=False)
     b.blocks[0].feedback.residual = torch.arange(15.0)
     b.blocks[0].compressor.stages = 3
     b.blocks[0].compressor.history.append((2, 0.9))
-    state.step = 9
+    state.memory.step = 9
     buf = io.BytesIO()
     torch.save(state.state_dict(), buf)
     fresh, _ = make_hook("sidco:ratio=0.01", "ef")
     fresh.load_state_dict(torch.load(io.BytesIO(buf.getvalue()), weights_only=True))
-    got = fresh.buckets[(0, 1)].blocks[0]
-    assert fresh.step == 9 and torch.equal(got.feedback.residual, torch.arange(15.0))
+    got = fresh.memory.buckets[(0, 1)].blocks[0]
+    assert fresh.memory.step == 9 and torch.equal(got.feedback.residual, torch.arange(15.0))
     assert isinstance(got.compressor, SIDCoState) and got.compressor.stages == 3
     assert (
         list(got.compressor.history) == [(2, 0.9)]
@@ -64,20 +64,22 @@ def test_loading_a_state_of_another_compressor_is_refused():
 
 def test_a_new_partition_carries_each_parameters_residual_and_renews_compressor_state():
     model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))  # parameters of 6, 2, 2, 1
-    state = CompressionHookState(compressors.create("sidco:ratio=0.1"), compressors.parse_feedback("ef")).bind(model)
-    first = state.bucket_state((0, 1), [(2, 3), (2,)], 1, step=0, granularity_layer=False)
+    state = CompressionHookState(
+        HookSettings(compressors.create("sidco:ratio=0.1"), compressors.parse_memory("ef"))
+    ).bind(model)
+    first = state.memory.bucket_state((0, 1), [(2, 3), (2,)], 1, step=0, granularity_layer=False)
     first.blocks[0].feedback.residual = torch.arange(8.0)
     first.blocks[0].compressor.stages = 4
-    second = state.bucket_state((2, 3), [(1, 2), (1,)], 1, step=0, granularity_layer=False)
+    second = state.memory.bucket_state((2, 3), [(1, 2), (1,)], 1, step=0, granularity_layer=False)
     second.blocks[0].feedback.residual = torch.arange(100.0, 103.0)
     # DDP rebuilds: one bucket (3, 2, 1, 0) -- a new partition, in reverse order
-    merged = state.bucket_state((3, 2, 1, 0), [(1,), (1, 2), (2,), (2, 3)], 1, step=1, granularity_layer=False)
+    merged = state.memory.bucket_state((3, 2, 1, 0), [(1,), (1, 2), (2,), (2, 3)], 1, step=1, granularity_layer=False)
     assert torch.equal(merged.blocks[0].feedback.residual, torch.tensor([102.0, 100, 101, 6, 7, 0, 1, 2, 3, 4, 5]))
     assert merged.blocks[0].compressor.stages == 1  # fresh SIDCo state
-    assert state.rebuilds == 1
-    state.end_step(2)
-    assert list(state.buckets) == [(0, 1, 2, 3)]
+    assert state.memory.rebuilds == 1
+    state.memory.end_step(2)
+    assert list(state.memory.buckets) == [(0, 1, 2, 3)]
     # the same parameters in another order keep their state, residual re-sliced
-    again = state.bucket_state((0, 1, 2, 3), [(2, 3), (2,), (1, 2), (1,)], 1, step=2, granularity_layer=False)
+    again = state.memory.bucket_state((0, 1, 2, 3), [(2, 3), (2,), (1, 2), (1,)], 1, step=2, granularity_layer=False)
     assert again is merged and torch.equal(again.residual_of(0), torch.arange(6.0).reshape(2, 3))
-    assert state.rebuilds == 1
+    assert state.memory.rebuilds == 1

@@ -268,6 +268,25 @@ class NDQSG(Compressor):
         return out
 
     # -- Algorithm 2 ------------------------------------------------------------------------------------------
+    def decode_all(self, payloads: Sequence[Payload], ctx: Context | None = None) -> list[torch.Tensor]:
+        """Every worker's reconstruction in the order of Algorithm 2 (see :meth:`_decode_in_order`)."""
+        return self._decode_in_order(payloads, ctx or Context())[0]
+
+    def _decode_in_order(self, payloads: Sequence[Payload], ctx: Context) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Algorithm 2's decoding: the P1 workers (below ``p1``) without side information, averaged; then each P2
+        worker in order with the running average of all decoded so far as side information, which is then updated
+        with it. Returns the reconstructions in worker order and the final running average."""
+        if len(payloads) == 0:
+            raise ValueError("ndqsg: no payloads to decode")
+        p1 = min(self.p1, len(payloads))
+        decoded = [self.decode(payloads[w], ctx.but(worker=w)) for w in range(p1)]
+        side = torch.stack([d.float() for d in decoded]).mean(0)
+        for w in range(p1, len(payloads)):
+            out = self.decode(payloads[w], ctx.but(worker=w), side=side)
+            decoded.append(out)
+            side = side + (out.float() - side) / len(decoded)  # running average of all decoded so far
+        return decoded, side
+
     def round(
         self, grads: Sequence[torch.Tensor], ctx: Context | None = None, states: Sequence[Any] | None = None
     ) -> RoundResult:
@@ -278,22 +297,15 @@ class NDQSG(Compressor):
         ctx = ctx or Context()
         if len(grads) == 0:
             raise ValueError("ndqsg round: no gradients")
-        payloads, decoded = [], []
-        for w, g in enumerate(grads):
-            payloads.append(self.encode(g, ctx.but(worker=w)))
+        payloads = [self.encode(g, ctx.but(worker=w)) for w, g in enumerate(grads)]
+        decoded, side = self._decode_in_order(payloads, ctx)
         p1 = min(self.p1, len(grads))
-        for w in range(p1):
-            decoded.append(self.decode(payloads[w], ctx.but(worker=w)))
-        side = torch.stack([d.float() for d in decoded]).mean(0)
         failures: dict[int, torch.Tensor] = {}
         for w in range(p1, len(grads)):
-            wctx = ctx.but(worker=w)
-            out = self.decode(payloads[w], wctx, side=side)
-            oracle = self.decode(payloads[w], wctx, side=grads[w])
-            wrong_bin = (out.float() - oracle.float()).abs() > 0.5 * self.alpha * self.delta2 * payloads[w]["scales"]
+            oracle = self.decode(payloads[w], ctx.but(worker=w), side=grads[w])
+            bin_half = 0.5 * self.alpha * self.delta2 * payloads[w]["scales"]
+            wrong_bin = (decoded[w].float() - oracle.float()).abs() > bin_half
             failures[w] = wrong_bin.sum()
-            decoded.append(out)
-            side = side + (out.float() - side) / len(decoded)  # running average of all decoded so far
         total = torch.stack(list(failures.values())).sum() if failures else torch.zeros((), dtype=torch.int64)
         info = {"decoding_failures": total, "failures_per_worker": failures, "p1": p1, "p2": len(grads) - p1}
         return RoundResult(mean=side.to(grads[0].dtype), decoded=decoded, payloads=payloads, info=info)
