@@ -6,7 +6,8 @@ in a report can stay readable ("QCS (Abdi & Fekri) Thm 2 eq. (10)") while the fi
 traceability.
 
 ``cite(key_or_file, where)`` is the one way to write such a citation; ``paper(key_or_file)`` returns the entry;
-``readable(text)`` rewrites any seed file name found in a string into its short citation.
+``readable(text)`` rewrites any seed file name found in a string into its short citation; ``cited_in(text)``
+lists the papers a text cites (for its reference list).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Paper", "PAPERS", "cite", "paper", "readable", "file_of", "files_in"]
+__all__ = ["Paper", "PAPERS", "cite", "cited_in", "paper", "readable", "file_of", "files_in"]
 
 
 @dataclass(frozen=True)
@@ -164,3 +165,13 @@ def files_in(text: str) -> list[str]:
 def readable(text: str) -> str:
     """``text`` with every seed file name replaced by the paper's short citation (``QCS (Abdi & Fekri)``)."""
     return _FILE_RE.sub(lambda m: _BY_PREFIX[m.group(1)].label, text)
+
+
+def cited_in(text: str) -> list[Paper]:
+    """The papers ``text`` cites, in the order of :data:`PAPERS`: those whose inline label (``QCS (Abdi &
+    Fekri)``), whose scheme name with its authors (``NDQSG (Abdi & Fekri)``) or whose seed file appears in it."""
+    names = {p: [p.label, p.file or "\0"] for p in PAPERS}
+    for short, key in _SHORT.items():
+        p = _BY_KEY[short]
+        names[p].append(f"{key} ({p.short_authors})")
+    return [p for p in PAPERS if any(n in text for n in names[p])]

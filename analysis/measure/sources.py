@@ -54,7 +54,7 @@ class GradientSource:
     @property
     def label(self) -> str:
         if self.dump is None:
-            return f"synthetic {self.family}"
+            return f"synthetic {law_label(self.family)}"
         name = getattr(self.dump, "workload", None) or "dump"
         return f"dump {name} ({len(self._steps())} steps)"
 
@@ -107,6 +107,20 @@ class GradientSource:
 
 
 SYNTHETIC = (*DISTRIBUTIONS, "normal")
+
+LAWS = {
+    "exponential": "Laplace(1)",
+    "gamma": "double gamma(shape 0.5, scale 1)",
+    "genpareto": "double generalized Pareto(shape 0.25, scale 1)",
+    "normal": "N(0, 1)",
+}
+"""The one naming table of the synthetic laws: what :func:`_synthetic` draws for each family, as every label
+(validation rows, report sections, the mutation table) writes it."""
+
+
+def law_label(family: str) -> str:
+    """The readable law of a synthetic ``family`` (:data:`LAWS`); the family itself where it has no entry."""
+    return LAWS.get(family, family)
 
 
 def _synthetic(family: str, n: int, gen: torch.Generator) -> torch.Tensor:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import torch
 
 from gradstat.analysis.measure.selection import parse_indices
-from gradstat.analysis.measure.sources import GradientSource
+from gradstat.analysis.measure.sources import GradientSource, law_label
 from gradstat.analysis.measure.tables import atomic_write_text
 from gradstat.analysis.report.data import ReportData
 from gradstat.analysis.report.render import render
@@ -190,7 +190,7 @@ def measure(
 def _block_label(source: GradientSource, n: int, index: int = 0) -> str:
     """Where ``source.vector(n, index=index)`` comes from."""
     if source.dump is None:
-        return f"synthetic: {source.family}, d = {n} (seed {source.seed})"
+        return f"synthetic: {law_label(source.family)}, d = {n} (seed {source.seed})"
     step, off = source.block_origin(n, index)
     return f"dump {source.dump.workload} step {step} worker {source.worker} (block {off}:{off + n})"
 

@@ -31,9 +31,9 @@ def num(v: object, digits: int = 4) -> str:
 
 
 def interval(row: pd.Series) -> str:
-    """``0.5 [0.4, 0.6]``, or ``0.5 (deterministic)`` for a single measurement."""
+    """``0.5 [0.4, 0.6]``, or ``0.5 (one measurement)`` for a deterministic one (no interval)."""
     if bool(row.get("deterministic", False)) or pd.isna(row.get("ci_low")):
-        return f"{num(row['empirical'])} (deterministic)"
+        return f"{num(row['empirical'])} (one measurement)"
     return f"{num(row['empirical'])} [{num(row['ci_low'])}, {num(row['ci_high'])}]"
 
 
@@ -281,7 +281,9 @@ def validation(data: ReportData) -> str:
     reported = val[~val["must_hold"].astype(bool)]["check"].tolist()
     shown = val.assign(
         interval=[
-            "deterministic" if bool(r.get("deterministic", False)) else f"[{num(r['ci_low'])}, {num(r['ci_high'])}]"
+            "one measurement"
+            if bool(r.get("deterministic", False))
+            else f"[{num(r['ci_low'])}, {num(r['ci_high'])}]"
             for _, r in val.iterrows()
         ],
         ratio=val["theory_over_empirical"],
@@ -316,7 +318,11 @@ def validation(data: ReportData) -> str:
 
 
 # -- findings: one generator per known disagreement, each from the rows it is about ---------------------------------
-def _sidco_gamma(data: ReportData) -> str | None:
+Finding = tuple[str, bool]
+"""A finding's text and whether it is a disagreement with the paper (from the verdicts of its rows)."""
+
+
+def _sidco_gamma(data: ReportData) -> Finding | None:
     r = data.check("sidco-binomial-gamma")
     if r is None or pd.isna(r["empirical"]):
         return None
@@ -336,7 +342,7 @@ def _sidco_gamma(data: ReportData) -> str | None:
     if mle is not None and not pd.isna(mle["empirical"]):
         text += f"; the exact MLE gives {interval(mle)} ({mle['verdict']})"
     text += "." + _approx_on_dump(data)
-    return text
+    return text, r["verdict"] == "violated"
 
 
 def _approx_on_dump(data: ReportData) -> str:
@@ -363,8 +369,8 @@ def _approx_on_dump(data: ReportData) -> str:
     )
 
 
-def _mmse_printed(data: ReportData) -> str | None:
-    lines = []
+def _mmse_printed(data: ReportData) -> Finding | None:
+    lines, disagree = [], False
     if data.ran("feedback_mmse"):
         df = data.table("feedback_mmse").sort_values("beta")
         gam = float(df["gamma"].iloc[0])
@@ -378,6 +384,7 @@ def _mmse_printed(data: ReportData) -> str | None:
             else "is not monotone in beta"
         )
         if not no_bound.empty:
+            disagree = True
             lines.append(
                 f"**QCS eq. (16) as printed** gives no bound for MMSE-QCS (gamma = {num(gam)}) at beta = "
                 f"{', '.join(num(b, 3) for b in no_bound['beta'])} (its base sqrt(gamma+1) - (1-beta)^2 - sqrt(gamma) "
@@ -399,12 +406,13 @@ def _mmse_printed(data: ReportData) -> str | None:
             f"`qcs-feedback-mmse-minkowski` checks it at beta = {s.get('beta', '?')}: {interval(r)} against "
             f"{num(r['theory'])} ({r['verdict']})"
         )
+        disagree = disagree or r["verdict"] == "violated"
     if not lines:
         return None
-    return "; ".join(lines) + "."
+    return "; ".join(lines) + ".", disagree
 
 
-def _mmse_beta1(data: ReportData) -> str | None:
+def _mmse_beta1(data: ReportData) -> Finding | None:
     r = data.check("qcs-feedback-mmse")
     if r is None or pd.isna(r["empirical"]) or not data.ran("feedback_mmse"):
         return None
@@ -434,29 +442,39 @@ def _mmse_beta1(data: ReportData) -> str | None:
             else "The set-ups differ in the vectors"
         )
         + f"; eta* = {num(r['theory'])} holds in {len(respected)} of the 2 ({', '.join(respected) or 'neither'})."
-    )
+    ), "violated" in (r["verdict"], t["verdict"])
 
 
-def _gmc(data: ReportData) -> str | None:
+def _gmc(data: ReportData) -> Finding | None:
     r = data.check("gmc-memory")
-    if r is None or pd.isna(r["empirical"]):
-        return None
-    s = setup_of(r)
-    text = (
-        f"**GMC Theorem 9 is loose**: 4 (d - s)(2d + s) G^2 / s^2 = {num(r['theory'])} exceeds the measured memory "
-        f"{interval(r)} by a factor {num(r['theory_over_empirical'], 3)} (d = {s.get('d')}, s = {s.get('s')}, "
-        f"p = {s.get('p')}, T = {s.get('T')}, {s.get('masks')} masks, beta = {s.get('beta')}) ({r['verdict']})"
-    )
     rec = data.check("gmc-memory-recursion")
+    parts, disagree = [], False
+    if r is not None and not pd.isna(r["empirical"]):
+        s = setup_of(r)
+        ratio = float(r["theory_over_empirical"])
+        relation = (
+            f"the bound is {num(ratio, 3)} times the measured memory"
+            if ratio >= 1
+            else f"the measured memory is {num(1 / ratio, 3)} times the bound"
+        )
+        parts.append(
+            f"**GMC Theorem 9** (d = {s.get('d')}, s = {s.get('s')}, p = {s.get('p')}, T = {s.get('T')}, "
+            f"{s.get('masks')} masks, beta = {s.get('beta')}): 4 (d - s)(2d + s) G^2 / s^2 = {num(r['theory'])} "
+            f"against the measured memory {interval(r)}: {relation} ({r['verdict']}"
+            + ("" if bool(r["must_hold"]) else ", reported")
+            + ")"
+        )
+        disagree = r["verdict"] == "violated"
     if rec is not None and not pd.isna(rec["empirical"]):
-        text += (
-            f"; the memory itself matches Algorithm 1's recursion computed independently: {interval(rec)} against "
+        parts.append(
+            f"GMC's memory against Algorithm 1's recursion computed independently: {interval(rec)} against "
             f"{num(rec['theory'])} ({rec['verdict']})"
         )
-    return text + "."
+        disagree = disagree or rec["verdict"] == "violated"
+    return (("; ".join(parts) + "."), disagree) if parts else None
 
 
-def _ndqsg(data: ReportData) -> str | None:
+def _ndqsg(data: ReportData) -> Finding | None:
     r = data.check("ndqsg-failure")
     cheb = data.check("ndqsg-failure-chebyshev")
     if r is None and cheb is None:
@@ -472,10 +490,11 @@ def _ndqsg(data: ReportData) -> str | None:
             f"Theorem 6's Chebyshev bound (8) is {num(cheb['theory'])}, {num(cheb['theory_over_empirical'], 3)} times "
             f"the measured rate ({cheb['verdict']}; reported, not required)"
         )
-    return "; ".join(parts) + "." if parts else None
+    failed = any(x is not None and x["verdict"] == "violated" for x in (r, cheb))
+    return ("; ".join(parts) + ".", failed) if parts else None
 
 
-def _dither(data: ReportData) -> str | None:
+def _dither(data: ReportData) -> Finding | None:
     d, h = data.check("dqsg-exact"), data.check("half-dither-exact")
     if d is None or h is None or pd.isna(d["empirical"]) or pd.isna(h["empirical"]):
         return None
@@ -485,10 +504,11 @@ def _dither(data: ReportData) -> str | None:
         f"{interval(d)} against its exact {num(d['theory'])} ({d['verdict']}), half-dithered {interval(h)} against "
         f"{num(h['theory'])} ({h['verdict']}); ratio {num(float(h['empirical']) / float(d['empirical']), 3)}"
     )
-    return text + ("; both closed forms are confirmed on the same vectors." if both else ".")
+    violated = "violated" in (d["verdict"], h["verdict"])
+    return text + ("; both closed forms are confirmed on the same vectors." if both else "."), violated
 
 
-def _tight_or_violated(data: ReportData) -> str | None:
+def _tight_or_violated(data: ReportData) -> Finding | None:
     if not data.ran("validation"):
         return None
     val = data.table("validation")
@@ -502,7 +522,8 @@ def _tight_or_violated(data: ReportData) -> str | None:
             f"({r['verdict']}{'' if r['must_hold'] else ', reported'})"
             for _, r in rows.iterrows()
         )
-        + "."
+        + ".",
+        bool((rows["verdict"] == "violated").any()),
     )
 
 
@@ -510,15 +531,19 @@ FINDINGS = (_tight_or_violated, _sidco_gamma, _mmse_printed, _mmse_beta1, _gmc, 
 
 
 def findings(data: ReportData) -> str:
-    """The disagreements and notable results of this run, each generated from the rows it is about."""
-    bullets = [b for b in (f(data) for f in FINDINGS) if b]
-    if not bullets:
-        return ""
-    return (
-        "## Known disagreements with the papers, as measured in this run\n\n"
-        + "\n".join(f"- {b}" for b in bullets)
-        + "\n"
-    )
+    """The findings of this run, each generated from the rows it is about: those where the measurement disagrees
+    with the paper (a violated claim, an equation that gives no bound where the measured quantity is bounded) under
+    "Known disagreements with the papers", the others under "Other findings"."""
+    found = [f for f in (g(data) for g in FINDINGS) if f]
+    out = []
+    for title, wanted in (
+        ("Known disagreements with the papers, as measured in this run", True),
+        ("Other findings of this run", False),
+    ):
+        bullets = [text for text, disagrees in found if disagrees == wanted]
+        if bullets:
+            out.append(f"## {title}\n\n" + "\n".join(f"- {b}" for b in bullets) + "\n")
+    return "\n".join(out)
 
 
 def related(data: ReportData) -> str:
@@ -526,6 +551,16 @@ def related(data: ReportData) -> str:
         return ""
     items = "\n".join(f"- [{what}]({link})" for what, link in data.related.items())
     return f"## Other results beside this report\n\n{items}\n"
+
+
+def references(text: str) -> str:
+    """The reference list of a rendered report: every paper its text cites (authors, title, venue, year)."""
+    from gradstat.theory.sources import cited_in
+
+    papers = cited_in(text)
+    if not papers:
+        return ""
+    return "## References\n\n" + "\n".join(f"- {p.key}: {p.full}." for p in papers) + "\n"
 
 
 def footer(data: ReportData) -> str:
@@ -550,4 +585,5 @@ SECTIONS = (
 
 def render(data: ReportData) -> str:
     """The report as Markdown: each section of :data:`SECTIONS` that has data, in order."""
-    return "\n".join(s for s in (section(data) for section in SECTIONS) if s)
+    body = "\n".join(s for s in (section(data) for section in SECTIONS[:-1]) if s)
+    return "\n".join(s for s in (body, references(body), SECTIONS[-1](data)) if s)

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from gradstat.analysis.cli.main import main
+from gradstat.analysis.measure.sources import law_label
 
 
 def run(*args: str) -> int:
@@ -158,7 +159,7 @@ def test_variance_on_dump_and_synthetic(tiny_dump, tmp_path):
             == 0
         )
         syn = pd.read_csv(tmp_path / law / "variance.csv")
-        assert syn["vector"].iloc[0] == f"synthetic {law} #0" and syn["bound"].iloc[0] == pytest.approx(0.9)
+        assert syn["vector"].iloc[0] == f"synthetic {law_label(law)} #0" and syn["bound"].iloc[0] == pytest.approx(0.9)
 
 
 def test_feedback_reports_eta_per_beta(tiny_dump, tmp_path):

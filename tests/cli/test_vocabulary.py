@@ -60,7 +60,7 @@ def test_an_unknown_law_is_refused_with_the_accepted_names(capsys):
 def test_synthetic_vectors_are_labelled_with_the_canonical_name(tmp_path, capsys):
     argv = ["variance", "--synthetic", "laplace", "--compressor", "topk:ratio=0.1", "--n", "64", "--trials", "4"]
     code, _, _ = _run(capsys, *argv, "--vectors", "1", "--out", tmp_path, "--quiet")
-    assert code == 0 and pd.read_csv(tmp_path / "variance.csv")["vector"].tolist() == ["synthetic exponential #0"]
+    assert code == 0 and pd.read_csv(tmp_path / "variance.csv")["vector"].tolist() == ["synthetic Laplace(1) #0"]
 
 
 @pytest.mark.parametrize(

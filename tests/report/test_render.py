@@ -142,7 +142,47 @@ def test_a_deterministic_row_is_one_measurement(rows):
     g.loc[0, ["deterministic", "ci_low", "ci_high"]] = [True, float("nan"), float("nan")]
     text = report(g)
     line = next(x for x in text.splitlines() if x.startswith(f"| {g.loc[0, 'check']} |"))
-    assert "| deterministic |" in line
+    assert "| one measurement |" in line
+
+
+def _with(rows: pd.DataFrame, check: str, **values: object) -> pd.DataFrame:
+    g = rows.copy()
+    i = g.index[g["check"] == check][0]
+    for k, v in values.items():
+        g.loc[i, k] = v
+    return g
+
+
+def test_the_gmc_sentence_follows_its_rows_and_is_absent_without_them(rows):
+    gmc = next(line for line in report(rows).splitlines() if line.startswith("- **GMC Theorem 9"))
+    r = rows[rows["check"] == "gmc-memory"].iloc[0]
+    assert f"{float(r['theory_over_empirical']):.3g} times the measured memory" in gmc
+    altered = _with(rows, "gmc-memory", theory_over_empirical=0.5, verdict="violated")
+    text = report(altered)
+    known = text.split("## Known disagreements")[1].split("## Other findings")[0]
+    assert "the measured memory is 2 times the bound (violated" in known
+    assert "loose" not in text
+    gone = report(rows[~rows["check"].isin(["gmc-memory", "gmc-memory-recursion"])])
+    assert "GMC" not in gone and "Theorem 9" not in gone
+
+
+def test_known_disagreements_list_only_disagreements(rows):
+    agreeing = rows.assign(verdict="holds")
+    text = report(agreeing)
+    assert "## Known disagreements" not in text and "## Other findings of this run" in text
+    flipped = _with(agreeing, "dqsg-exact", verdict="violated")
+    known = report(flipped).split("## Known disagreements")[1].split("## Other findings")[0]
+    assert "DQSG vs QSGD-style" in known and "GMC Theorem 9" not in known
+
+
+def test_every_report_ends_with_the_references_it_cites(rows):
+    text = report(only(rows, "sidco-binomial-gamma", "sidco-binomial-gamma-mle"))
+    refs = text.split("## References")[1]
+    assert "Abdelmoniem" in refs and "MLSys 2021" in refs and "Statistical-based Gradient Compression" in refs
+    assert "Zhao" not in refs
+    full = report(rows).split("## References")[1]
+    assert all(name in full for name in ("Abdi, Faramarz Fekri", "Zhao", "Abdelmoniem"))
+    assert "## References" in render(ReportData(header={}, validation=only(rows, "gmc-memory")))
 
 
 def test_related_results_are_linked_only_where_they_exist(tmp_path):
