@@ -16,7 +16,13 @@ A comparison row is one of:
 - ``at_most`` / ``at_least``: the paper states a bound or direction (e.g. "ECQ's gap is smaller than QSGD's"), read
   as ``ours <= paper`` / ``ours >= paper``;
 - ``claim``: the paper's figure shows a trend but prints no number; ``paper`` then holds the value the claim implies
-  (1 for "holds"), ours the measured truth value, and ``paper_text`` quotes the claim.
+  (1 for "holds"), ours the measured truth value, and ``paper_text`` quotes the claim;
+- ``share``: a claim about every step, judged per step (:mod:`gradstat.analysis.experiments.rules`): ``ours`` is
+  the share of steps meeting it with its interval ``[low, high]``, ``paper`` the share the claim needs; it holds
+  when the interval lies at or above that share, fails when it lies below, and is undecided when it straddles it.
+
+The rules of :mod:`gradstat.analysis.experiments.rules` decide which rows exist (a paper value only where the paper
+states it), how non-convergence counts, and how a sufficient condition is shown.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from gradstat.analysis.measure.tables import atomic_write_text, to_markdown, wri
 VERDICT = "**Verdict:** "
 """How an experiment's README opens its overall verdict line (the experiments index reads it back)."""
 
-Kind = Literal["value", "at_most", "at_least", "claim"]
+Kind = Literal["value", "at_most", "at_least", "claim", "share"]
 
 
 @dataclass(frozen=True)
@@ -59,11 +65,16 @@ class Comparison:
     kind: Kind = "value"
     tolerance: float = 0.1
     paper_text: str = ""
+    low: float = math.nan
+    high: float = math.nan
 
     def holds(self) -> bool | None:
-        """True when ours agrees with the paper (by ``kind``), False when not, None when nothing can be compared."""
+        """True when ours agrees with the paper (by ``kind``), False when not, None when nothing can be compared
+        (or, for a ``share``, when its interval straddles the share needed)."""
         if math.isnan(self.paper) or math.isnan(self.ours):
             return None
+        if self.kind == "share":
+            return True if self.low >= self.paper else False if self.high < self.paper else None
         if self.kind == "at_most":
             return self.ours <= self.paper
         if self.kind == "at_least":
@@ -76,6 +87,10 @@ class Comparison:
     def verdict(self) -> str:
         """``reproduces`` / ``differs (+x %)`` / ``claim holds`` / ``claim fails`` / ``not comparable``."""
         ok = self.holds()
+        if self.kind == "share" and not math.isnan(self.ours):
+            measured = f"{self.ours:.0%} of steps [{self.low:.0%}, {self.high:.0%}]"
+            state = "holds" if ok else "undecided" if ok is None else "fails"
+            return f"{state} ({measured}, needs {self.paper:.0%})"
         if ok is None:
             return "not comparable"
         if self.kind == "claim":
@@ -106,15 +121,18 @@ def comparison_table(rows: Sequence[Comparison]) -> pd.DataFrame:
 
 
 def overall_verdict(rows: Sequence[Comparison]) -> str:
-    """One line from the rows: how many of the comparable ones agree, and the largest disagreement named."""
+    """One line from the rows: how many of the comparable ones agree, how many per-step claims are undecided, and
+    the largest disagreement named."""
     judged = [c for c in rows if c.holds() is not None]
+    open_ = [c for c in rows if c.kind == "share" and c.holds() is None and not math.isnan(c.ours)]
+    undecided = f"; {len(open_)} per-step claims undecided (their interval straddles the share needed)" if open_ else ""
     if not judged:
-        return "nothing comparable: the paper publishes no number this run measures"
+        return "nothing comparable: the paper publishes no number this run measures" + undecided
     bad = [c for c in judged if not c.holds()]
     if not bad:
-        return f"reproduces: all {len(judged)} comparable published results agree"
+        return f"reproduces: all {len(judged)} comparable published results agree" + undecided
     names = "; ".join(f"{c.quantity}: paper {c.paper_text or f'{c.paper:.4g}'}, ours {c.ours:.4g}" for c in bad[:3])
-    return f"differs: {len(judged) - len(bad)} of {len(judged)} agree; {names}"
+    return f"differs: {len(judged) - len(bad)} of {len(judged)} agree{undecided}; {names}"
 
 
 @dataclass

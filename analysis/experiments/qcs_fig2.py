@@ -15,6 +15,11 @@ Choices the paper leaves open (stated in the output's notes):
   (alpha = 1/(gamma + 1)), the fewer-bits run with MMSE.
 - a run converges when its training loss after the last step is finite and within ``CONVERGED`` times the optimal
   training loss L* (least squares on the training set).
+
+Verdicts follow :mod:`gradstat.analysis.experiments.rules`: a run that never reaches the target counts the run's
+length plus one step for every method (a ratio is then a bound, and says which), and the paper's "mu < 1/lambda_max
+converges" is a sufficient condition, checked as such (every tested mu below 1/4 converges), not read as the
+largest converging step.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import pandas as pd
 
 from gradstat.analysis.experiments.base import Comparison, Experiment, ExperimentResult
 from gradstat.analysis.experiments.linear import LinearProblem, train
+from gradstat.analysis.experiments.rules import sufficient_condition_holds, time_ratio
 from gradstat.analysis.plots.common import new_figure, save_figure
 from gradstat.analysis.training.workloads.linreg import LinReg
 from gradstat.compressors import create
@@ -129,14 +135,18 @@ def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int, devi
     level = CONVERGED * problem.loss_star
     t_qsgd = _time_to(curve[(curve["method"] == "qsgd") & (curve["mu"] == 0.05)], level)
     t_qcs = {m: _time_to(curve[(curve["method"] == m) & (curve["mu"] == 0.10)], level) for m in ("qcs", "qcs-mmse")}
-    never = float(size["steps"] + 1)
+    steps = size["steps"]
+    never = float(steps + 1)
+    plain = table[table["method"] == "none"]
     comparisons = [
         Comparison(
-            "largest mu at which uncompressed SGD converges in every run",
-            0.25,
+            "every mu < 1/lambda_max = 0.25 tested converges in every run without compression (1 = yes; a sufficient "
+            "condition, not a largest step)",
+            1.0,
             REF + ": 'gradient descent with mu < 1/lambda_max = 1/4 converges'",
-            limits["none"],
-            tolerance=0.2,
+            sufficient_condition_holds(plain["mu"].tolist(), (plain["converged"] >= 1.0).tolist(), 0.25),
+            kind="claim",
+            paper_text="sufficient: mu < 1/lambda_max converges",
         ),
     ]
     for m in ("qsgd", "wangni"):
@@ -161,10 +171,11 @@ def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int, devi
                 paper_text="our proposed method significantly increases that range",
             )
         )
-        ratio = (t_qsgd if np.isfinite(t_qsgd) else never) / t_qcs[m] if np.isfinite(t_qcs[m]) else float("nan")
+        ratio, what = time_ratio(t_qsgd, t_qcs[m], size["steps"])
         comparisons.append(
             Comparison(
-                f"steps to {CONVERGED:g} L*: QSGD at mu = 0.05 over {m} at mu = 0.10",
+                f"steps to {CONVERGED:g} L*: QSGD at mu = 0.05 over {m} at mu = 0.10 ({what}; a run that never gets "
+                f"there counts {size['steps'] + 1} steps, for every method)",
                 2.0,
                 REF + " (Fig. 2c)",
                 ratio,
@@ -180,14 +191,11 @@ def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int, devi
         "gains (exact / entropy-coded): "
         + ", ".join(f"{r.method} {r.gain:.1f} / {r.gain_entropy:.1f}" for r in gains.itertuples())
         + "; QSGD reaches ~21 only after entropy coding of its codes.",
-        f"steps to {CONVERGED:g} L* (median run): QSGD at 0.05: "
-        + (
-            f"{t_qsgd:g}"
-            if np.isfinite(t_qsgd)
-            else f"never within {size['steps']} (ratio uses {never:g}, a lower bound)"
+        f"steps to {CONVERGED:g} L* (median run; never: counted as {never:g}, a lower bound, for every method): "
+        + "; ".join(
+            f"{name}: {f'{v:g}' if np.isfinite(v) else f'never within {steps}'}"
+            for name, v in (("QSGD at 0.05", t_qsgd), *((f"{m} at 0.10", v) for m, v in t_qcs.items()))
         )
-        + "; "
-        + ", ".join(f"{m} at 0.10: {v:g}" for m, v in t_qcs.items())
         + ".",
         "The paper does not say which QCS variant Fig. 2 uses; it prints no number for the convergence fractions, "
         "so the rows compare the trends its text states.",

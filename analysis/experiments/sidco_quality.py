@@ -12,12 +12,15 @@ error feedback in the loop (one loop per workload, shared by the three ratios to
 estimator at every ratio, with its own state (SIDCo's adaptive M), selects from the vector the loop compresses,
 z = g + h. The fixed-M SIDCo-GP rows (M = 1, 2, 3) run at the smallest ratio only. k = ceil(delta d); the summary
 gives the mean of k_hat/k over the steps
-and the central 90 % interval. The published rows: SIDCo and DGC "on average k_hat/k ~ 1" within SIDCo's tolerance
-eps = 20 % (Sec. 3, "The proper selection of the distribution ..."), SIDCo's gamma-GP "over-estimation which is at most
-2 times the target" (App. E, Fig. 9), RedSync and GaussianKSGD "two orders of magnitude lower than the target" at
-0.001 (Sec. 4, LSTM-PTB, Fig. 3(c)) -- the last is a property of the authors' baselines, whose searches can move away
-from their band; gradstat's versions always search towards it (see their modules), so that row is expected to
-differ. gradstat's own estimator is held to its own target, mean k_hat/k within [0.9, 1.1].
+and the central 90 % interval. The published rows are judged per step (:mod:`gradstat.analysis.experiments.rules`:
+the share of steps meeting the claim, with its 99 % binomial interval, against the 90 % that SIDCo's 90 % intervals
+imply; never on the mean): SIDCo and DGC "on average k_hat/k ~ 1" within SIDCo's tolerance eps = 20 % (Sec. 3, "The
+proper selection of the distribution ..."), SIDCo's gamma-GP "over-estimation which is at most 2 times the target"
+(App. E, Fig. 9), and RedSync and GaussianKSGD "two orders of magnitude lower than the target" at 0.001 on LSTM-PTB
+only, where the paper states it (Sec. 4, Fig. 3(c)) -- a property of the authors' baselines, whose searches can move
+away from their band; gradstat's versions always search towards it (see their modules), so that row is expected to
+differ. gradstat's own estimator is held to its own target, mean k_hat/k within [0.9, 1.1] (a claim about the mean,
+not a paper number).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import pandas as pd
 import torch
 
 from gradstat.analysis.experiments.base import Comparison, Experiment, ExperimentResult
+from gradstat.analysis.experiments.rules import per_step_share, stated_for
 from gradstat.analysis.measure.intervals import quantile_interval
 from gradstat.analysis.plots.common import new_figure, save_figure
 from gradstat.analysis.training.parallel import DataParallel
@@ -160,7 +164,7 @@ def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int, devi
     per_step["k_ratio"] = per_step["k_hat"] / per_step["k"]
     summary = summarize(per_step, verdicts)
     figures = _plot(summary, per_step, out)
-    comparisons = _compare(summary)
+    comparisons = _compare(summary, per_step)
     own = summary[summary["estimator"] == "tailcount (gradstat)"]
     notes = [
         "gradstat's tailcount mean k_hat/k: "
@@ -181,39 +185,54 @@ def run(out: Path, quick: bool, workloads: Sequence[str] | None, seed: int, devi
     )
 
 
-def _compare(summary: pd.DataFrame) -> list[Comparison]:
+STATED_LSTM = ("lstm",)
+"""Where SIDCo states RedSync's and GaussianKSGD's "two orders of magnitude lower than the target" (Sec. 4,
+LSTM-PTB, Fig. 3(c)): the row exists for these workloads only."""
+
+
+def _compare(summary: pd.DataFrame, per_step: pd.DataFrame) -> list[Comparison]:
+    """The paper's per-step claims judged per step (:mod:`gradstat.analysis.experiments.rules`): the share of
+    steps meeting each, with its interval, against the share SIDCo's 90 % intervals imply (``COVERAGE``)."""
     rows = []
     for _, s in summary.iterrows():
-        where = f"{s.workload}, delta={s.ratio:g}, {s.estimator}: mean k_hat/k"
+        q = per_step[
+            (per_step["workload"] == s.workload)
+            & (per_step["ratio"] == s.ratio)
+            & (per_step["estimator"] == s.estimator)
+        ]["k_ratio"].to_numpy()
+        where = f"{s.workload}, delta={s.ratio:g}, {s.estimator}: share of steps with k_hat/k"
+
+        def share(text: str, meets, ref: str, q: np.ndarray = q, where: str = where) -> Comparison:  # noqa: ANN001
+            e = per_step_share(q, meets)
+            return Comparison(f"{where} {text}", COVERAGE, ref, e.mean, kind="share", low=e.low, high=e.high)
+
         if s.estimator in ("sidco-exp", "sidco-gamma", "sidco-gp", "dgc"):
             rows.append(
-                Comparison(
-                    where,
-                    1.0,
+                share(
+                    f"within 1 +- {SIDCO_EPS:g}",
+                    lambda v: np.abs(v - 1.0) <= SIDCO_EPS,
                     REF + ", Sec. 3 and Fig. 9 ('on average k_hat/k ~ 1', eps = 20 %)",
-                    s["mean"],
-                    tolerance=SIDCO_EPS,
                 )
             )
         if s.estimator == "sidco-gamma":
+            rows.append(share("<= 2", lambda v: v <= 2.0, REF + ", App. E, Fig. 9 ('at most 2 times')"))
+        if s.estimator in ("redsync", "gaussianksgd") and s.ratio == 0.001 and stated_for(s.workload, STATED_LSTM):
             rows.append(
-                Comparison(
-                    where + " (upper end)", 2.0, REF + ", App. E, Fig. 9 ('at most 2 times')", s["mean"], kind="at_most"
-                )
-            )
-        if s.estimator in ("redsync", "gaussianksgd") and s.ratio == 0.001:
-            rows.append(
-                Comparison(
-                    where,
-                    0.01,
+                share(
+                    "<= 0.02 (two orders of magnitude below the target, within a factor 2)",
+                    lambda v: v <= 0.02,
                     REF + ", Sec. 4 LSTM-PTB, Fig. 3(c) ('two orders of magnitude lower than the target')",
-                    s["mean"],
-                    tolerance=1.0,
                 )
             )
         if s.estimator == "tailcount (gradstat)":
             rows.append(
-                Comparison(where, 1.0, "gradstat's own target (not a paper number)", s["mean"], tolerance=OWN_TOL)
+                Comparison(
+                    f"{s.workload}, delta={s.ratio:g}, {s.estimator}: mean k_hat/k",
+                    1.0,
+                    "gradstat's own target on the mean (not a paper number)",
+                    s["mean"],
+                    tolerance=OWN_TOL,
+                )
             )
     return rows
 
