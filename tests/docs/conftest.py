@@ -31,3 +31,24 @@ def site(tmp_path_factory) -> Path:
     )
     assert run.returncode == 0, f"mkdocs build --strict failed:\n{run.stdout}\n{run.stderr}"
     return out
+
+
+@pytest.fixture(scope="session")
+def ddp_examples(tmp_path_factory) -> dict:
+    """The site's DDP examples run once on 2 gloo ranks: ``{"rows": [rank 0's, rank 1's], "out": folder}``, each
+    rank's value a dict of the examples' returned rows (see ``_ddp_examples.py``)."""
+    paths = [str(DOCS / "examples"), str(ROOT / "tests" / "distributed"), str(Path(__file__).parent)]
+    sys.path[:0] = paths  # the spawned ranks start with this path
+    before = set(sys.modules)
+    try:
+        from _ddp_examples import run_examples
+        from _ranks import run_ranks
+
+        out = tmp_path_factory.mktemp("ddp-examples")
+        rows = run_ranks(run_examples, world=2, out=str(out))
+    finally:
+        for p in paths:
+            sys.path.remove(p)
+        for name in {"_ranks", "_ddp_examples"} - before:
+            sys.modules.pop(name, None)
+    return {"rows": rows, "out": out}

@@ -34,7 +34,6 @@ def example(request):
     """The example modules importable by name (as the page runs them), with ``natural`` registered for this
     module's tests only."""
     sys.path.insert(0, str(EXAMPLES))
-    sys.path.insert(0, str(ROOT / "tests" / "distributed"))  # the test-suite's rank runner, for the DDP test
     import my_compressor
 
     yield my_compressor
@@ -42,7 +41,6 @@ def example(request):
     for name in ("my_compressor", "my_check", "my_ddp"):
         sys.modules.pop(name, None)
     sys.path.remove(str(EXAMPLES))
-    sys.path.remove(str(ROOT / "tests" / "distributed"))
 
 
 @pytest.fixture(scope="module")
@@ -112,21 +110,12 @@ def test_the_extremes_of_each_dtype_decode_to_finite_powers_of_two(example):
     assert half.tolist() == [2.0**15, -(2.0**-24)]
 
 
-def _train_on_rank(rank: int, world: int, steps: int) -> list[dict]:
-    """The page's ``train`` on one rank of the test's process group (the runner calls it with rank and world)."""
-    from my_ddp import train
-
-    return train(steps)
-
-
-def test_the_ddp_hook_trains_on_two_ranks_with_the_counted_bits(example):
-    from _ranks import run_ranks
-
-    rows = run_ranks(_train_on_rank, world=2, steps=3)
+def test_the_ddp_hook_trains_on_two_ranks_with_the_counted_bits(ddp_examples):
     params = 32 * 4 + 4  # nn.Linear(32, 4): one bucket
-    for rank_rows in rows:
-        assert [r["bits"] for r in rank_rows] == [64 + params * 10] * 3
-        assert all(r["sent_bytes"] > 0 and torch.isfinite(torch.tensor(r["loss"])) for r in rank_rows)
+    for rank in ddp_examples["rows"]:
+        rows = rank["my_ddp"]
+        assert [r["bits"] for r in rows] == [64 + params * 10] * 3
+        assert all(r["sent_bytes"] > 0 and torch.isfinite(torch.tensor(r["loss"])) for r in rows)
 
 
 def test_the_validation_check_holds(example):
