@@ -19,10 +19,12 @@ told otherwise. The layouts are documented in ``data/README.md``.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import pickle
 import re
+import shutil
 import zipfile
 from pathlib import Path
 from typing import IO, Iterator, Sequence
@@ -33,7 +35,7 @@ import torch
 from gradstat.analysis.dumps.atomic import write_atomic
 from gradstat.analysis.dumps.format import DumpError
 from gradstat.analysis.dumps.reader import Dump
-from gradstat.analysis.dumps.writer import DumpWriter
+from gradstat.analysis.dumps.writer import DumpWriter, check_new_dump_dir
 
 SUFFIXES = (".pt", ".pth", ".npz", ".npy")
 EXPORT_KEY = re.compile(r"^s(\d+)/w(\d+)/(.+)$")
@@ -48,13 +50,46 @@ def import_dump(src: str | Path, out: str | Path, workload: str = "imported", dt
 
     Raises
     ------
-    DumpError / ValueError
-        unreadable or unsafe input (naming the file), inconsistent parameters between steps, or an unusable
-        ``out``. On error a partially written new dump is left valid (holding the steps converted so far).
+    DumpError / ValueError / OSError
+        unreadable or unsafe input (naming the file), inconsistent parameters between steps, an unusable ``out``,
+        a failed write (naming the file). On any error nothing is left at ``out``: what this import wrote is
+        removed (``out`` itself too unless it existed, empty, before), so no partial dump passes for a whole one.
     """
     src, out = Path(src), Path(out)
     if not src.exists():
         raise DumpError(f"{src}: no such file or directory")
+    check_new_dump_dir(out)  # missing or empty from here on: whatever is in it later, this import wrote
+    existed = out.exists()
+    try:
+        return _convert(src, out, workload, dtype)
+    except DumpError as exc:
+        if _remove_written(out, existed):
+            raise DumpError(f"{exc}; nothing was imported (the partial dump at {out} was removed)") from None
+        raise
+    except BaseException:
+        _remove_written(out, existed)
+        raise
+
+
+def _remove_written(out: Path, existed: bool) -> bool:
+    """Remove what an import wrote at ``out`` (a dump directory that was missing or empty before it, see
+    :func:`~gradstat.analysis.dumps.writer.check_new_dump_dir`); True when something was removed."""
+    if not out.is_dir() or out.is_symlink():
+        return False
+    found = list(out.iterdir())
+    for f in found:
+        if f.is_dir() and not f.is_symlink():
+            shutil.rmtree(f, ignore_errors=True)
+        else:
+            f.unlink(missing_ok=True)
+    if not existed:
+        with contextlib.suppress(OSError):
+            out.rmdir()
+    return bool(found) or not existed
+
+
+def _convert(src: Path, out: Path, workload: str, dtype: str) -> Path:
+    """The import itself (see :func:`import_dump`)."""
     writer: DumpWriter | None = None
     next_step = 0
     for file, (step, workers) in _steps(src):

@@ -27,8 +27,11 @@ CHECKSUM_PREFIX = "sha256:"
 CHECKSUM = re.compile(r"^sha256:[0-9a-f]{64}$")
 MAX_MANIFEST_BYTES = 64 << 20
 """A manifest larger than this is refused before it is parsed (real ones are a few kB per thousand steps)."""
-LEFTOVER = re.compile(r"^\.(manifest\.json|step-\d{8,}\.safetensors)\.\d+\.tmp$")
-"""Temporary files of an interrupted atomic write (:mod:`gradstat.analysis.dumps.atomic`)."""
+LEFTOVER = re.compile(
+    r"^\.(?:(?:manifest\.json|step-\d{8,}\.safetensors)\.\d+\.tmp|\.?step-\d{8,}\.rank-\d+\.part\.tmp(?:\.\d+\.tmp)?)$"
+)
+"""Temporary files of an interrupted atomic write (:mod:`gradstat.analysis.dumps.atomic`) and the ranks' part files
+of a step never committed (:func:`gradstat.analysis.dumps.writer.write_rank_part`, and their own temporaries)."""
 
 STORAGE_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

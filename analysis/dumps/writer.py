@@ -194,21 +194,23 @@ class DumpWriter:
         """Assemble the part files of ``step`` written by ranks ``0 .. workers - 1`` (:func:`write_rank_part`)
         into the step file (validated and committed like :meth:`write_step`), then remove the parts."""
         files = [self.path / rank_part_file(step, r) for r in range(self.manifest["workers"])]
-        missing = [f.name for f in files if not f.is_file()]
-        if missing:
-            raise DumpError(f"{self.path}: step {step}: rank part files missing: {missing}")
-        grads: list[dict[str, torch.Tensor]] = []
-        extras: dict[str, list[dict[str, torch.Tensor]]] = {e: [] for e in self.manifest["extras"]}
-        for f in files:
-            tensors = safetensors_load(f.read_bytes())
-            grads.append({k[len(PART_GRAD) :]: t for k, t in tensors.items() if k.startswith(PART_GRAD)})
-            for e in extras:
-                prefix = f"{PART_EXTRA}{e}/"
-                extras[e].append({k[len(prefix) :]: t for k, t in tensors.items() if k.startswith(prefix)})
-        self.write_step(step, grads, extras)
-        for f in files:
-            with contextlib.suppress(OSError):
-                f.unlink()
+        try:
+            missing = [f.name for f in files if not f.is_file()]
+            if missing:
+                raise DumpError(f"{self.path}: step {step}: rank part files missing: {missing}")
+            grads: list[dict[str, torch.Tensor]] = []
+            extras: dict[str, list[dict[str, torch.Tensor]]] = {e: [] for e in self.manifest["extras"]}
+            for f in files:
+                tensors = safetensors_load(f.read_bytes())
+                grads.append({k[len(PART_GRAD) :]: t for k, t in tensors.items() if k.startswith(PART_GRAD)})
+                for e in extras:
+                    prefix = f"{PART_EXTRA}{e}/"
+                    extras[e].append({k[len(prefix) :]: t for k, t in tensors.items() if k.startswith(prefix)})
+            self.write_step(step, grads, extras)
+        finally:  # committed or not (a full disk), the parts are not kept
+            for f in files:
+                with contextlib.suppress(OSError):
+                    f.unlink()
 
     def _collect(
         self, out: dict[str, torch.Tensor], per_worker: WorkerTensors, key: Callable[[int, str], str], what: str
@@ -267,6 +269,19 @@ def write_rank_part(
     for e, named in (extras or {}).items():
         tensors.update({f"{PART_EXTRA}{e}/{n}": t.detach().cpu().contiguous() for n, t in named.items()})
     write_atomic(Path(path) / rank_part_file(step, rank), safetensors_bytes(tensors))
+
+
+def remove_leftovers(path: str | Path) -> list[Path]:
+    """Remove the temporary files of interrupted writes and uncommitted rank parts from the dump directory ``path``
+    (after a failed recording: the committed steps stay); the files removed."""
+    path = Path(path)
+    if not path.is_dir():
+        return []
+    found = leftovers(path)
+    for f in found:
+        with contextlib.suppress(FileNotFoundError):
+            f.unlink()
+    return found
 
 
 def check_new_dump_dir(path: Path) -> None:

@@ -61,12 +61,22 @@ def to_text(df: pd.DataFrame, digits: int = 4, max_rows: int = 60) -> str:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
+
+    Raises
+    ------
+    OSError : the same errno, its message naming ``path`` (a full disk fails inside ``write``, whose error names no
+        file); the temporary file is removed and ``path`` left as it was.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, f"{path}: cannot write ({exc.strerror or exc}); it was left as it was") from exc
     return path
 
 

@@ -53,6 +53,9 @@ def save_figure(fig: Figure, data: pd.DataFrame, out_dir: str | os.PathLike, ste
         fig.tight_layout()
         fig.savefig(tmp, dpi=DPI, bbox_inches="tight")  # keeps legends placed outside the axes
         os.replace(tmp, png)
+    except OSError as exc:  # a full disk fails inside write, whose error names no file
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, f"{png}: cannot write ({exc.strerror or exc}); it was left as it was") from exc
     finally:
         plt.close(fig)
     csv = atomic_write_text(out / f"{stem}.csv", data.to_csv(index=False))

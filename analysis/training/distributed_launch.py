@@ -23,7 +23,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from gradstat.analysis.dumps.writer import check_new_dump_dir
+from gradstat.analysis.dumps.writer import check_new_dump_dir, remove_leftovers
 from gradstat.analysis.measure.tables import write_table
 from gradstat.analysis.training.distributed import RunSpec, TrainConfig, merge_rank_logs
 from gradstat.analysis.training.distributed_report import BASELINE, figures, summarize
@@ -183,6 +183,8 @@ def train(config: TrainConfig, nproc: int, launch: bool = True, wall_timeout_s: 
         return TrainResult(results, dump, pd.DataFrame(), pd.DataFrame(), [config_path])
     outcome = launch_local(config_path, nproc, results, wall_timeout_s)
     if not outcome.ok:
+        if dump is not None:  # the ranks were stopped: their uncommitted step parts and temporaries go
+            remove_leftovers(dump)
         partial = _merge_partial(results, nproc)
         raise TrainingFailed(_failure_message(outcome, wall_timeout_s, partial))
     steps = pd.read_csv(results / "steps.csv")
