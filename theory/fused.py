@@ -18,8 +18,9 @@ result in several passes. It is compiled when the policy allows (:func:`policy`,
 - ``never``: always eager.
 
 A build that fails (no compiler, an unsupported torch) is reported once as a warning and the kernel stays eager
-for the rest of the process; results depend on whether it compiled only through rounding (reordered sums,
-float32 against float64 arithmetic).
+for the rest of the process, as every kernel does where torch's cache folder could be written by another user
+(:mod:`gradstat.theory.compile_cache` points it at a private folder unless ``TORCHINDUCTOR_CACHE_DIR`` is set);
+results depend on whether it compiled only through rounding (reordered sums, float32 against float64 arithmetic).
 Callers keep their own eager code path where it is cheaper than running the fused function eagerly
 (:meth:`Fused.compiled_for` says which applies).
 """
@@ -36,6 +37,8 @@ import warnings
 from collections.abc import Callable, Iterator
 
 import torch
+
+from gradstat.theory.compile_cache import UnsafeCacheError, ensure_compile_cache
 
 ENV = "GRADSTAT_COMPILE"
 POLICIES = ("auto", "always", "never")
@@ -78,6 +81,19 @@ def policy() -> str:
 
 
 @functools.lru_cache(maxsize=1)
+def cache_problem() -> str | None:
+    """Why compiled kernels may not be built here, once per process: the compile cache folder is not private to
+    this user (:mod:`gradstat.theory.compile_cache`; reported as one warning, and every kernel stays eager); None
+    when it is (the folder is then set up for torch)."""
+    try:
+        ensure_compile_cache()
+    except UnsafeCacheError as exc:
+        warnings.warn(f"gradstat: {exc}; the fused kernels run eagerly", RuntimeWarning, stacklevel=4)
+        return str(exc)
+    return None
+
+
+@functools.lru_cache(maxsize=1)
 def can_compile() -> bool:
     """Whether this process can build CPU kernels: ``torch.compile`` exists and a C++ compiler is on the path."""
     if not hasattr(torch, "compile"):
@@ -109,9 +125,9 @@ class Fused:
         mode = policy()
         if mode == "never":
             return False
-        if mode == "always":
-            return True
-        return x.device.type == "cpu" and x.numel() >= MIN_ELEMENTS and can_compile()
+        if mode != "always" and not (x.device.type == "cpu" and x.numel() >= MIN_ELEMENTS and can_compile()):
+            return False
+        return cache_problem() is None
 
     def __call__(self, x: torch.Tensor, *args: object) -> torch.Tensor:
         if self.compiled_for(x):
