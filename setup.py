@@ -20,13 +20,13 @@ NATIVE_SOURCE = "compressors/kernels/_native.c"
 
 class BuildNative(build_ext):
     """Compiler flags by compiler family: no contraction of a multiply and an add into one FMA (the C loops must
-    round as torch's eager operations do), and C99 or later."""
+    round as torch's eager operations do), in C11."""
 
     def build_extension(self, ext: Extension) -> None:
         if self.compiler.compiler_type == "msvc":
             ext.extra_compile_args = ["/O2", "/fp:precise"]
         else:
-            ext.extra_compile_args = ["-O2", "-std=gnu99", "-ffp-contract=off"]
+            ext.extra_compile_args = ["-O2", "-std=gnu11", "-ffp-contract=off"]
         super().build_extension(ext)
 
 

@@ -30,10 +30,12 @@ a multiply and an add from being contracted into one FMA, so float arithmetic ro
 #define M1 0x5BD1E995u
 #define ULP24 5.9604644775390625e-08f /* 2^-24 */
 
+static int gs_allow_wide = 1; /* set_avx2(False): the scalar loops only (the tests compare both on one machine) */
+
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define GS_AVX2 1
-static int gs_wide(void) { return __builtin_cpu_supports("avx2"); }
+static int gs_wide(void) { return gs_allow_wide && __builtin_cpu_supports("avx2"); }
 #else
 static int gs_wide(void) { return 0; }
 #endif
@@ -600,6 +602,15 @@ static PyObject* gs_avx2(PyObject* self, PyObject* unused) {
     return PyBool_FromLong(gs_wide());
 }
 
+/* set_avx2(allow) -> the previous setting: whether the AVX2 loops may run where the CPU has them */
+static PyObject* gs_set_avx2(PyObject* self, PyObject* args) {
+    (void)self;
+    int allow, before = gs_allow_wide;
+    if (!PyArg_ParseTuple(args, "p", &allow)) return NULL;
+    gs_allow_wide = allow;
+    return PyBool_FromLong(before);
+}
+
 static PyMethodDef gs_methods[] = {
     {"select_f32", gs_select_f32, METH_VARARGS, "Threshold compaction of a float32 buffer (see _native.c)."},
     {"select_f64", gs_select_f64, METH_VARARGS, "Threshold compaction of a float64 buffer (see _native.c)."},
@@ -607,7 +618,8 @@ static PyMethodDef gs_methods[] = {
     {"reconstruct_rows", gs_reconstruct_rows, METH_VARARGS, "Counter-dither float32 reconstruction of int8 rows."},
     {"nested_rows", gs_nested_rows, METH_VARARGS, "NDQSG's nested int8 codes of float32 values."},
     {"nested_estimate", gs_nested_estimate, METH_VARARGS, "NDQSG's float32 estimate from nested codes."},
-    {"avx2", gs_avx2, METH_NOARGS, "Whether the AVX2 loops run on this CPU."},
+    {"avx2", gs_avx2, METH_NOARGS, "Whether the AVX2 loops run (the CPU has AVX2, and set_avx2 allows them)."},
+    {"set_avx2", gs_set_avx2, METH_VARARGS, "Allow or forbid the AVX2 loops; returns the previous setting."},
     {NULL, NULL, 0, NULL},
 };
 

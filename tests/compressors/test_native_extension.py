@@ -137,6 +137,51 @@ def test_buffers_are_checked_before_any_loop_runs():
         ext.select_f64(x, 0, 64, 0.5, True, idx, None, 0, -np.inf, False)
 
 
+def _every_loop(seed: int) -> list[torch.Tensor]:
+    """The outputs of every C loop on data that reaches their edge cases (ties, clamping at both ends, signed zeros,
+    denormals, NaN for the selection, a length that is no multiple of 8 or 16, a base index near 2^31)."""
+    gen = torch.Generator().manual_seed(seed)
+    n = 100_003
+    x = torch.randn(n, generator=gen)
+    x[::97] = torch.tensor([0.0, -0.0, 1.0, -1.0, 1e-45, -3e-39, 3e38, 2.0])[torch.arange(0, n, 97) % 8]
+    y = x.clone()
+    y[5000] = float("nan")
+    outs = [t for a in (True, False) for t in compaction.select(y, 1.0, a, gather=True)[:2]]
+    key = counter_dither.keys(4, 1, "cpu")
+    block = x.view(1, n) * 0.3
+    scale = torch.full((1, 1), 0.37)  # (neither the scale nor the gain a power of two: every rounding shows)
+    codes = counter_native.quantize_rows_into(torch.empty(1, n, dtype=torch.int8), block, scale, 2**31 - 9, key,
+                                              3.0, -3, 3, 0.5)  # fmt: skip
+    outs += [codes, counter_native.reconstruct_rows_into(torch.empty(1, n), codes, scale, 7, key, 3.0, 0.5, True)]
+    rows = x[: 99 * 1000].view(99, 1000)
+    peaks = rows.abs().amax(1, keepdim=True)
+    outs.append(counter_native.quantize_rows_into(torch.empty(99, 1000, dtype=torch.int8), rows, peaks, 0, key, 7.0,
+                                                  -7, 7, 0.5))  # fmt: skip
+    nested = counter_native.nested_rows_into(torch.empty(n, dtype=torch.int8), x, 2.5, key, 0.7, 0.25, 5)
+    side = x + 0.1 * torch.randn(n, generator=gen)
+    outs += [nested, counter_native.nested_estimate_into(torch.empty(n), nested, side, 2.5, key, 0.7, 0.25, 5)]
+    return outs
+
+
+@built
+def test_the_scalar_loops_equal_the_avx2_loops_bit_for_bit():
+    """The scalar loops (what a CPU without AVX2 runs, and each loop's tail here) against the AVX2 loops (which the
+    other tests hold to the eager references): the same bits, so both equal the references."""
+    ext = native.extension()
+    if not ext.avx2():
+        pytest.skip("no AVX2 on this CPU: the scalar loops are the ones the other tests compare")
+    wide = _every_loop(1)
+    ext.set_avx2(False)
+    try:
+        assert not ext.avx2()
+        narrow = _every_loop(1)
+    finally:
+        ext.set_avx2(True)
+    assert len(wide) == len(narrow) == 9
+    for i, (a, b) in enumerate(zip(wide, narrow, strict=True)):
+        assert a.dtype == b.dtype and torch.equal(a.view(-1).view(torch.uint8), b.view(-1).view(torch.uint8)), i
+
+
 @built
 def test_the_compile_policy_turns_every_loop_off_and_on_in_one_process():
     x, scale = torch.ones(64), torch.ones(1)
