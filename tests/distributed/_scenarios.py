@@ -218,3 +218,19 @@ def rebuild(rank: int, world: int, spec: str, caps: list[int], iterations: int) 
         "rebuilds": state.memory.rebuilds,
         "kept": len(state.memory.buckets),
     }
+
+
+def several(rank: int, world: int, calls: dict[str, tuple[str, dict]]) -> dict:
+    """Run several scenarios of this module in one process group (one start of the ranks for a test module):
+    ``calls[name] = (function name, keyword arguments)``; returns ``{name: {"ok": result}}`` or
+    ``{name: {"error": traceback}}`` per scenario, so that one failing scenario fails only its own tests."""
+    import traceback
+
+    out: dict = {}
+    for name, (fn, kwargs) in calls.items():
+        try:
+            out[name] = {"ok": globals()[fn](rank, world, **kwargs)}
+        except Exception:
+            out[name] = {"error": traceback.format_exc()}
+        dist.barrier()
+    return out

@@ -23,11 +23,38 @@ NOT_DESCENDING: dict[str, str] = {
 """Compressors (default spec, error feedback) for which 6 steps of fc300 need not lower the loss, with the reason."""
 
 
+SCENARIOS = {
+    "every_compressor": ("train_each", {"specs": compressors.names(), "feedback": "ef", "iterations": ITERATIONS}),
+    "failures": ("failures", {}),
+    # sidco (adaptive stage count, period 2) with error feedback; DDP's default buckets: one for fc300, whose
+    # parameter order DDP reverses at its rebuild (after the first iteration of each DDP instance, so once in the
+    # straight run and again after the resume): the state follows the same parameters in the new order
+    "resumed": (
+        "checkpoint",
+        {"spec": "sidco:ratio=0.05,period=2", "feedback": "ef", "iterations": 6, "split": 3, "caps": None},
+    ),
+    # per-bucket caps of 1 MiB on fc300's 1.07 MB of gradients: DDP starts with two buckets, {0, 1, 2} and
+    # {3, 4, 5}, and after the first iteration rebuilds them into one
+    "rebuilt": ("rebuild", {"spec": "topk:ratio=0.01", "caps": [1, 1], "iterations": 4}),
+}
+"""The module's 2-rank scenarios, run in one start of the ranks (the ranks' start and imports dominate)."""
+
+
 @pytest.fixture(scope="module")
-def every_compressor() -> list[dict]:
-    return run_ranks(
-        _scenarios.train_each, specs=compressors.names(), feedback="ef", iterations=ITERATIONS, timeout_s=420
-    )
+def scenarios() -> list[dict]:
+    return run_ranks(_scenarios.several, calls=SCENARIOS, timeout_s=600)
+
+
+def _results(scenarios: list[dict], name: str) -> list:
+    for rank, res in enumerate(scenarios):
+        if "error" in res[name]:
+            pytest.fail(f"scenario {name!r}: rank {rank} raised:\n{res[name]['error']}")
+    return [res[name]["ok"] for res in scenarios]
+
+
+@pytest.fixture(scope="module")
+def every_compressor(scenarios) -> list[dict]:
+    return _results(scenarios, "every_compressor")
 
 
 @pytest.mark.parametrize("name", compressors.names())
@@ -53,8 +80,8 @@ def test_bytes_sent_are_the_payload_bits_rounded_up_plus_headers(every_compresso
 
 
 @pytest.fixture(scope="module")
-def failure_modes() -> list[dict]:
-    return run_ranks(_scenarios.failures, timeout_s=240)
+def failure_modes(scenarios) -> list[dict]:
+    return _results(scenarios, "failures")
 
 
 def test_a_rank_with_nan_gradients_fails_every_rank_with_a_clear_error(failure_modes):
@@ -94,19 +121,8 @@ def test_all_gather_and_dense_all_reduce_exchanges_train_the_same_model(failure_
 
 
 @pytest.fixture(scope="module")
-def resumed() -> list[dict]:
-    # sidco (adaptive stage count, period 2) with error feedback; DDP's default buckets: one for fc300, whose
-    # parameter order DDP reverses at its rebuild (after the first iteration of each DDP instance, so once in the
-    # straight run and again after the resume): the state follows the same parameters in the new order
-    return run_ranks(
-        _scenarios.checkpoint,
-        spec="sidco:ratio=0.05,period=2",
-        feedback="ef",
-        iterations=6,
-        split=3,
-        caps=None,
-        timeout_s=240,
-    )
+def resumed(scenarios) -> list[dict]:
+    return _results(scenarios, "resumed")
 
 
 def test_feedback_state_survives_a_state_dict_round_trip_mid_training(resumed):
@@ -115,10 +131,8 @@ def test_feedback_state_survives_a_state_dict_round_trip_mid_training(resumed):
 
 
 @pytest.fixture(scope="module")
-def rebuilt() -> list[dict]:
-    # per-bucket caps of 1 MiB on fc300's 1.07 MB of gradients: DDP starts with two buckets, {0, 1, 2} and
-    # {3, 4, 5}, and after the first iteration rebuilds them into one
-    return run_ranks(_scenarios.rebuild, spec="topk:ratio=0.01", caps=[1, 1], iterations=4, timeout_s=240)
+def rebuilt(scenarios) -> list[dict]:
+    return _results(scenarios, "rebuilt")
 
 
 def test_bucket_rebuild_resets_compressor_state_and_carries_the_residual(rebuilt):
