@@ -53,3 +53,34 @@ def test_the_site_builds_strictly_and_offline(site):
 def test_the_snippets_are_included(site, page):
     html = (site / page / "index.html").read_text(encoding="utf-8")
     assert "--8&lt;--" not in html and "--8<--" not in html and "import" in html
+
+
+def test_docstrings_are_read_as_written():
+    """The griffe extension: roles as code, ``name : description`` entries as descriptions, a type kept as a type,
+    a sentence under Returns as a paragraph above the entry sections."""
+    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+    try:
+        from griffe_docstrings import rewrite
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "hooks"))
+    doc = (
+        "Open :func:`~gradstat.analysis.dumps.open_dump`, see :mod:`gradstat.theory`::\n\n    code\n\n"
+        "Parameters\n----------\nwriter : an open writer.\nn : int\n    the length.\n\n"
+        "Returns\n-------\nPath of the dump.\n"
+    )
+    assert rewrite(doc).split("\n") == [
+        "Open `open_dump`, see `gradstat.theory`:",
+        "",
+        "    code",
+        "",
+        "",
+        "**Returns:** Path of the dump.",
+        "",
+        "Parameters",
+        "----------",
+        "writer",
+        "    an open writer.",
+        "n : int",
+        "    the length.",
+        "",
+    ]
