@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 import torch
 
 from gradstat import compressors
@@ -83,3 +84,39 @@ def test_a_new_partition_carries_each_parameters_residual_and_renews_compressor_
     again = state.memory.bucket_state((0, 1, 2, 3), [(2, 3), (2,), (1, 2), (1,)], 1, step=2, granularity_layer=False)
     assert again is merged and torch.equal(again.residual_of(0), torch.arange(6.0).reshape(2, 3))
     assert state.memory.rebuilds == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"compressor": "topk", "granularity": "tensor"}, "granularity must be 'bucket' or 'layer'"),
+        ({"compressor": "topk", "exchange": "broadcast"}, "exchange must be 'gather' or 'allreduce'"),
+        ({"compressor": None, "feedback": "ef"}, "need a compressor"),
+        ({"compressor": None, "feedback": "dgc:momentum=0.9"}, "need a compressor"),
+        ({"compressor": "ndqsg", "exchange": "allreduce"}, "needs exchange='gather'"),
+        ({"compressor": "topk", "feedback": "dgc:momentum=0.9,masking=sometimes"}, "expected a boolean"),
+        ({"compressor": "topk", "seed": 1.5}, "seed must be an integer"),
+    ],
+)
+def test_bad_hook_settings_are_refused_with_a_clear_error(kwargs, message):
+    compressor = kwargs.pop("compressor")
+    with pytest.raises(ValueError, match=message):
+        make_hook(compressor, kwargs.pop("feedback", "none"), **kwargs)
+
+
+def test_the_hook_state_keeps_settings_memories_metrics_and_taps_apart():
+    state, _ = make_hook("topk:ratio=0.01", "dgc:momentum=0.5,masking=false", seed=3, keep_payloads=True)
+    assert state.settings.memory == compressors.parse_memory("dgc:momentum=0.5,masking=false")
+    assert state.settings.seed == 3 and state.taps.keep_payloads and not state.taps.observers
+    b = state.memory.bucket_state((0,), [(4,)], 1, step=0, granularity_layer=False)
+    b.blocks[0].velocity = torch.ones(4)
+    state.metrics.bits += 7
+    assert state.take_metrics().bits == 7 and state.metrics.bits == 0
+    saved = state.state_dict()
+    assert saved["momentum"] == 0.5 and saved["masking"] is False and saved["seed"] == 3
+    other, _ = make_hook("topk:ratio=0.01", "dgc:momentum=0.5")  # masking on: another memory
+    with pytest.raises(ValueError, match="masking"):
+        other.load_state_dict(saved)
+    same, _ = make_hook("topk:ratio=0.01", "dgc:momentum=0.5,masking=false")
+    same.load_state_dict(saved)
+    assert same.settings.seed == 3 and torch.equal(same.memory.buckets[(0,)].blocks[0].velocity, torch.ones(4))
