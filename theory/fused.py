@@ -58,7 +58,7 @@ def recompile_limit() -> contextlib.AbstractContextManager[None]:
     ``recompile_limit`` from torch 2.6 and ``cache_size_limit`` before (torch 2.1-2.5, the declared floor's)."""
     config = torch._dynamo.config
     name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
-    return config.patch(**{name: RECOMPILE_LIMIT})
+    return config.patch({name: RECOMPILE_LIMIT})
 
 
 _FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("gradstat_compile_forced", default=None)
