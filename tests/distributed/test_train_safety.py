@@ -79,17 +79,17 @@ def is_loopback(address: str) -> bool:
 
 @pytest.fixture(scope="module")
 def diverging(tmp_path_factory):
-    """One launch whose every run diverges (lr=10000), its listening sockets sampled every 20 ms while it ran."""
+    """One launch whose every run diverges (lr=10000), its listening sockets sampled every 50 ms while it ran."""
     out = tmp_path_factory.mktemp("train") / "r"
     cmd = [sys.executable, "-m", "gradstat", "train", "--workload", "fc300:lr=10000", "--nproc", "2"]
-    cmd += ["--compressor", "topk:ratio=0.01", "--iterations", "12", "--out", str(out), "--timeout", "60"]
+    cmd += ["--compressor", "topk:ratio=0.01", "--iterations", "6", "--out", str(out), "--timeout", "60"]
     proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: set[str] = set()
 
     def sample() -> None:
         while proc.poll() is None:
             seen.update(listening_addresses(socket_inodes(descendants(proc.pid))))
-            time.sleep(0.02)
+            time.sleep(0.05)
 
     sampler = threading.Thread(target=sample)
     sampler.start()
@@ -103,6 +103,19 @@ def test_a_single_node_run_listens_on_loopback_only(diverging):
     assert code == 0, stderr[-2000:]
     assert seen, "the sampler saw no listening socket at all (the gloo pairs listen while the ranks run)"
     assert [a for a in seen if not is_loopback(a)] == []
+
+
+def test_the_socket_lister_sees_what_torchruns_store_would_open():
+    """The check above can fail: torch's TCPStore (torchrun's rendezvous) listens on every interface even when
+    given 127.0.0.1, and the lister reports that as a non-loopback address."""
+    import datetime
+
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=5))
+    seen = listening_addresses(socket_inodes([os.getpid()]))
+    assert any(a.endswith(f":{store.port}") and not is_loopback(a) for a in seen), seen
+    del store
 
 
 def test_a_diverging_all_reduce_baseline_is_reported_and_the_other_runs_kept(diverging):
@@ -187,3 +200,13 @@ def _gone(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] in ("Z", "X")
     except OSError:
         return True
+
+
+def test_a_launch_past_its_wall_clock_limit_is_stopped_with_a_clear_error(tmp_path):
+    from gradstat.analysis.training.distributed_launch import TrainingFailed, build_config, train
+
+    config = build_config("fc300", 2, ["topk"], iterations=100000, out=tmp_path / "r")
+    start = time.monotonic()
+    with pytest.raises(TrainingFailed, match=r"did not finish within 2.0 s; every rank was stopped"):
+        train(config, 2, wall_timeout_s=2.0)
+    assert time.monotonic() - start < 30
