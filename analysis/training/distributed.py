@@ -1,18 +1,19 @@
 """Real data-parallel training under ``torch.distributed`` with DDP and a compression hook, one process per rank.
 
-This module is what every process started by ``torchrun`` runs (``python -m gradstat.analysis.training.distributed
---config FILE``): it joins the process group (gloo on CPU, NCCL on GPU, with a timeout so that nothing waits
-forever), and trains the runs of the configuration one after another in the same process group, each from the same
-initial model and data order: the baselines (plain all-reduce, torch's fp16/bf16 and PowerSGD hooks) and our
-compressors (:func:`gradstat.compressors.ddp.make_hook`). Rank r trains on its slice of every global mini-batch
-(``batch_size / world`` samples). Per step and rank it logs the local loss, the exact payload bits, the serialised
-bytes, the bytes handed to the collectives, the time in the hook and the step time into
-``<results>/steps.rank-<r>.csv``, and per step, rank and block (each parameter in layer-wise mode, each bucket
-otherwise) its payload's exact bits and serialised bytes into ``blocks.rank-<r>.csv``; a run whose compression
-fails on some rank (e.g. a NaN gradient after divergence) stops on every rank with its error in the ``error``
-column, and the next run starts; rank 0 merges them into ``steps.csv`` and ``blocks.csv`` at the end. With
-recording on (:class:`~gradstat.analysis.training.recorder.RankRecorder`), the recorded run writes a dump holding
-each rank's local gradient as ``worker = rank``.
+This module is what every rank runs (``python -m gradstat.analysis.training.distributed --config FILE``, started by
+gradstat's single-machine launcher, :mod:`.local_launch`, with ``--store-file``, or by ``torchrun`` on several
+nodes); it ends when its parent does (:mod:`.parent_death`). It joins the process group (gloo on CPU, NCCL on GPU,
+with a timeout so that nothing waits forever), and trains the runs of the configuration one after another in the
+same process group, each from the same initial model and data order: the baselines (plain all-reduce, torch's
+fp16/bf16 and PowerSGD hooks) and our compressors (:func:`gradstat.compressors.ddp.make_hook`). Rank r trains on
+its slice of every global mini-batch (``batch_size / world`` samples). Per step and rank it logs the local loss, the
+exact payload bits, the serialised bytes, the bytes handed to the collectives, the time in the hook and the step
+time into ``<results>/steps.rank-<r>.csv``, and per step, rank and block (each parameter in layer-wise mode, each
+bucket otherwise) its payload's exact bits and serialised bytes into ``blocks.rank-<r>.csv``; a run whose step
+fails on every rank alike (a compressor refusing a NaN gradient after divergence, a diverged all-reduce baseline)
+stops with its error in the ``error`` column, and the next run starts; rank 0 merges them into ``steps.csv`` and
+``blocks.csv`` at the end. With recording on (:class:`~gradstat.analysis.training.recorder.RankRecorder`), the
+recorded run writes a dump holding each rank's local gradient as ``worker = rank``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from gradstat.analysis.measure.tables import atomic_write_text
 from gradstat.analysis.training.parent_death import exit_with_parent
 from gradstat.analysis.training.recorder import RankRecorder
 from gradstat.analysis.training.workloads import Workload, get_workload
@@ -343,18 +345,16 @@ def _recorder(
 
 
 def merge_rank_logs(results: Path, world: int, stem: str = "steps") -> Path:
-    """Concatenate ``<stem>.rank-<r>.csv`` into ``<stem>.csv`` (atomically) and remove the rank files."""
+    """Concatenate ``<stem>.rank-<r>.csv`` into ``<stem>.csv`` (atomically: a failed write, a full disk included,
+    leaves no temporary file and names the file) and remove the rank files."""
     rows: list[str] = []
     header = None
     for r in range(world):
         lines = (results / f"{stem}.rank-{r}.csv").read_text().splitlines()
         header = lines[0]
         rows += lines[1:]
-    out = results / f"{stem}.csv"
-    tmp = results / f".{stem}.csv.tmp"
     columns = STEP_COLUMNS if stem == "steps" else BLOCK_COLUMNS
-    tmp.write_text("\n".join([header or ",".join(columns), *rows]) + "\n")
-    os.replace(tmp, out)
+    out = atomic_write_text(results / f"{stem}.csv", "\n".join([header or ",".join(columns), *rows]) + "\n")
     for r in range(world):
         (results / f"{stem}.rank-{r}.csv").unlink()
     return out
