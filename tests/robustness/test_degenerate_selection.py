@@ -29,6 +29,19 @@ def _two_close_values() -> torch.Tensor:
     return torch.where(torch.rand(D, generator=gen) < 0.5, 1.0, 1.0001)
 
 
+def _two_values_one_ulp_apart() -> torch.Tensor:
+    gen = torch.Generator().manual_seed(7)
+    return torch.where(
+        torch.rand(D, generator=gen) < 0.5, 1.0, float(torch.nextafter(torch.ones(()), 2 * torch.ones(())))
+    )
+
+
+def _rare_larger_value() -> torch.Tensor:
+    """1 everywhere but 2 on about 50 elements, fewer than the target k = 100."""
+    gen = torch.Generator().manual_seed(8)
+    return torch.where(torch.rand(D, generator=gen) < 0.005, 2.0, 1.0)
+
+
 CASES = {
     # (spec, data): what each selected with the threshold alone, at the code before the fallback
     "sidco on U[1,3]": ("sidco", _uniform_1_3, 0),
@@ -38,6 +51,8 @@ CASES = {
     "sidco gp on two values": ("sidco:dist=gp", _two_close_values, D),
     "sidco gamma 2 stages on two values": ("sidco:dist=gamma,stages=2", _two_close_values, D),
     "tailcount on two values": ("tailcount", _two_close_values, D),
+    "redsync on two values 1 ulp apart": ("redsync", _two_values_one_ulp_apart, D),
+    "sidco 2 stages, fewer larger values than k": ("sidco:stages=2", _rare_larger_value, 0),
 }
 
 
