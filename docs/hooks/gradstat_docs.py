@@ -5,7 +5,7 @@
 - :func:`on_page_markdown` replaces the marker lines below with tables generated from the tables the code uses:
   ``<!-- gradstat:papers -->`` (``gradstat.theory.sources.PAPERS``), ``<!-- gradstat:checks -->`` (the validation
   registry, ``gradstat.analysis.validation.registry.CHECKS``) and ``<!-- gradstat:compressors -->`` (every
-  registered compressor's declared properties).
+  registered compressor's declared properties), ``<!-- gradstat:commands -->`` (README.md's command table).
 
 The generators are plain functions (``papers_markdown``, ``checks_markdown``, ``compressors_markdown``) so that the
 tests call them directly.
@@ -127,7 +127,31 @@ def compressors_markdown() -> str:
     return "\n".join(rows)
 
 
+LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+
+
+def repository_paths(markdown: str) -> str:
+    """Links to the repository's files (relative to its root, as in README.md) as the paths in code, since the site
+    holds no copies of them: ``[`data/README.md`](data/README.md)`` -> ``data/README.md`` in code."""
+
+    def plain(m: re.Match[str]) -> str:
+        text, target = m.group(1), m.group(2)
+        if re.match(r"[a-z]+:|#", target) or not (ROOT / target.split("#", 1)[0]).exists():
+            return m.group(0)
+        return text if text.strip("`") == target else f"{text} (`{target}`)"
+
+    return LINK.sub(plain, markdown)
+
+
+def commands_markdown() -> str:
+    """README.md's command table (its one home), with its links to repository files as paths."""
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("\n## Commands\n", 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    return repository_paths("\n".join(rows))
+
+
 MARKERS: dict[str, Callable[[], str]] = {
+    "<!-- gradstat:commands -->": commands_markdown,
     "<!-- gradstat:papers -->": papers_markdown,
     "<!-- gradstat:checks -->": checks_markdown,
     "<!-- gradstat:compressors -->": compressors_markdown,
