@@ -9,8 +9,12 @@ shape and dtype.
 Rules for implementations:
 - no ``.item()``, ``.cpu()`` or numpy inside ``_encode``/``_decode`` except where the algorithm itself needs a
   scalar decision (say so in a comment);
-- randomness only from ``ctx``-seeded generators (``compressors.context.generator``); the seed actually used is
-  sent as a ``seed`` part of ``SEED_BITS`` bits;
+- randomness from the counter hash keyed by ``(seed, index)`` (:mod:`gradstat.compressors.kernels.counter_dither`),
+  the same numbers on every device; the seed actually used is sent as a ``seed`` part of ``SEED_BITS`` bits. A
+  scheme that draws from torch's per-device generator instead (``dither=torch``) records it
+  (``Payload.add_generator``) and its decoder refuses another device (``Payload.check_generator``);
+- ``_check_payload`` states the parts ``_decode`` reads, ``_proves_finite`` when its output is finite without a
+  read of it (:meth:`Compressor.decode` checks both: a payload is untrusted input);
 - ``Payload.bits`` must equal a hand count of what is sent.
 """
 
@@ -25,6 +29,7 @@ import torch
 
 from gradstat.compressors.context import Context
 from gradstat.compressors.kernels.primitives import all_finite, forget_extremes
+from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.payload import Payload
 
 Kind = Literal["sparsifier", "quantizer", "sketch", "identity"]
@@ -87,12 +92,29 @@ class Compressor(ABC):
         return payload
 
     def decode(self, payload: Payload, ctx: Context | None = None, side: torch.Tensor | None = None) -> torch.Tensor:
-        """Reconstruct the tensor from ``payload`` (same shape and dtype as the encoded one)."""
+        """Reconstruct the tensor from ``payload`` (same shape and dtype as the encoded one).
+
+        The payload is untrusted (another rank's bytes, :meth:`Payload.from_bytes`): a part that is missing, of
+        another size or dtype than this compressor sends, drawn from another device's generator, or a
+        reconstruction that would not be finite raises :class:`PayloadError` naming the part, never an
+        IndexError or a silent NaN/Inf. The checks read shapes, dtypes and the small parts' extremes; the output
+        is read once more only where its finiteness does not follow from those (:meth:`_proves_finite`)."""
         ctx = ctx or Context()
+        if not isinstance(payload, Payload):
+            raise TypeError(f"{self.name}: decode expects a Payload, got {type(payload).__name__}")
         if self.properties.needs_side and side is None:
             raise ValueError(f"{self.name}: decode needs side information (side=...)")
         flat_side = None if side is None else side.reshape(-1).float()
+        payload.check_generator(payload.device, self.name)
+        self._check_payload(payload)
         out = self._decode(payload, ctx, flat_side)
+        if out.numel() != payload.numel:
+            raise PayloadError(f"{self.name}: decoded {out.numel()} elements for a tensor of {payload.numel}")
+        if not self._proves_finite(payload) and not all_finite(out):
+            raise PayloadError(
+                f"{self.name}: the reconstruction holds NaN/Inf (a part's values overflow float32's range once "
+                "decoded); the payload is corrupt or its gradient was too close to float32's limit"
+            )
         return out.reshape(payload.shape).to(payload.dtype)
 
     def new_state(self, like: torch.Tensor | None = None) -> Any:
@@ -133,6 +155,17 @@ class Compressor(ABC):
         """encode then decode (no side information)."""
         ctx = ctx or Context()
         return self.decode(self.encode(g, ctx), ctx)
+
+    def _check_payload(self, payload: Payload) -> None:  # noqa: B027  (a hook: nothing to check by default)
+        """Refuse (:class:`PayloadError`) a payload whose parts this compressor's ``_decode`` cannot read safely:
+        missing parts, sizes, dtypes. Reads shapes and dtypes only. Nothing here; each scheme states its own
+        parts (:meth:`decode` has already refused a payload drawn from another device's generator)."""
+
+    def _proves_finite(self, payload: Payload) -> bool:
+        """Whether the reconstruction of ``payload`` is finite, shown from its parts without reading the output
+        (e.g. a sparsifier's output is its finite values and zeros); False (here) makes :meth:`decode` read the
+        output once to check it."""
+        return False
 
     def _validates_finite(self, flat: torch.Tensor) -> bool:
         """Whether ``_encode`` proves the flat ``flat`` finite in a read it makes anyway (and raises

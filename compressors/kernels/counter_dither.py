@@ -31,6 +31,7 @@ row count of 0 or 1 building its own variant once.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -98,6 +99,67 @@ def sign_rows(rows: int, size: int, base: torch.Tensor, key: torch.Tensor, devic
     """Counter Rademacher signs (float32 +-1, each with probability 1/2): -1 where the hash's top bit is set."""
     h = counter_bits(rows, size, base, key, device)
     return torch.where(h < 0, -1.0, 1.0)
+
+
+def indices(n: int, d: int, key: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """``n`` indices of ``range(d)`` drawn with replacement (int64): ``floor(h d / 2^32)`` of the 32-bit hash of
+    each of the elements ``0 .. n - 1``, offset by 2^31 into ``h`` in ``[0, 2^32)`` (Lemire, "Fast random integer
+    generation in an interval", 2019, without its rejection step: each index has probability within ``1 / 2^32``
+    of ``1 / d``). The same on every device."""
+    if d < 1:
+        raise ValueError(f"indices into a vector of length {d} do not exist")
+    check_indices(0, max(n, d))
+    zero = torch.zeros((), dtype=torch.int32, device=device)
+    h = counter_bits(1, n, zero, key, torch.device(device)).reshape(-1)
+    return ((h.to(torch.int64) + (1 << 31)) * d) >> 32
+
+
+SUBSET_INDEX_BITS = 31
+"""Bits of the element index in a :func:`subset` sort key (indices are below 2^31: int32 counters)."""
+
+SUBSET_MARGIN_SIGMAS = 6.0
+"""A CPU :func:`subset` first keeps the elements whose hash lies below a cut expected to pass ``k`` plus this many
+binomial standard deviations; fewer than ``k`` passing (probability about 1e-9) falls back to the full sort."""
+
+
+def subset(d: int, k: int, key: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """``k`` distinct indices of ``range(d)``, increasing (int64): the ``k`` elements of smallest hash.
+
+    Random-k by sorting random keys (the k smallest of d i.i.d. uniforms are a uniform k-subset, by symmetry;
+    Knuth, TAOCP vol. 2, Sec. 3.4.2): each element's key is its 32-bit hash read as a signed number (offset by
+    2^31), with its index in the low :data:`SUBSET_INDEX_BITS` bits, so keys are distinct (a 32-bit hash repeats
+    among millions of elements: the index breaks ties the same way everywhere) and the subset does not depend on
+    the device or on how ``torch.topk`` orders equal keys. The same indices on every device from the seed alone.
+
+    On a CPU the hash is computed in cache-sized chunks and only the elements below a cut (``k`` plus
+    :data:`SUBSET_MARGIN_SIGMAS` standard deviations expected) are kept and sorted: the k smallest keys lie among
+    them whenever at least k pass, so the result is the same as the full sort's. Elsewhere (a GPU) one
+    ``torch.topk`` over all keys (no host read-back)."""
+    if not 0 <= k <= d:
+        raise ValueError(f"a subset of {k} elements of {d} does not exist")
+    check_indices(0, d)
+    device = torch.device(device)
+    if device.type == "cpu":
+        margin = k + SUBSET_MARGIN_SIGMAS * k**0.5 + 16
+        if margin < d:
+            cut = -(1 << 31) + math.ceil(margin / d * 2**32)  # P(h < cut) = margin / d
+            hashes, picks = [], []
+            for start in range(0, d, CHUNK_ELEMENTS):
+                h = counter_bits(1, min(CHUNK_ELEMENTS, d - start), _int32(start, device), key, device).reshape(-1)
+                kept = torch.nonzero(h < cut).reshape(-1)
+                hashes.append(h.index_select(0, kept))
+                picks.append(kept.add_(start))
+            if sum(p.numel() for p in picks) >= k:
+                return _smallest(torch.cat(hashes), torch.cat(picks), k)
+    h = counter_bits(1, d, torch.zeros((), dtype=torch.int32, device=device), key, device).reshape(-1)
+    return _smallest(h, torch.arange(d, dtype=torch.int64, device=device), k)
+
+
+def _smallest(hashes: torch.Tensor, index: torch.Tensor, k: int) -> torch.Tensor:
+    """The ``k`` indices of smallest ``(hash, index)`` key, increasing (see :func:`subset`)."""
+    order = ((hashes.to(torch.int64) + (1 << 31)) << SUBSET_INDEX_BITS).add_(index)
+    chosen = torch.topk(order, k, largest=False, sorted=False).values
+    return chosen.bitwise_and_((1 << SUBSET_INDEX_BITS) - 1).sort().values
 
 
 def signed_rows_into(

@@ -35,6 +35,19 @@ Body encodings (chosen from the part's dtype and width; nothing else is needed t
 - 64-bit values travel as two 32-bit words (low, high).
 A part of kind ``seed`` is read back to the CPU (decoders read seeds on the host); every other part is read back
 on the device of the byte tensor.
+
+Bytes from another rank are untrusted: :meth:`Payload.from_bytes` refuses, with a :class:`PayloadError` naming the
+part, a header or descriptor that does not describe the bytes (magic, version, lengths, names, kinds, dtypes,
+widths a dtype cannot be sent at, a bias that puts values outside their dtype, parts that do not fill the announced
+body), an ``index`` part (an index into the flattened original tensor) outside ``[0, numel)`` and a floating part
+holding NaN or Inf: one extra read of the index and floating parts only (a sparsifier's k values, a quantizer's
+scales), with one host read for all of them.
+
+Random draws: a payload whose decoder regenerates random numbers sends the seed (a ``seed`` part). The counter
+hash keyed by ``(seed, index)`` (:mod:`gradstat.compressors.kernels.counter_dither`) gives the same numbers on any
+device, so such a payload says nothing more. A payload drawn from torch's per-device generator (``dither=torch``)
+also sends a ``device`` part (:meth:`Payload.add_generator`, 8 bits, counted): the device type its draws belong
+to; :meth:`Payload.check_generator` refuses to decode it elsewhere.
 """
 
 from __future__ import annotations
@@ -46,9 +59,16 @@ from typing import Literal
 import torch
 
 from gradstat.compressors.wire import bitpack
+from gradstat.compressors.wire.errors import PayloadError
 
 SEED_BITS = 64
 """Width at which a payload sends the seed material its decoder needs."""
+
+GENERATOR_BITS = 8
+"""Width of the ``device`` part of a payload drawn from torch's per-device generator."""
+
+GENERATOR_DEVICES: tuple[str, ...] = ("cpu", "cuda", "mps", "xpu")
+"""Device types whose torch generator a ``device`` part can name (its value is the position here)."""
 
 PartKind = Literal["value", "index", "code", "scale", "threshold", "seed", "mask"]
 PART_KINDS: tuple[str, ...] = ("value", "index", "code", "scale", "threshold", "seed", "mask")
@@ -123,14 +143,78 @@ class Payload:
 
     @property
     def seed(self) -> int:
-        """The seed sent with :meth:`add_seed`."""
-        return int(self["seed"][0])
+        """The seed sent with :meth:`add_seed` (a PayloadError where the payload has none, or not one value)."""
+        seed = self.require("seed", numel=1, integer=True)
+        return int(seed.reshape(-1)[0])  # a CPU tensor (from_bytes reads seeds to the host): no device sync
+
+    @property
+    def device(self) -> torch.device:
+        """Where the payload's data lives (the first part that is not a seed; the CPU for seeds only)."""
+        return next((p.tensor.device for p in self.parts.values() if p.kind != "seed"), torch.device("cpu"))
+
+    def add_generator(self, device: torch.device | str) -> None:
+        """Record that the payload's random draws come from torch's generator on ``device``'s type, which gives
+        other numbers on another device type: a ``device`` part of ``GENERATOR_BITS`` bits (a CPU uint8)."""
+        kind = torch.device(device).type
+        if kind not in GENERATOR_DEVICES:
+            raise ValueError(f"torch's generator on a {kind!r} device cannot be recorded; known: {GENERATOR_DEVICES}")
+        self.add("device", torch.tensor([GENERATOR_DEVICES.index(kind)], dtype=torch.uint8), GENERATOR_BITS, "seed")
+
+    def check_generator(self, device: torch.device | str, who: str) -> None:
+        """Refuse to decode, on ``device``, a payload drawn from torch's generator on another device type (its
+        random numbers would differ there, so the reconstruction would be silently wrong); a payload without a
+        ``device`` part was drawn from the counter hash, the same on every device."""
+        if "device" not in self.parts:
+            return
+        code = int(self.require("device", numel=1, integer=True).reshape(-1)[0])
+        if not 0 <= code < len(GENERATOR_DEVICES):
+            raise PayloadError(f"names generator device {code}, not one of 0..{len(GENERATOR_DEVICES) - 1}", "device")
+        here, there = torch.device(device).type, GENERATOR_DEVICES[code]
+        if here != there:
+            raise PayloadError(
+                f"{who}: this payload's random numbers were drawn from torch's {there} generator (dither=torch), "
+                f"which draws other numbers on {here}: decode it on a {there} device, or encode with dither=counter "
+                "(the same numbers on every device)",
+                "device",
+            )
 
     def __getitem__(self, name: str) -> torch.Tensor:
         try:
             return self.parts[name].tensor
         except KeyError:
-            raise KeyError(f"payload has no part {name!r}; parts are {sorted(self.parts)}") from None
+            raise MissingPartError(f"payload has no part {name!r}; parts are {sorted(self.parts)}") from None
+
+    def require(
+        self,
+        name: str,
+        numel: int | None = None,
+        integer: bool | None = None,
+        at_most: int | None = None,
+        shape: tuple[int, ...] | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
+        """The tensor of part ``name``, checked as a decoder needs it: present, with ``numel`` elements (or at
+        most ``at_most``, or exactly ``shape``), integer (``integer=True``: an integer or bool dtype) or floating
+        (``False``), or exactly ``dtype``. Reads only shapes and dtypes (no device sync); raises
+        :class:`PayloadError` naming the part otherwise."""
+        t = self[name]
+        if shape is not None and tuple(t.shape) != tuple(shape):
+            raise PayloadError(f"has shape {tuple(t.shape)} where {tuple(shape)} is expected", name)
+        if dtype is not None and t.dtype != dtype:
+            raise PayloadError(f"has dtype {t.dtype} where {dtype} is expected", name)
+        if numel is not None and t.numel() != numel:
+            raise PayloadError(
+                f"holds {t.numel()} elements where {numel} are expected (was it encoded for another shape or "
+                "compressor?)",
+                name,
+            )
+        if at_most is not None and t.numel() > at_most:
+            raise PayloadError(f"holds {t.numel()} elements, more than the {at_most} it can hold", name)
+        if integer is not None and t.is_floating_point() == integer:
+            raise PayloadError(
+                f"has dtype {t.dtype}; {'an integer' if integer else 'a floating'} dtype is expected", name
+            )
+        return t
 
     @property
     def numel(self) -> int:
@@ -185,8 +269,17 @@ class Payload:
     def from_bytes(cls, data: torch.Tensor, shape: torch.Size | tuple[int, ...], dtype: torch.dtype) -> "Payload":
         """Read a payload written by :meth:`to_bytes`. ``shape`` and ``dtype`` describe the original tensor (both
         sides know them from the model; they are not sent). Trailing bytes after the body (padding added for a
-        collective) are ignored. Raises ValueError naming what is wrong for bytes that are not a payload."""
+        collective) are ignored. The bytes are untrusted (another rank's): raises :class:`PayloadError` naming the part
+        (or the header) for bytes that are not a payload ``to_bytes`` writes, an index outside the tensor and a
+        floating value that is NaN or Inf (see the module docstring)."""
         return _from_bytes(data, torch.Size(shape), dtype)
+
+
+class MissingPartError(PayloadError, KeyError):
+    """A part a decoder needs is not in the payload (also a KeyError, what a missing name raised before)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])  # the message as it is (KeyError would quote it)
 
 
 def empirical_entropy(codes: torch.Tensor) -> float:
@@ -244,9 +337,10 @@ def _wire_words(
     subtraction."""
     t = part.tensor.detach().reshape(-1).to(device)
     width, size = int(part.width), _dtype_bits(part.tensor.dtype)
+    problem = _width_problem(t.dtype, width)
+    if problem:
+        raise ValueError(f"part {name!r}: {problem}")
     if t.dtype.is_floating_point:
-        if width != size:
-            raise ValueError(f"part {name!r}: a {t.dtype} part is sent at its own {size} bits, not {part.width}")
         t = t.view(_SAME_SIZE_INT[size])
     elif width < size:
         if not t.numel():
@@ -258,8 +352,6 @@ def _wire_words(
         return t.to(torch.int64) - lo, width, lo, fits
     if width == 64:
         return bitpack.split_words(t), 32, None, None
-    if width > bitpack.MAX_WIDTH:
-        raise ValueError(f"part {name!r}: widths above {bitpack.MAX_WIDTH} bits other than 64 are not supported")
     return t, width, None, None
 
 
@@ -279,8 +371,8 @@ def _to_bytes(payload: Payload, device: torch.device | str | None) -> torch.Tens
         if not float(part.width).is_integer() or part.width < 1:
             raise ValueError(f"part {name!r}: width {part.width} bits cannot be bit-packed (need an integer >= 1)")
         raw = name.encode("ascii", errors="replace")
-        if len(raw) > PART_NAME_BYTES:
-            raise ValueError(f"part name {name!r} is longer than {PART_NAME_BYTES} ASCII characters")
+        if len(raw) > PART_NAME_BYTES or not name.isascii() or not name.isprintable() or " " in name or not name:
+            raise ValueError(f"part name {name!r} is not 1 to {PART_NAME_BYTES} printable ASCII characters")
         shape = tuple(part.tensor.shape)
         if len(shape) > 2 or any(s >= 2**32 for s in shape):
             raise ValueError(f"part {name!r}: shape {shape} cannot be described (at most 2 dimensions < 2**32)")
@@ -316,40 +408,107 @@ def _host_bytes(data: bytes, device: torch.device) -> torch.Tensor:
 
 def _from_bytes(data: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> Payload:
     if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or data.dim() != 1:
-        raise ValueError(f"payload bytes must be a 1-D uint8 tensor, got {getattr(data, 'dtype', type(data))}")
+        raise PayloadError(f"payload bytes must be a 1-D uint8 tensor, got {getattr(data, 'dtype', type(data))}")
     n = data.numel()
     if n < HEADER_PREFIX_BYTES:
-        raise ValueError(f"payload bytes: {n} bytes is shorter than the {HEADER_PREFIX_BYTES}-byte header prefix")
+        raise PayloadError(f"payload bytes: {n} bytes is shorter than the {HEADER_PREFIX_BYTES}-byte header prefix")
     prefix = bytes(data[:HEADER_PREFIX_BYTES].cpu().tolist())
     if prefix[:2] != WIRE_MAGIC or prefix[2] != WIRE_VERSION:
-        raise ValueError(f"payload bytes: bad magic/version {prefix[:3]!r} (expected {WIRE_MAGIC!r} version 1)")
+        raise PayloadError(f"payload bytes: bad magic/version {prefix[:3]!r} (expected {WIRE_MAGIC!r} version 1)")
     parts, body_bits = prefix[3], int.from_bytes(prefix[4:12], "little")
     head = header_bits(parts) // 8
     if n < head + bitpack.packed_bytes(body_bits):
-        raise ValueError(f"payload bytes: {n} bytes, the header announces {head + bitpack.packed_bytes(body_bits)}")
+        raise PayloadError(f"payload bytes: {n} bytes, the header announces {head + bitpack.packed_bytes(body_bits)}")
     desc = bytes(data[HEADER_PREFIX_BYTES:head].cpu().tolist())
+    layouts = [_descriptor(desc[i * PART_DESCRIPTOR_BYTES : (i + 1) * PART_DESCRIPTOR_BYTES], i) for i in range(parts)]
+    names = [layout[0] for layout in layouts]
+    if len(set(names)) != len(names):
+        raise PayloadError(f"payload bytes: part names repeat ({names})")
+    filled = sum(_run_bits(layout[4], layout[3]) for layout in layouts)
+    if filled != body_bits:
+        raise PayloadError(
+            f"payload bytes: the parts' descriptors fill {filled} bits, the header announces {body_bits}"
+        )
     stream = data[head : head + bitpack.packed_bytes(body_bits)]
     payload = Payload(shape=shape, dtype=dtype)
+    numel_of_tensor = math.prod(shape)
     base = 0
-    for i in range(parts):
-        d = desc[i * PART_DESCRIPTOR_BYTES : (i + 1) * PART_DESCRIPTOR_BYTES]
-        name = d[:PART_NAME_BYTES].rstrip(b"\0").decode("ascii", errors="replace")
-        kind_i, dtype_i, width, ndim = d[8], d[9], d[10], d[11]
-        if kind_i >= len(PART_KINDS) or dtype_i >= len(WIRE_DTYPES) or ndim > 2 or width < 1:
-            raise ValueError(f"payload bytes: corrupt descriptor of part {i} ({name!r})")
-        dims = [int.from_bytes(d[12 + 4 * j : 16 + 4 * j], "little") for j in range(ndim)]
-        part_dtype, numel = WIRE_DTYPES[dtype_i], math.prod(dims)
+    checks: list[tuple[str, str, torch.Tensor]] = []  # (part, what is required, 0-d bool), read in one sync
+    for i, (name, kind, part_dtype, width, dims) in enumerate(layouts):
         bias_offset = HEADER_PREFIX_BYTES + i * PART_DESCRIPTOR_BYTES + 20
         bias = data[bias_offset : bias_offset + 8].clone().view(torch.int64)
-        values, base = _read_part(stream, numel, width, part_dtype, bias, base)
-        if base > body_bits:
-            raise ValueError(f"payload bytes: part {name!r} runs past the {body_bits}-bit body")
-        kind = PART_KINDS[kind_i]
+        values, base = _read_part(stream, math.prod(dims), width, part_dtype, bias, base)
         values = values.reshape(dims)
+        if values.numel() and part_dtype.is_floating_point:
+            lo, hi = torch.aminmax(values.reshape(-1))
+            checks.append((name, "finite values (no NaN or Inf)", torch.isfinite(torch.stack((lo, hi))).all()))
+        elif values.numel() and kind == "index":
+            lo, hi = torch.aminmax(values.reshape(-1))
+            checks.append((name, f"indices in [0, {numel_of_tensor})", (lo >= 0) & (hi < numel_of_tensor)))
         payload.add(name, values.cpu() if kind == "seed" else values, width, kind)  # type: ignore[arg-type]
-    if base != body_bits:
-        raise ValueError(f"payload bytes: parts fill {base} bits, the header announces {body_bits}")
+    if checks:
+        passed = torch.stack([c[2] for c in checks]).tolist()  # one host read for every part
+        for (name, what, _), ok in zip(checks, passed, strict=True):
+            if not ok:
+                raise PayloadError(f"holds values outside what is allowed: {what}", name)
     return payload
+
+
+def _descriptor(d: bytes, i: int) -> tuple[str, str, torch.dtype, int, list[int]]:
+    """(name, kind, dtype, width, dimensions) of descriptor ``i``; PayloadError for one no ``to_bytes`` writes."""
+    raw = d[:PART_NAME_BYTES].rstrip(b"\0")
+    if not raw or any(not 0x20 < c < 0x7F for c in raw):
+        raise PayloadError(f"payload bytes: the name of part {i} is not printable ASCII ({raw!r})")
+    name = raw.decode("ascii")
+    kind_i, dtype_i, width, ndim = d[8], d[9], d[10], d[11]
+    if kind_i >= len(PART_KINDS):
+        raise PayloadError(f"kind {kind_i} is not one of 0..{len(PART_KINDS) - 1} ({PART_KINDS})", name)
+    if dtype_i >= len(WIRE_DTYPES):
+        raise PayloadError(f"dtype {dtype_i} is not one of 0..{len(WIRE_DTYPES) - 1}", name)
+    if ndim > 2:
+        raise PayloadError(f"{ndim} dimensions; at most 2 are sent", name)
+    dims = [int.from_bytes(d[12 + 4 * j : 16 + 4 * j], "little") for j in range(2)]
+    if any(dims[ndim:]):
+        raise PayloadError(f"unused dimensions must be 0, got {dims[ndim:]}", name)
+    part_dtype = WIRE_DTYPES[dtype_i]
+    kind = PART_KINDS[kind_i]
+    if kind in ("index", "seed") and (part_dtype.is_floating_point or part_dtype == torch.bool):
+        raise PayloadError(f"a part of kind {kind!r} holds integers, not {part_dtype}", name)
+    problem = _width_problem(part_dtype, width)
+    if problem:
+        raise PayloadError(problem, name)
+    bias = int.from_bytes(d[20:28], "little", signed=True)
+    size = _dtype_bits(part_dtype)
+    if width >= size or part_dtype.is_floating_point:
+        if bias:
+            raise PayloadError(f"a part sent at its dtype's size has bias 0, got {bias}", name)
+    else:
+        info = torch.iinfo(part_dtype)
+        if bias < info.min or bias + (1 << width) - 1 > info.max:
+            raise PayloadError(
+                f"bias {bias} with {width}-bit offsets reaches outside {part_dtype}'s [{info.min}, {info.max}]", name
+            )
+    return name, kind, part_dtype, width, dims[:ndim]
+
+
+def _width_problem(dtype: torch.dtype, width: int) -> str | None:
+    """Why ``dtype`` cannot be sent at ``width`` bits (None: it can); what ``to_bytes`` writes and ``from_bytes``
+    reads are the same set."""
+    size = _dtype_bits(dtype)
+    if width < 1:
+        return f"width {width} bits; at least 1 is needed"
+    if dtype.is_floating_point and width != size:
+        return f"a {dtype} part is sent at its own {size} bits, not {width}"
+    if dtype != torch.bool and width > size:
+        return f"a {dtype} part is sent at most at its own {size} bits, not {width}"
+    if width > bitpack.MAX_WIDTH and width != 64:
+        return f"widths above {bitpack.MAX_WIDTH} bits other than 64 are not supported, got {width}"
+    return None
+
+
+def _run_bits(dims: list[int], width: int) -> int:
+    """Bits of a part of ``dims`` at ``width`` bits per value (64-bit values as two 32-bit words)."""
+    return (2 * 32 if width == 64 else width) * math.prod(dims)
 
 
 def _read_part(
@@ -357,9 +516,9 @@ def _read_part(
 ) -> tuple[torch.Tensor, int]:
     """One part's values (in ``dtype``) and the bit where the next part starts."""
     size = _dtype_bits(dtype)
-    bits = (2 * 32 if width == 64 else width) * numel
+    bits = _run_bits([numel], width)
     if base + bits > 8 * stream.numel():
-        raise ValueError(
+        raise PayloadError(
             f"payload bytes: a part of {bits} bits from bit {base} runs past the {stream.numel()}-byte body"
         )
     raw = bitpack.read_bits(stream, base, bitpack.packed_bytes(bits))

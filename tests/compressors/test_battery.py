@@ -348,6 +348,9 @@ class _GlobalRandK(RandK):
         payload.add("indices", idx, 32, "index")
         payload.add("values", g[idx], 32, "value")
 
+    def _check_payload(self, payload):
+        return None  # sends no seed (RandK's decode would refuse the payload before its draw could be seen)
+
     def _decode(self, payload, ctx, side):
         idx = torch.randperm(payload.numel)[: payload["values"].numel()]
         return torch.zeros(payload.numel).index_put_((idx,), payload["values"])

@@ -42,6 +42,7 @@ from gradstat.compressors.kernels.primitives import (
     to_float32_wire,
 )
 from gradstat.compressors.registry import register
+from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.payload import Payload, float_width
 
 
@@ -115,3 +116,19 @@ class PowerSGD(Compressor):
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         p, q = payload["p"], payload["q"]
         return (p @ q.T).reshape(-1)[: payload.numel]
+
+    def _check_payload(self, payload: Payload) -> None:
+        n, m = matrix_shape(tuple(payload.shape), payload.numel)
+        r = payload.require("p", integer=False).shape[-1]
+        if not 1 <= r <= min(self.rank, n, m):
+            raise PayloadError(
+                f"has {r} columns; rank {self.rank} of an {n} x {m} matrix sends 1 to {min(self.rank, n, m)}", "p"
+            )
+        payload.require("p", shape=(n, r))
+        payload.require("q", shape=(m, r), integer=False, dtype=payload["p"].dtype)
+
+    def _proves_finite(self, payload: Payload) -> bool:
+        # each output element sums r products p_ij q_lj: at most r max|p| max|q| (float64, twice that to spare)
+        p, q = payload["p"], payload["q"]
+        reach = torch.stack((max_abs(p).double(), max_abs(q).double())).prod() * (2 * p.shape[-1])
+        return bool(reach <= torch.finfo(torch.float32).max)  # NaN compares false: then the output is read

@@ -332,6 +332,24 @@ class ScaledQuantizer:
         payload.add("codes", codes, self.code_width, "code")
         payload.add("scales", wire, 32, "scale")
 
+    def check_payload(self, payload: Payload, d: int) -> None:
+        """Refuse (PayloadError naming the part) ``codes`` and ``scales`` that :meth:`decode` cannot read for a
+        vector of length ``d``: d integer codes, one floating scale per bucket (shapes and dtypes only)."""
+        payload.require("codes", numel=d, integer=True)
+        payload.require("scales", numel=self.bucket_count(d), integer=False)
+
+    def proves_finite(self, payload: Payload, spread: float = 1.0) -> bool:
+        """Whether every reconstruction :meth:`decode` makes from ``payload`` is finite, shown from the scales alone
+        (one read of them, not of the output): a code of the codes' dtype, however corrupt, reaches at most
+        ``(max |code| + |offset| + 1/2) / gain`` bucket scales, times ``spread`` (what a caller's mixing multiplies
+        by, e.g. QCS's ``sqrt(k)``), with a factor 2 to spare for rounding. False (a scale near float32's limit):
+        the caller checks the output itself."""
+        codes, scales = payload["codes"], payload["scales"]
+        info = torch.iinfo(codes.dtype) if codes.dtype != torch.bool else torch.iinfo(torch.uint8)
+        _, _, offset, gain = self._range
+        reach = (max(abs(info.min), abs(info.max)) + abs(offset) + 0.5) / gain * spread * 2.0
+        return all_finite(scales.float() * reach)
+
     def decode(self, payload: Payload, d: int, seed: int) -> torch.Tensor:
         """Flat float32 reconstruction of length ``d`` from the ``codes`` and ``scales`` parts."""
         codes, scale = payload["codes"], payload["scales"]
@@ -448,8 +466,19 @@ class ScaledQuantizerCompressor(Compressor):
         q.encode(self.prepare(g), payload, ctx.call_seed, source=g, who=self.name)
         if q.subtract:
             payload.add_seed(ctx.call_seed)
+            if q.dither == "torch":  # torch's draws differ between device types: the payload says whose they are
+                payload.add_generator(g.device)
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         q = self.quantizer(payload.numel)
         seed = payload.seed if q.subtract else 0  # half-dithered decoding draws nothing
         return q.decode(payload, payload.numel, seed)
+
+    def _check_payload(self, payload: Payload) -> None:
+        q = self.quantizer(payload.numel)
+        q.check_payload(payload, payload.numel)
+        if q.subtract:
+            payload.seed  # noqa: B018  (present, one integer: a PayloadError otherwise)
+
+    def _proves_finite(self, payload: Payload) -> bool:
+        return self.quantizer(payload.numel).proves_finite(payload)

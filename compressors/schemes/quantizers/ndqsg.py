@@ -41,6 +41,7 @@ from gradstat.compressors.kernels.primitives import all_finite, max_abs, scratch
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.quantizers.dither import DITHER_STREAM, DitherSource, draw_dither_scratch
 from gradstat.compressors.schemes.quantizers.dqsg import DQSG
+from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.payload import Payload, code_width
 from gradstat.theory.fused import Fused
 
@@ -218,6 +219,21 @@ class NDQSG(Compressor):
         payload.add("nested", s, code_width(k), "code")  # int8 (k <= 255) or int32 already
         payload.add("scales", to_float32_wire(kappa.reshape(1), "ndqsg", "scale"), 32, "scale")
         payload.add_seed(seed)
+        if self.dither == "torch":  # torch's draws differ between device types: the payload says whose they are
+            payload.add_generator(g.device)
+
+    def _check_payload(self, payload: Payload) -> None:
+        if "nested" not in payload.parts:
+            self._dqsg()._check_payload(payload)
+            return
+        payload.require("nested", numel=payload.numel, integer=True)
+        payload.require("scales", numel=1, integer=False)
+        payload.seed  # noqa: B018  (present, one integer: a PayloadError otherwise)
+
+    def _proves_finite(self, payload: Payload) -> bool:
+        if "nested" not in payload.parts:
+            return self._dqsg()._proves_finite(payload)
+        return True  # _decode reads its output: x_hat may exceed 1 in units of kappa
 
     def decode(self, payload: Payload, ctx: Context | None = None, side: torch.Tensor | None = None) -> torch.Tensor:
         """As :meth:`Compressor.decode`; only P2 (nested) payloads need ``side`` (the average gradient so far)."""
@@ -261,7 +277,7 @@ class NDQSG(Compressor):
             y = torch.div(side.to(s.device), safe, out=scratch(payload.numel, torch.float32, s.device, "scaled"))
             out = nested_decode(s, u, y, self.fine_step, self.nesting, self.alpha).mul_(kappa)
         if not all_finite(out):  # x_hat may exceed 1 in units of kappa: near float32's limit that overflows
-            raise ValueError(
+            raise PayloadError(
                 "ndqsg: the reconstruction exceeds float32's range (3.4e38) although each input was finite; "
                 "scale the gradient down (e.g. by a power of two) before compressing"
             )

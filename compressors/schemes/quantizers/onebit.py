@@ -23,6 +23,7 @@ import torch
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
 from gradstat.compressors.kernels.primitives import (
+    all_finite,
     choose_by_bits,
     max_abs,
     max_abs_rows,
@@ -135,6 +136,14 @@ class OneBit(Compressor):
         mean_neg = scale_by_pow2((unit * (1 - pos)).sum(1) / n_neg.clamp(min=1), e)
         payload.add("bits", bits.reshape(-1), 1, "code")
         payload.add("values", to_float32_wire(torch.stack((mean_neg, mean_pos), 1), "onebit", "mean"), 32, "value")
+
+    def _check_payload(self, payload: Payload) -> None:
+        rows, cols = self.matrix_shape(payload.shape)
+        payload.require("bits", numel=payload.numel, dtype=torch.bool)
+        payload.require("values", shape=(cols if self.axis == "column" else rows, 2), integer=False)
+
+    def _proves_finite(self, payload: Payload) -> bool:
+        return all_finite(payload["values"])  # the output is one of each group's two means
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         values = payload["values"]  # (groups, 2): [mean of b=0, mean of b=1]

@@ -166,6 +166,17 @@ class QCS(Compressor):
             v = mix(blocks, rademacher(tuple(blocks.shape), seed, g.device), self.k)
         self._quantizer().encode(v.reshape(-1), payload, seed)
         payload.add_seed(seed)
+        if self.dither == "torch":  # torch's draws differ between device types: the payload says whose they are
+            payload.add_generator(g.device)
+
+    def _check_payload(self, payload: Payload) -> None:
+        self._quantizer().check_payload(payload, math.ceil(payload.numel / self.block) * self.k)
+        payload.seed  # noqa: B018  (present, one integer: a PayloadError otherwise)
+
+    def _proves_finite(self, payload: Payload) -> bool:
+        # the output r * (H_k^T v_hat) alpha / sqrt(k) sums k entries +-v_hat: at most sqrt(k) alpha max |v_hat|
+        spread = math.sqrt(self.k) * max(self.reconstruction_scale(), 1.0)
+        return self._quantizer().proves_finite(payload, spread)
 
     def _signed_blocks(self, g: torch.Tensor, seed: int) -> torch.Tensor:
         """``r * g`` over the zero-padded blocks, ``r`` the counter signs, in one fused pass from the full blocks of

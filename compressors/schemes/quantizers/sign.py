@@ -18,7 +18,13 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
-from gradstat.compressors.kernels.primitives import at_least_zero, mean_abs_scratch, plus_minus, to_float32_wire
+from gradstat.compressors.kernels.primitives import (
+    all_finite,
+    at_least_zero,
+    mean_abs_scratch,
+    plus_minus,
+    to_float32_wire,
+)
 from gradstat.compressors.registry import register
 from gradstat.compressors.wire.payload import Payload
 
@@ -67,3 +73,11 @@ class SignSGD(Compressor):
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         return signs(payload["signs"], payload["scale"] if self.scale == "l1" else None)
+
+    def _check_payload(self, payload: Payload) -> None:
+        payload.require("signs", numel=payload.numel, dtype=torch.bool)
+        if self.scale == "l1":
+            payload.require("scale", numel=1, integer=False)
+
+    def _proves_finite(self, payload: Payload) -> bool:
+        return self.scale == "unit" or all_finite(payload["scale"])  # the output is +-scale

@@ -24,12 +24,16 @@ from dataclasses import dataclass
 import torch
 
 from gradstat.compressors.base import check_ratio
-from gradstat.compressors.context import Context, generator
+from gradstat.compressors.context import Context
+from gradstat.compressors.kernels import counter_dither
 from gradstat.compressors.kernels.primitives import selects_signed
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.sparsifiers.randk import random_subset
 from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier, threshold_properties
 from gradstat.compressors.wire.payload import Payload
+
+SAMPLE_STREAM = 6
+"""Sub-stream of the call seed for DGC's sample with replacement (random-k's subset uses 5)."""
 
 
 def sampled_threshold(
@@ -40,8 +44,8 @@ def sampled_threshold(
     ``abs_g`` may be the magnitudes or the signed vector (only the sample's magnitudes are formed)."""
     d = abs_g.numel()
     n = max(1, math.ceil(sample_ratio * d))
-    if replacement:
-        idx = torch.randint(0, d, (n,), generator=generator(seed, abs_g.device), device=abs_g.device)
+    if replacement:  # the counter hash of (seed, SAMPLE_STREAM): the same sample on every device
+        idx = counter_dither.indices(n, d, counter_dither.keys(seed, SAMPLE_STREAM, abs_g.device), abs_g.device)
     else:
         idx = random_subset(d, min(n, d), seed, abs_g.device)
     sample = abs_g[idx].abs_()  # (a no-op on magnitudes; ``abs_g`` may also be the signed vector)

@@ -26,6 +26,7 @@ from gradstat.compressors.base import Compressor, Properties, nonfinite_error
 from gradstat.compressors.context import Context
 from gradstat.compressors.kernels.primitives import (
     abs_scratch,
+    all_finite,
     count_at_least,
     max_abs,
     normalise_by_pow2,
@@ -36,6 +37,7 @@ from gradstat.compressors.kernels.primitives import (
     to_float32_wire,
 )
 from gradstat.compressors.registry import register
+from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.payload import Payload, float_width, index_width
 from gradstat.theory.estimators.moments import summary
 
@@ -120,6 +122,21 @@ def decode_sparse(payload: Payload) -> torch.Tensor:
     values = payload["values"]
     out = torch.zeros(payload.numel, dtype=values.dtype, device=values.device)
     return out.index_put_((payload["indices"],), values)
+
+
+def check_sparse(payload: Payload) -> None:
+    """Refuse (PayloadError) a sparse payload :func:`decode_sparse` cannot read: as many floating values as integer
+    indices, at most one per element (shapes and dtypes only; the indices' range is checked where bytes are read,
+    :meth:`Payload.from_bytes`)."""
+    indices = payload.require("indices", integer=True, at_most=payload.numel)
+    if indices.dtype not in (torch.int32, torch.int64):  # (bool and uint8 would index as a mask)
+        raise PayloadError(f"has dtype {indices.dtype}; indices are int32 or int64", "indices")
+    payload.require("values", numel=indices.numel(), integer=False)
+
+
+def sparse_finite(payload: Payload) -> bool:
+    """Whether :func:`decode_sparse`'s output is finite: it is its values and zeros (one read of the k values)."""
+    return all_finite(payload["values"])
 
 
 def break_ties(abs_g: torch.Tensor, indices: torch.Tensor, k: int) -> torch.Tensor:
@@ -239,6 +256,12 @@ class ThresholdSparsifier(Compressor):
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         return decode_sparse(payload)
+
+    def _check_payload(self, payload: Payload) -> None:
+        check_sparse(payload)
+
+    def _proves_finite(self, payload: Payload) -> bool:
+        return sparse_finite(payload)
 
     @abstractmethod
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:

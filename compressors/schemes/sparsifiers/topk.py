@@ -14,7 +14,7 @@ import torch
 from gradstat.compressors.base import Compressor, Properties, check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
-from gradstat.compressors.schemes.sparsifiers.threshold import add_sparse, decode_sparse
+from gradstat.compressors.schemes.sparsifiers.threshold import add_sparse, check_sparse, decode_sparse, sparse_finite
 from gradstat.compressors.wire.payload import Payload
 
 
@@ -47,3 +47,9 @@ class TopK(Compressor):
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         return decode_sparse(payload)
+
+    def _check_payload(self, payload: Payload) -> None:
+        check_sparse(payload)
+
+    def _proves_finite(self, payload: Payload) -> bool:
+        return sparse_finite(payload)

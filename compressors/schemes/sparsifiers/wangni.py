@@ -25,7 +25,7 @@ from gradstat.compressors.base import Compressor, Properties, check_ratio
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.kernels.primitives import all_finite, pow2_exponent, scale_by_pow2
 from gradstat.compressors.registry import register
-from gradstat.compressors.schemes.sparsifiers.threshold import add_sparse, decode_sparse
+from gradstat.compressors.schemes.sparsifiers.threshold import add_sparse, check_sparse, decode_sparse, sparse_finite
 from gradstat.compressors.wire.payload import Payload
 
 
@@ -96,3 +96,9 @@ class Wangni(Compressor):
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         return decode_sparse(payload)
+
+    def _check_payload(self, payload: Payload) -> None:
+        check_sparse(payload)
+
+    def _proves_finite(self, payload: Payload) -> bool:
+        return sparse_finite(payload)

@@ -1,0 +1,147 @@
+"""Random-k's counter-hash subset (``counter_dither.subset``, drawn by ``randk`` and ``randk_unbiased``): k distinct
+indices, every k-subset equally likely, ``randk_unbiased`` unbiased; each statistical check at a stated confidence
+with fixed seeds, and each shown to fail on a planted bug."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from itertools import combinations
+from statistics import NormalDist
+from typing import Callable
+
+import pytest
+import torch
+from scipy import stats
+
+from gradstat import compressors
+from gradstat.compressors.context import Context
+from gradstat.compressors.kernels import counter_dither
+from gradstat.compressors.schemes.sparsifiers import randk
+
+CONFIDENCE = 0.999
+Draw = Callable[[int, int, int], torch.Tensor]
+
+
+def drawn(d: int, k: int, seed: int) -> torch.Tensor:
+    return randk.random_subset(d, k, seed, "cpu")
+
+
+def coarse_hash(d: int, k: int, seed: int) -> torch.Tensor:
+    """Planted bug: the keys keep only the hash's top 4 bits, so ties (broken by index) favour low indices."""
+    key = counter_dither.keys(seed, randk.SUBSET_STREAM, "cpu")
+    h = counter_dither.counter_bits(1, d, torch.zeros((), dtype=torch.int32), key, torch.device("cpu")).reshape(-1)
+    order = ((h.to(torch.int64) + (1 << 31)) >> 28 << 31) + torch.arange(d)
+    return (torch.topk(order, k, largest=False).values & ((1 << 31) - 1)).sort().values
+
+
+def never_last(d: int, k: int, seed: int) -> torch.Tensor:
+    """Planted bug: an off-by-one that never draws the last element."""
+    return randk.random_subset(d - 1, k, seed, "cpu")
+
+
+def subset_chi_square(draw: Draw, d: int, k: int, trials: int) -> tuple[float, float]:
+    """Pearson's statistic of the subsets ``draw`` gives over seeds ``0 .. trials - 1`` against the uniform law on
+    all C(d, k) subsets, and its critical value at CONFIDENCE (C(d, k) - 1 degrees of freedom)."""
+    counts = Counter(tuple(draw(d, k, seed).tolist()) for seed in range(trials))
+    cells = list(combinations(range(d), k))
+    assert set(counts) <= set(cells)
+    expected = trials / len(cells)
+    statistic = sum((counts.get(c, 0) - expected) ** 2 / expected for c in cells)
+    return statistic, float(stats.chi2.ppf(CONFIDENCE, len(cells) - 1))
+
+
+def inclusion_chi_square(draw: Draw, d: int, k: int, trials: int) -> tuple[float, float]:
+    """Pearson's statistic of how often each index is drawn (expected ``trials k / d`` each) and its critical value
+    at CONFIDENCE (d - 1 degrees of freedom: the counts sum to trials k)."""
+    counts = torch.zeros(d)
+    for seed in range(trials):
+        counts[draw(d, k, seed)] += 1
+    expected = trials * k / d
+    statistic = float(((counts - expected) ** 2 / expected).sum())
+    return statistic, float(stats.chi2.ppf(CONFIDENCE, d - 1))
+
+
+def test_a_subset_is_k_distinct_increasing_indices_in_range():
+    for d, k, seed in [(1, 1, 0), (10, 10, 1), (1000, 1, 2), (100_003, 1000, 3), (5, 0, 4)]:
+        s = drawn(d, k, seed)
+        assert s.dtype == torch.int64 and s.numel() == k
+        assert bool((s[1:] > s[:-1]).all()) and (k == 0 or (0 <= int(s[0]) and int(s[-1]) < d))
+
+
+def test_a_subset_of_more_elements_than_there_are_is_refused():
+    with pytest.raises(ValueError, match="subset of 6 elements of 5"):
+        counter_dither.subset(5, 6, counter_dither.keys(0, 5, "cpu"), "cpu")
+
+
+@pytest.mark.parametrize("draw,uniform", [(drawn, True), (never_last, False), (coarse_hash, False)])
+def test_every_subset_is_equally_likely(draw, uniform):
+    statistic, critical = subset_chi_square(draw, d=6, k=3, trials=6000)  # 20 subsets, 300 expected each
+    assert (statistic <= critical) == uniform, (statistic, critical)
+
+
+@pytest.mark.parametrize("draw,uniform", [(drawn, True), (coarse_hash, False)])
+def test_every_index_of_a_long_vector_is_drawn_equally_often(draw, uniform):
+    statistic, critical = inclusion_chi_square(draw, d=2000, k=20, trials=2000)  # 20 draws of each index expected
+    assert (statistic <= critical) == uniform, (statistic, critical)
+
+
+def _projection_z(scale: float, trials: int = 2000) -> float:
+    """z statistic of the Monte Carlo mean of ``<C(g), g> / ||g||^2`` against 1 (randk_unbiased's expectation), the
+    decoded values multiplied by ``scale`` (1: as sent; other values plant a biased reconstruction)."""
+    c = compressors.create("randk_unbiased:ratio=0.1")
+    gen = torch.Generator().manual_seed(11)
+    g = torch.randn(200, generator=gen, dtype=torch.float64).float()
+    norm2 = float((g.double() ** 2).sum())
+    samples = torch.tensor(
+        [float((c(g, Context(seed=seed)).double() * scale * g.double()).sum()) / norm2 for seed in range(trials)],
+        dtype=torch.float64,
+    )
+    return float((samples.mean() - 1.0) / (samples.std() / math.sqrt(trials)))
+
+
+@pytest.mark.parametrize("scale,unbiased", [(1.0, True), (20 / 21, False)])  # d/(k+1) in place of d/k: biased
+def test_randk_unbiased_is_unbiased(scale, unbiased):
+    critical = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)  # two-sided, 99.9 %
+    assert (abs(_projection_z(scale)) <= critical) == unbiased
+
+
+def _with_replacement(d: int, seed: int, n: int, width: int) -> torch.Tensor:
+    """``n`` counter indices drawn into ``range(width)`` (``width = d`` as DGC draws; ``d - 1`` plants an
+    off-by-one that never draws the last index)."""
+    return counter_dither.indices(n, width, counter_dither.keys(seed, 6, "cpu"), "cpu")
+
+
+@pytest.mark.parametrize("width_shift,uniform", [(0, True), (-1, False)])
+def test_indices_with_replacement_are_uniform(width_shift, uniform):
+    d, n = 50, 20_000  # 400 draws of each index expected
+    counts = torch.bincount(_with_replacement(d, 3, n, d + width_shift), minlength=d).double()
+    assert int(counts.sum()) == n and counts.numel() == d
+    statistic = float(((counts - n / d) ** 2 / (n / d)).sum())
+    assert (statistic <= stats.chi2.ppf(CONFIDENCE, d - 1)) == uniform, statistic
+
+
+def test_indices_with_replacement_stay_in_range_at_the_extremes():
+    for d in (1, 2, 3, 2**31 - 1):
+        got = counter_dither.indices(10_000, d, counter_dither.keys(1, 6, "cpu"), "cpu")
+        assert int(got.min()) >= 0 and int(got.max()) < d
+
+
+def _by_definition(d: int, k: int, seed: int) -> torch.Tensor:
+    """The subset as specified: the k elements of smallest (hash as a signed int32, index) pair, increasing."""
+    key = counter_dither.keys(seed, randk.SUBSET_STREAM, "cpu")
+    h = counter_dither.counter_bits(1, d, torch.zeros((), dtype=torch.int32), key, torch.device("cpu")).reshape(-1)
+    pairs = sorted(zip(h.tolist(), range(d), strict=True))[:k]
+    return torch.tensor(sorted(i for _, i in pairs), dtype=torch.int64)
+
+
+@pytest.mark.parametrize("chunk,sigmas", [(None, None), (1000, None), (1000, -50.0)])
+def test_the_cpu_cut_and_chunks_give_the_subset_of_the_definition(monkeypatch, chunk, sigmas):
+    """Chunked hashing (chunk boundaries every 1000 elements) and the cut give the definition's subset; a cut that
+    passes fewer than k elements (a margin of -50 sigmas) falls back to the full sort, with the same result."""
+    if chunk is not None:
+        monkeypatch.setattr(counter_dither, "CHUNK_ELEMENTS", chunk)
+    if sigmas is not None:
+        monkeypatch.setattr(counter_dither, "SUBSET_MARGIN_SIGMAS", sigmas)
+    for d, k, seed in [(20_000, 200, 1), (20_011, 3, 2), (5_000, 4_990, 3)]:
+        assert torch.equal(drawn(d, k, seed), _by_definition(d, k, seed)), (d, k)
