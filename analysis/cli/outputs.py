@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Callable, Iterator
 
+from gradstat.analysis.measure.tables import atomic_write_text
+
 MANIFEST = ".gradstat-out.json"
 
 
@@ -70,9 +72,7 @@ def prepare(folder: str | Path, command: str, echo: Callable[[str], None]) -> Pa
 def record(folder: Path, command: str) -> list[str]:
     """Write the manifest listing every file now in ``folder`` as written by ``command``; return the files."""
     files = _files(folder)
-    tmp = folder / f"{MANIFEST}.tmp"
-    tmp.write_text(json.dumps({"command": command, "files": files}, indent=1), encoding="utf-8")
-    tmp.replace(folder / MANIFEST)
+    atomic_write_text(folder / MANIFEST, json.dumps({"command": command, "files": files}, indent=1))
     return files
 
 
@@ -86,6 +86,11 @@ def output_folder(folder: str | Path, command: str, echo: Callable[[str], None])
         yield path
         ok = True
     finally:
-        files = record(path, command)
+        try:
+            files = record(path, command)
+        except OSError:
+            if ok:
+                raise
+            files = []  # the command's own error (a full disk, say) is the one to report
         if ok:
             echo(f"\nwrote {len(files)} files to {path}/")

@@ -141,3 +141,20 @@ def test_a_folder_holding_only_part_files_is_an_unfinished_dump(tmp_path):
     assert is_unfinished(d)
     check_new_dump_dir(d)
     assert files(d) == []
+
+
+def test_fit_on_a_full_disk_names_the_file_and_leaves_no_temporary(dump_path, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "fits"
+    real = Path.write_text
+
+    def full_under_out(self, text, *args, **kwargs):
+        if out in self.parents:
+            real(self, text[:16], *args, **kwargs)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_under_out)
+    code = main(["fit", str(dump_path), "--steps", "0", "--method", "closed_form", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{out}/" in err and "cannot write (No space left on device)" in err
+    assert [p.name for p in out.rglob("*") if ".tmp" in p.name] == []
