@@ -1,2 +1,3 @@
-"""What a worker carries across steps: error feedback (:mod:`.feedback`), DGC's and GMC's momentum
-(:mod:`.momentum`), and the send step that applies them around a compressor (:mod:`.send`)."""
+"""What a worker carries across steps: error feedback (:mod:`.feedback`), DGC's local momentum as a memory
+(:mod:`.velocity`), the send step that applies them around a compressor, written once (:mod:`.send`), and the
+momentum schemes built on it, DGC's over P workers and GMC's (:mod:`.momentum`)."""
