@@ -351,6 +351,8 @@ def merge_rank_logs(results: Path, world: int, stem: str = "steps") -> Path:
     header = None
     for r in range(world):
         lines = (results / f"{stem}.rank-{r}.csv").read_text().splitlines()
+        if not lines:  # a rank stopped before its first row was flushed (a failed launch)
+            continue
         header = lines[0]
         rows += lines[1:]
     columns = STEP_COLUMNS if stem == "steps" else BLOCK_COLUMNS

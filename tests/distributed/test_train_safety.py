@@ -210,3 +210,25 @@ def test_a_launch_past_its_wall_clock_limit_is_stopped_with_a_clear_error(tmp_pa
     with pytest.raises(TrainingFailed, match=r"did not finish within 2.0 s; every rank was stopped"):
         train(config, 2, wall_timeout_s=2.0)
     assert time.monotonic() - start < 30
+
+
+def test_a_rank_that_dies_stops_the_others_and_the_launch_fails_naming_it(tmp_path):
+    cmd = [sys.executable, "-m", "gradstat", "train", "--workload", "fc300", "--nproc", "2"]
+    cmd += ["--iterations", "100000", "--out", str(tmp_path / "r")]
+    launcher = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ranks: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "r" / "steps.rank-1.csv").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        ranks = descendants(launcher.pid)[1:]
+        assert len(ranks) == 2, "the launcher did not start its two ranks"
+        os.kill(ranks[1], signal.SIGKILL)
+        _, stderr = launcher.communicate(timeout=30)  # the other rank would wait in gloo for --timeout (300 s)
+        assert launcher.returncode == 2 and "distributed training failed: rank 1 exited with status -9" in stderr, stderr[-3000:]
+        assert _gone(ranks[0])
+    finally:
+        launcher.kill()
+        for p in ranks:
+            if not _gone(p):
+                os.kill(p, signal.SIGKILL)
