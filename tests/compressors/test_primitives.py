@@ -42,12 +42,12 @@ CASES = _cases()
 
 @pytest.fixture(params=["compaction", "numpy"])
 def selection_path(request, monkeypatch):
-    """Run a CPU selection test on the compaction kernel (skipped where it cannot be built) and on the numpy
+    """Run a CPU selection test on the compaction kernel (skipped where the C extension is absent) and on the numpy
     chunks it falls back to."""
     if request.param == "numpy":
         monkeypatch.setattr(compaction, "available", lambda x: False)
     elif not compaction.available(torch.zeros(1)):
-        pytest.skip("the compaction kernel cannot be built here (no C compiler)")
+        pytest.skip("the C extension is absent (installed without a C compiler)")
     return request.param
 
 
