@@ -117,3 +117,25 @@ def test_recording_training_and_resuming_under_ddp(ddp_examples):
     dump = open_dump(ddp_examples["out"] / "dump")
     assert dump.steps == [0, 1, 2] and dump.workers == 2
     assert not torch.equal(dump.flat(0, worker=0), dump.flat(0, worker=1))  # each rank's own local gradient
+
+
+def test_the_code_in_the_rendered_docstrings_runs(ddp_examples, tmp_path, monkeypatch):
+    """The two code examples of the API reference (the docstrings' literal blocks that are code, not formulas):
+    ``gradstat``'s usage, on a dump named ``my-dump``, and the DDP hook module's usage (run on the 2 ranks)."""
+    from _ddp_examples import docstring_code
+
+    import gradstat
+
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import record_single
+
+        record_single.train_and_record(str(tmp_path / "my-dump"))
+    finally:
+        sys.path.remove(str(EXAMPLES))
+        sys.modules.pop("record_single", None)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(docstring_code(gradstat.__doc__ or ""), scope)
+    assert scope["est"].params and scope["c"].name == "topk"
+    assert all(rank["hook_docstring_bits"] > 0 for rank in ddp_examples["rows"])
