@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ def site(tmp_path_factory) -> Path:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"},
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
         timeout=600,
     )
     assert run.returncode == 0, f"mkdocs build --strict failed:\n{run.stdout}\n{run.stderr}"
