@@ -34,6 +34,9 @@ __all__ = [
     "half_dither_error_moment",
     "printed_half_dither_moment",
     "nesting_ratio",
+    "theorem5_variance",
+    "theorem5_gap_bound",
+    "theorem5_step",
     "nested_encode",
     "nested_decode",
     "nested_safe_radius",
@@ -175,6 +178,55 @@ def printed_half_dither_moment(k: int, delta: float) -> float:
     k = _checks.integer("k", k, minimum=1)
     delta = _checks.positive("delta", delta)
     return (k + 1) * delta**2 / 12.0
+
+
+def theorem5_variance(n: int, delta: float, variance: float, grad_bound: float) -> float:
+    """``sigma^2 = V (1 + n Delta^2 / 12) + n B^2 Delta^2 / 12``: the variance of the dithered gradient of one worker.
+
+    Source: DQSG/NDQSG (Abdi & Fekri), Theorem 5 and App. D. The quantization adds ``n Delta^2 kappa^2 / 12`` with
+    ``kappa = ||g||_inf <= ||g||``, and ``E||g||^2 <= V + ||grad L||^2 <= V + B^2``: the paper prints ``n B
+    Delta^2 / 12``, which holds only when B bounds ``||grad L||^2`` (its Theorem 5 states ``||grad L|| <= B``); here
+    B is the bound on the gradient's norm and enters squared.
+
+    Parameters
+    ----------
+    n : dimension >= 1. delta : Delta > 0. variance : V >= 0, ``E||g_p - grad L||^2 <= V``. grad_bound : B >= 0.
+    """
+    n = _checks.integer("n", n, minimum=1)
+    delta = _checks.positive("delta", delta)
+    variance = _checks.nonnegative("variance", variance)
+    grad_bound = _checks.nonnegative("grad_bound", grad_bound)
+    return variance * (1.0 + n * delta**2 / 12.0) + n * grad_bound**2 * delta**2 / 12.0
+
+
+def theorem5_step(radius: float, sigma2: float, workers: int, steps: int, smoothness: float) -> float:
+    """The step size of App. D: ``eta = 1 / (l + 1/gamma)`` with ``gamma = R / (sigma / sqrt(P)) sqrt(2 / T)``
+    (Bubeck, *Convex Optimization: Algorithms and Complexity*, 2015, Sec. 6.1, Theorem 6.3).
+
+    Source: DQSG/NDQSG (Abdi & Fekri), App. D. ``sigma2 = 0`` gives ``1 / l``."""
+    radius = _checks.positive("radius", radius)
+    sigma2 = _checks.nonnegative("sigma2", sigma2)
+    workers = _checks.integer("workers", workers, minimum=1)
+    steps = _checks.integer("steps", steps, minimum=1)
+    smoothness = _checks.positive("smoothness", smoothness)
+    if sigma2 == 0.0:
+        return 1.0 / smoothness
+    gamma = radius / math.sqrt(sigma2 / workers) * math.sqrt(2.0 / steps)
+    return 1.0 / (smoothness + 1.0 / gamma)
+
+
+def theorem5_gap_bound(radius: float, sigma2: float, workers: int, steps: int, smoothness: float) -> float:
+    """``E[L(mean of w_1..w_T)] - L(w*) <= R sqrt(2 sigma^2 / (P T)) + l R^2 / T``: projected SGD on a convex,
+    l-smooth L over a convex set of radius R (around w_0) with the step of :func:`theorem5_step` and the average
+    of P workers' dithered gradients, each of variance ``sigma^2`` (:func:`theorem5_variance`).
+
+    Source: DQSG/NDQSG (Abdi & Fekri), Theorem 5 and App. D (Bubeck 2015, Theorem 6.3)."""
+    radius = _checks.positive("radius", radius)
+    sigma2 = _checks.nonnegative("sigma2", sigma2)
+    workers = _checks.integer("workers", workers, minimum=1)
+    steps = _checks.integer("steps", steps, minimum=1)
+    smoothness = _checks.positive("smoothness", smoothness)
+    return radius * math.sqrt(2.0 * sigma2 / (workers * steps)) + smoothness * radius**2 / steps
 
 
 def nesting_ratio(delta1: float, delta2: float) -> int:
