@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence, TypedDict
+from typing import Callable, Sequence, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -202,7 +202,9 @@ def _compare(summary: pd.DataFrame, per_step: pd.DataFrame) -> list[Comparison]:
         ]["k_ratio"].to_numpy()
         where = f"{s.workload}, delta={s.ratio:g}, {s.estimator}: share of steps with k_hat/k"
 
-        def share(text: str, meets, ref: str, q: np.ndarray = q, where: str = where) -> Comparison:  # noqa: ANN001
+        def share(
+            text: str, meets: Callable[[np.ndarray], np.ndarray], ref: str, q: np.ndarray = q, where: str = where
+        ) -> Comparison:
             e = per_step_share(q, meets)
             return Comparison(f"{where} {text}", COVERAGE, ref, e.mean, kind="share", low=e.low, high=e.high)
 

@@ -13,7 +13,7 @@ import torch
 
 from gradstat import compressors
 from gradstat.analysis.measure.intervals import Estimate, mean_ci
-from gradstat.analysis.measure.sources import GradientSource
+from gradstat.analysis.measure.sources import GradientSource, law_label
 from gradstat.analysis.studies.bounds import closed_form_bound
 from gradstat.analysis.studies.variance import error_samples
 from gradstat.analysis.validation.engine import Check, Claim, Measurement, NotApplicable, Setting
@@ -21,13 +21,6 @@ from gradstat.theory.sources import cite, file_of
 
 if TYPE_CHECKING:
     from gradstat.analysis.dumps.reader import Dump
-
-SYNTHETIC_LAWS = {
-    "laplace": "Laplace(1)",
-    "gamma": "double gamma(shape 0.5, scale 1)",
-    "genpareto": "double generalized Pareto(shape 0.25, scale 1)",
-    "normal": "N(0, 1)",
-}
 
 
 def create(spec: str) -> compressors.Compressor:
@@ -52,7 +45,7 @@ def _dump_name(src: GradientSource) -> str:
 
 
 def synthetic_label(src: GradientSource, n: int) -> str:
-    return f"synthetic: {SYNTHETIC_LAWS.get(src.family, src.family)}, d = {n} (seed {src.seed})"
+    return f"synthetic: {law_label(src.family)}, d = {n} (seed {src.seed})"
 
 
 def origin(setting: Setting, n: int, indices: Sequence[int] = (0,)) -> str:
@@ -126,6 +119,24 @@ def paired(
     ref = float(r.mean())
     est = Estimate(float(m.mean()), ref + diff.low, ref + diff.high, diff.trials, diff.level)
     return ref, est, bool(np.ptp(m - r) == 0.0)
+
+
+def exact_agreement(
+    measured: Sequence[float] | np.ndarray, reference: Sequence[float] | np.ndarray
+) -> tuple[float, Estimate]:
+    """Compare per-trial ``measured`` values with an exact ``reference`` where nothing is random: each trial is a
+    deterministic computation (a sort, a recursion replayed with the same draws), so the trials are not samples
+    and an interval over them means nothing. One measurement is returned: ``theory`` is the mean of the
+    reference and the estimate is ``theory`` plus the trials' largest deviation (signed), the same value as its
+    interval; the caller sets ``Measurement.deterministic``."""
+    m = np.asarray(measured, dtype=np.float64)
+    r = np.asarray(reference, dtype=np.float64)
+    if m.shape != r.shape or m.size == 0:
+        raise ValueError(f"measured and reference must be equal, non-empty lengths, got {m.shape} and {r.shape}")
+    dev = m - r
+    worst = float(dev[int(np.argmax(np.abs(dev)))])
+    ref = float(r.mean())
+    return ref, Estimate(ref + worst, ref + worst, ref + worst, int(m.size))
 
 
 def variance_check(

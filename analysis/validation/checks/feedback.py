@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from gradstat.analysis.measure.intervals import mean_ci
 from gradstat.analysis.studies.feedback import feedback_theory, residual_of, residual_samples, settle_steps
-from gradstat.analysis.validation.checks.common import block, create, origin
+from gradstat.analysis.validation.checks.common import block, create, exact_agreement, origin
 from gradstat.analysis.validation.checks.quantizers import N_QCS, QCS, QCS_MMSE, QCS_UNBIASED
 from gradstat.analysis.validation.engine import Check, Measurement, Setting
 from gradstat.compressors import Context
@@ -86,11 +86,14 @@ def _recursion(s: Setting) -> Measurement:
             r = residual_of(states[0].feedback)
             worst = max(worst, float((r.double() - ref.double()).norm() / ref.double().norm()))
         samples.append(worst)
+    theory, est = exact_agreement(samples, [0.0] * len(samples))
     return Measurement(
-        0.0,
-        mean_ci(samples),
-        f"{QCS_UNBIASED}; beta={beta}, T={T}; reference: (14a-d) written out with the same compressor calls",
+        theory,
+        est,
+        f"{QCS_UNBIASED}; beta={beta}, T={T}; reference: (14a-d) written out with the same compressor calls; one "
+        "measurement (the same draws replayed): the largest deviation over the seeds",
         origin(s, N_QCS, range(T)),
+        deterministic=True,
         setup={"compressor": QCS_UNBIASED, "n": N_QCS, "beta": beta, "T": T, "workers": 1},
     )
 
@@ -131,6 +134,7 @@ CHECKS = [
         "max_t E||r_t||^2 / B",
         lambda s: _measure(s, QCS_MMSE, "minkowski"),
         {"quick": 20, "full": 200},
+        must_hold=False,  # 100-200x the residual: no realistic bug reaches it (the recursion is the must-hold check)
         paper=file_of(QCS),
     ),
     Check(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from gradstat.analysis.measure.intervals import mean_ci
-from gradstat.analysis.studies.variance import bias_samples
+from gradstat.analysis.studies.variance import bias_samples, error_samples
 from gradstat.analysis.validation.checks.common import block, create, origin, paired, variance_check
 from gradstat.analysis.validation.engine import Check, Measurement, Setting
 from gradstat.compressors import Context
@@ -84,6 +84,32 @@ def _qcs_dither_exact(s: Setting) -> Measurement:
     )
 
 
+QSGD_SPEC = "qsgd:s=4,bucket=512"
+N_QSGD = 1024
+
+
+def _qsgd_exact(s: Setting) -> Measurement:
+    """QSGD's error against its exact conditional variance: per bucket of 512, ``sum_i Var[Q_s(v_i)]`` with the
+    bucket's l2 norm as the scale (:func:`gradstat.theory.qsgd.total_variance`, computed in float64 from the
+    vector, independently of the compressor), over ``||g||^2``."""
+    import numpy as np
+
+    from gradstat.theory.qsgd import total_variance
+
+    comp = create(QSGD_SPEC)
+    g = block(s, N_QSGD)
+    x = g.double().cpu().numpy()
+    exact = sum(total_variance(b, 4, "l2") for b in np.split(x, N_QSGD // 512) if np.any(b))
+    est = mean_ci(error_samples(comp, g, s.trials, s.seed))
+    return Measurement(
+        float(exact / np.square(x).sum()),
+        est,
+        f"{QSGD_SPEC}; reference: the exact variance sum_i Var[Q_s(v_i)] per l2 bucket (theory.qsgd.total_variance)",
+        origin(s, N_QSGD),
+        setup={"compressor": QSGD_SPEC, "n": N_QSGD},
+    )
+
+
 CHECKS = [
     variance_check("qcs-gamma", QCS_UNBIASED, N_QCS, "upper", QCS, "Thm 2 eq. (10)", 300, 3000),
     variance_check("qcs-mmse", QCS_MMSE, N_QCS, "upper", QCS, "Lemma 3 eq. (13)", 300, 3000),
@@ -116,5 +142,14 @@ CHECKS = [
     ),
     variance_check("dqsg-exact", "dqsg:M=4", 1024, "equal", DQSG, "Lemma 3 / App. B", 300, 3000),
     variance_check("half-dither-exact", "dqsg:M=4,half=true", 1024, "equal", DQSG, "Sec. 2.1.1, Lemma 2", 300, 3000),
-    variance_check("qsgd-bound", "qsgd:s=4,bucket=512", 1024, "upper", "QSGD", "Lemma 3.1", 300, 3000),
+    variance_check("qsgd-bound", QSGD_SPEC, N_QSGD, "upper", "QSGD", "Lemma 3.1", 300, 3000),
+    Check(
+        "qsgd-exact",
+        cite(DQSG, "Sec. 2.1.1 (the stochastic quantizer's per-element variance), l2 buckets as in QSGD"),
+        "equal",
+        "E||Q(g) - g||^2 / ||g||^2 vs the exact variance",
+        _qsgd_exact,
+        {"quick": 300, "full": 3000},
+        paper=file_of(DQSG),
+    ),
 ]
