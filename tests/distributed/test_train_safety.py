@@ -225,10 +225,25 @@ def test_a_rank_that_dies_stops_the_others_and_the_launch_fails_naming_it(tmp_pa
         assert len(ranks) == 2, "the launcher did not start its two ranks"
         os.kill(ranks[1], signal.SIGKILL)
         _, stderr = launcher.communicate(timeout=30)  # the other rank would wait in gloo for --timeout (300 s)
-        assert launcher.returncode == 2 and "distributed training failed: rank 1 exited with status -9" in stderr, stderr[-3000:]
+        assert launcher.returncode == 2 and "distributed training failed: rank 1 exited with status -9" in stderr, (
+            stderr[-3000:]
+        )
         assert _gone(ranks[0])
     finally:
         launcher.kill()
         for p in ranks:
             if not _gone(p):
                 os.kill(p, signal.SIGKILL)
+
+
+def test_a_rank_binds_its_collectives_to_the_configured_interface(tmp_path):
+    """A multi-node configuration's interface reaches gloo: a name no interface has makes gloo refuse it."""
+    from gradstat.analysis.training.distributed_launch import build_config
+
+    config = build_config("fc300", 1, [], iterations=1, out=tmp_path / "r", interface="gradstat-none0")
+    (tmp_path / "r").mkdir()
+    config.save(tmp_path / "r" / "c.json")
+    env = {**ENV, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    rank = [sys.executable, "-m", "gradstat.analysis.training.distributed", "--config", str(tmp_path / "r" / "c.json")]
+    proc = subprocess.run([*rank, "--store-file", str(tmp_path / "store")], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "Unable to find address for: gradstat-none0" in proc.stderr
