@@ -20,7 +20,7 @@ EXAMPLES = DOCS / "examples"
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 SNIPPET = re.compile(r'^--8<-- "([^":]+)(?::\w+)?"$')
 
-RUN_HERE = {"record_single.py", "ddp_record_train.py"}
+RUN_HERE = {"record_single.py", "ddp_record_train.py", "accelerate_record.py"}
 RUN_IN_OWN_COMPRESSOR_TEST = {"my_compressor.py", "my_check.py", "my_ddp.py"}
 
 
@@ -139,3 +139,21 @@ def test_the_code_in_the_rendered_docstrings_runs(ddp_examples, tmp_path, monkey
     exec(docstring_code(gradstat.__doc__ or ""), scope)
     assert scope["est"].params and scope["c"].name == "topk"
     assert all(rank["hook_docstring_bits"] > 0 for rank in ddp_examples["rows"])
+
+
+def test_recording_under_accelerate(tmp_path):
+    """The Accelerate example on 2 ranks (torchrun); skipped where Accelerate is not installed."""
+    pytest.importorskip("accelerate")
+    import subprocess
+
+    from gradstat.analysis.dumps import open_dump
+
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         str(EXAMPLES / "accelerate_record.py"), str(tmp_path / "dump")],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert len(re.findall(r"rank \d step \d: \d+ bits", run.stdout)) == 6
+    dump = open_dump(tmp_path / "dump")
+    assert dump.steps == [0, 1, 2] and dump.workers == 2
