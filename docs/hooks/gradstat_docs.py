@@ -150,7 +150,60 @@ def commands_markdown() -> str:
     return repository_paths("\n".join(rows))
 
 
+CLOSED_FORM_MODULES = ("qcs", "dqsg", "qsgd", "sidco", "sparsification", "wangni", "gmc", "bits", "convergence")
+CITES = re.compile(
+    r"\b(?:eqs?\.|Eq\.|Lemma|Theorem|Thm|Cor\.|Corollary|Def\.|Sec\.|App\.|Remark|Table|Fig\.|Algorithm)|\(\d+[a-d]?\)"
+)
+ABBREVIATIONS = re.compile(r"\b(eqs?|Eq|Fig|Sec|Thm|Cor|Def|App|al|e\.g|i\.e|i\.i\.d|cf|vs|resp)\. ")
+
+
+def _prose(doc: str) -> str:
+    """A docstring's text before its first NumPy section, each literal block (after ``::``) as one line of code."""
+    head = re.split(r"\n[A-Z][A-Za-z ]+\n-{3,}\n", doc, maxsplit=1)[0]
+
+    def block(m: re.Match[str]) -> str:
+        lines = [line.strip() for line in m.group(1).splitlines() if line.strip()]
+        return ": " + _code("; ".join(" ".join(line.split()) for line in lines)) + "\n\n"
+
+    return re.sub(r"::\n\n((?:[ \t]+.*\n?|\n)+)", block, head + "\n")
+
+
+def _sentences(text: str) -> list[str]:
+    """``text`` (one paragraph or more) cut into sentences, not after the abbreviations of citations."""
+    protected = ABBREVIATIONS.sub(lambda m: m.group(1) + ".\x02", " ".join(text.split()))
+    return [p.replace("\x02", " ") for p in re.split(r"(?<=[.!?])\s+(?=[A-Z(`])", protected) if p.strip()]
+
+
+def closed_forms_markdown() -> str:
+    """Every public function of the closed-form modules of ``gradstat.theory``: what it computes (the docstring's
+    first sentence), and the paper, equation and conditions its docstring cites (the sentences naming an equation,
+    lemma, theorem, section...; the module's own first line where the function cites none)."""
+    import importlib
+
+    rows = []
+    for name in CLOSED_FORM_MODULES:
+        module = importlib.import_module(f"gradstat.theory.{name}")
+        paper = _sentences(_first_paragraph(inspect.getdoc(module)))[0]
+        rows += [f"### `gradstat.theory.{name}`", "", _cell(_plain(paper)), ""]
+        rows += ["| function | what it computes | source and conditions (from its docstring) |", "|---|---|---|"]
+        for fname in module.__all__:
+            fn = getattr(module, fname)
+            if not inspect.isfunction(fn):
+                continue
+            sentences = _sentences(_prose(inspect.getdoc(fn) or ""))
+            summary = sentences[0] if sentences else ""
+            cited = [c for c in sentences[1:] if CITES.search(c)] or ([summary] if CITES.search(summary) else [])
+            anchor = f"reference/theory.md#gradstat.theory.{name}.{fname}"
+            rows.append(
+                f"| [{_cell(_code(fname))}]({anchor}) | {_cell(_plain(summary))} "
+                f"| {_cell(_plain(' '.join(cited))) or 'cites no equation (see the module above)'} |"
+            )
+        rows.append("")
+    return "\n".join(rows)
+
+
 MARKERS: dict[str, Callable[[], str]] = {
+    "<!-- gradstat:closed-forms -->": closed_forms_markdown,
     "<!-- gradstat:commands -->": commands_markdown,
     "<!-- gradstat:papers -->": papers_markdown,
     "<!-- gradstat:checks -->": checks_markdown,

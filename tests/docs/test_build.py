@@ -30,6 +30,27 @@ def test_the_theory_tables_are_generated_from_the_registries():
     assert all(f"<code>{compressors.create(n).spec()}</code>" in table for n in compressors.names())
 
 
+def test_every_closed_form_has_a_row_with_its_source():
+    """Each public function of every closed-form module of gradstat.theory (every theory module with an __all__
+    but the sources table and the distribution and estimator packages) has a row."""
+    import importlib
+    import inspect
+
+    modules = sorted(
+        f.stem
+        for f in (ROOT / "theory").glob("*.py")
+        if "__all__" in f.read_text(encoding="utf-8") and f.stem not in ("sources", "__init__")
+    )
+    assert sorted(gradstat_docs.CLOSED_FORM_MODULES) == modules
+    table = gradstat_docs.closed_forms_markdown()
+    for name in modules:
+        module = importlib.import_module(f"gradstat.theory.{name}")
+        for fname in module.__all__:
+            if inspect.isfunction(getattr(module, fname)):
+                assert f"(reference/theory.md#gradstat.theory.{name}.{fname})" in table
+    assert "Theorem 2, eq. (10)" in table  # gamma's source, from its docstring
+
+
 def test_a_check_added_to_the_registry_appears_on_the_page(monkeypatch):
     from gradstat.analysis.validation import registry
 
