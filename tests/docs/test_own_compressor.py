@@ -92,7 +92,9 @@ def test_the_bits_are_one_sign_bit_and_one_exponent_code_per_element_plus_the_se
     g = torch.randn(1000, dtype=dtype)
     payload = registry.create("natural").encode(g, Context(seed=1))
     assert payload.bits == 64 + 1000 * (1 + width)
-    back = Payload.from_bytes(payload.to_bytes(), g.shape, g.dtype)
+    wire = payload.to_bytes()
+    assert wire.numel() == payload.wire_bytes == 12 + 28 * 3 + -(-payload.bits // 8)  # header: 3 parts
+    back = Payload.from_bytes(wire, g.shape, g.dtype)
     c = registry.create("natural")
     assert torch.equal(c.decode(back, Context(seed=1)), c.decode(payload, Context(seed=1)))
 
