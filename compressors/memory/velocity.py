@@ -33,8 +33,9 @@ class LocalMomentum:
             raise ValueError(f"DGC masking must be true or false, got {self.masking!r}")
 
     def accumulate(self, velocity: torch.Tensor | None, g: torch.Tensor) -> torch.Tensor:
-        """The new velocity ``m * u + g`` (``g`` in float32 at the first step); ``velocity`` is not changed."""
-        return g.float() if velocity is None else self.momentum * velocity + g.float()
+        """The new velocity ``m * u + g`` (a float32 copy of ``g`` at the first step: ``g`` may be a view of a
+        buffer that is overwritten later, DDP's bucket); ``velocity`` is not changed."""
+        return g.to(torch.float32, copy=True) if velocity is None else self.momentum * velocity + g.float()
 
     def masked(self, velocity: torch.Tensor, sent: torch.Tensor) -> torch.Tensor:
         """The velocity after momentum factor masking: zero where ``sent`` (this worker's reconstruction) is

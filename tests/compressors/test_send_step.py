@@ -144,3 +144,15 @@ def test_no_second_copy_of_the_send_step_in_the_package():
 def test_worker_state_carries_what_the_step_needs():
     s = WorkerState()
     assert s.feedback.residual is None and s.velocity is None and s.compressor is None
+
+
+def test_the_velocity_is_not_a_view_of_the_gradient():
+    # the DDP hook's gradient is a view of the bucket, which DDP overwrites with the average: a velocity kept as that
+    # view (masking off, first step) would turn into the next step's gradient
+    memory = parse_memory("dgc:momentum=0.5,masking=false")
+    comp = compressors.create("topk:ratio=0.25")
+    state = memory.new_states(comp, 1)[0]
+    bucket = torch.tensor([4.0, 1.0, 2.0, 3.0])
+    send_step(comp, memory, bucket, state)
+    bucket.fill_(-1.0)
+    assert torch.equal(state.velocity, torch.tensor([4.0, 1.0, 2.0, 3.0]))
