@@ -1,7 +1,8 @@
 """Natural compression: each element rounded at random to one of the two powers of two around it.
 
-Horvath, Ho, Horvath, Sahu, Canini, Richtarik, "Natural Compression for Distributed Deep Learning" (MSML 2022),
-eq. (3) (the operator C_nat) and Theorem 1: C_nat is unbiased and E||C_nat(g) - g||^2 <= (1/8) ||g||^2.
+Horvath, Ho, Horvath, Sahu, Canini, Richtarik, "Natural Compression for Distributed Deep Learning" (MSML 2022,
+PMLR 190): the operator C_nat and Theorem 1, C_nat is unbiased and E||C_nat(g) - g||^2 <= (1/8) ||g||^2 (its
+second moment is at most 9/8 that of g).
 
 An element t != 0 with 2^e <= |t| < 2^(e+1) is sent as sign(t) 2^(e+1) with probability p = |t| / 2^e - 1 and as
 sign(t) 2^e otherwise, so E[C(t)] = 2^e (1 + p) = |t| with the sign of t. The wire carries one sign bit and one
@@ -45,14 +46,14 @@ def code_width(dtype: torch.dtype) -> int:
 @register("natural")
 @dataclass
 class NaturalCompression(Compressor):
-    """Natural compression (Horvath et al., eq. (3), Thm 1): unbiased, ``E||C(g) - g||^2 <= ||g||^2 / 8``, one sign
+    """Natural compression (Horvath et al., C_nat, Thm 1): unbiased, ``E||C(g) - g||^2 <= ||g||^2 / 8``, one sign
     bit and one exponent code (9 bits for float32 input) per element. No hyper-parameters."""
 
     properties = Properties(
         kind="quantizer",
         unbiased=True,
         randomized=True,
-        source="Horvath et al., Natural Compression for Distributed Deep Learning, eq. (3), Thm 1",
+        source="Horvath et al., Natural Compression for Distributed Deep Learning, C_nat, Thm 1",
     )
 
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
