@@ -13,8 +13,6 @@ import json
 from pathlib import Path
 from typing import Callable, Iterator
 
-from gradstat.analysis.measure.tables import atomic_write_text
-
 MANIFEST = ".gradstat-out.json"
 
 
@@ -71,6 +69,8 @@ def prepare(folder: str | Path, command: str, echo: Callable[[str], None]) -> Pa
 
 def record(folder: Path, command: str) -> list[str]:
     """Write the manifest listing every file now in ``folder`` as written by ``command``; return the files."""
+    from gradstat.analysis.measure.tables import atomic_write_text  # not at import: --help stays light
+
     files = _files(folder)
     atomic_write_text(folder / MANIFEST, json.dumps({"command": command, "files": files}, indent=1))
     return files
