@@ -32,7 +32,7 @@ from gradstat.compressors.wire.payload import (
     Payload,
 )
 
-RANDOM_MUTATIONS = 120  # per payload form; every compressor has at least two forms (1-D and 2-D gradients)
+RANDOM_MUTATIONS = 250  # per payload form; every compressor has at least two forms (1-D and 2-D gradients)
 TIMEOUT_S = 60.0  # per compressor: a hang fails the test instead of stalling the suite
 SHAPES = [(1000,), (20, 50)]
 
@@ -227,7 +227,19 @@ def run_with_timeout(fn: Callable[[], object], seconds: float = TIMEOUT_S) -> ob
 
 
 # -- tests ----------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", compressors.names())
+VARIANTS = [  # payload forms the defaults do not send: int32 indices, 1-bit codes, no scale, torch's draws, rank > 1
+    "topk:ratio=0.05,packed=False",
+    "qcs:k=32,block=64,onebit=True",
+    "signsgd:scale=unit",
+    "dqsg:dither=torch",
+    "ndqsg:dither=torch",
+    "powersgd:rank=3",
+    "qsgd:s=1,bucket=7",
+    "onebit:axis=column,columns=50",
+]
+
+
+@pytest.mark.parametrize("name", compressors.names() + VARIANTS)
 def test_mutated_payloads_give_a_payload_error_or_a_finite_tensor(name):
     c = compressors.create(name)
     result = run_with_timeout(lambda: fuzz_problems(c, seed=sum(map(ord, name))))
