@@ -46,17 +46,18 @@ from gradstat.compressors.schemes.sparsifiers.stage_adaptation import StageState
 ESTIMATORS: dict[str, str] = {
     "topk": "topk:ratio={r}",
     "dgc": "dgc:ratio={r}",
-    "redsync": "redsync:ratio={r}",
+    "redsync": "redsync:ratio={r},exact_fallback=false",
     "gaussianksgd": "gaussianksgd:ratio={r}",
-    "sidco-exp": "sidco:ratio={r},dist=exp",
-    "sidco-gamma": "sidco:ratio={r},dist=gamma",
-    "sidco-gp": "sidco:ratio={r},dist=gp",
-    "sidco-gp-M1": "sidco:ratio={r},dist=gp,stages=1",
-    "sidco-gp-M2": "sidco:ratio={r},dist=gp,stages=2",
-    "sidco-gp-M3": "sidco:ratio={r},dist=gp,stages=3",
-    "tailcount (gradstat)": "tailcount:ratio={r}",
+    "sidco-exp": "sidco:ratio={r},dist=exp,exact_fallback=false",
+    "sidco-gamma": "sidco:ratio={r},dist=gamma,exact_fallback=false",
+    "sidco-gp": "sidco:ratio={r},dist=gp,exact_fallback=false",
+    "sidco-gp-M1": "sidco:ratio={r},dist=gp,stages=1,exact_fallback=false",
+    "sidco-gp-M2": "sidco:ratio={r},dist=gp,stages=2,exact_fallback=false",
+    "sidco-gp-M3": "sidco:ratio={r},dist=gp,stages=3,exact_fallback=false",
+    "tailcount (gradstat)": "tailcount:ratio={r},exact_fallback=false",
 }
-"""label -> spec template; the three unsuffixed SIDCo rows adapt M (the ``error`` search), the -M rows fix it."""
+"""label -> spec template; the three unsuffixed SIDCo rows adapt M (the ``error`` search), the -M rows fix it. The
+threshold rules run without their exact fallback (``exact_fallback=false``): k_hat is the threshold's own count."""
 RATIOS = (0.1, 0.01, 0.001)
 LOOP_RATIO = 0.01
 """Top-k ratio of the training loop whose compensated vectors every estimator sees (one loop for all ratios)."""

@@ -27,21 +27,22 @@ from gradstat.compressors import Context
 
 ESTIMATORS: dict[str, str] = {
     "topk": "topk:ratio={r}",
-    "sidco-exp-M1": "sidco:ratio={r},dist=exp,stages=1",
-    "sidco-exp-M2": "sidco:ratio={r},dist=exp,stages=2",
-    "sidco-exp-M3": "sidco:ratio={r},dist=exp,stages=3",
-    "sidco-exp-M4": "sidco:ratio={r},dist=exp,stages=4",
-    "sidco-exp-adaptive": "sidco:ratio={r},dist=exp,stages=adaptive",
-    "sidco-gamma-M1": "sidco:ratio={r},dist=gamma,stages=1",
-    "sidco-gamma-M1-approx": "sidco:ratio={r},dist=gamma,stages=1,quantile=approx",
-    "sidco-gamma-M2": "sidco:ratio={r},dist=gamma,stages=2",
-    "sidco-gp-M1": "sidco:ratio={r},dist=gp,stages=1",
-    "sidco-gp-M2": "sidco:ratio={r},dist=gp,stages=2",
+    "sidco-exp-M1": "sidco:ratio={r},dist=exp,stages=1,exact_fallback=false",
+    "sidco-exp-M2": "sidco:ratio={r},dist=exp,stages=2,exact_fallback=false",
+    "sidco-exp-M3": "sidco:ratio={r},dist=exp,stages=3,exact_fallback=false",
+    "sidco-exp-M4": "sidco:ratio={r},dist=exp,stages=4,exact_fallback=false",
+    "sidco-exp-adaptive": "sidco:ratio={r},dist=exp,stages=adaptive,exact_fallback=false",
+    "sidco-gamma-M1": "sidco:ratio={r},dist=gamma,stages=1,exact_fallback=false",
+    "sidco-gamma-M1-approx": "sidco:ratio={r},dist=gamma,stages=1,quantile=approx,exact_fallback=false",
+    "sidco-gamma-M2": "sidco:ratio={r},dist=gamma,stages=2,exact_fallback=false",
+    "sidco-gp-M1": "sidco:ratio={r},dist=gp,stages=1,exact_fallback=false",
+    "sidco-gp-M2": "sidco:ratio={r},dist=gp,stages=2,exact_fallback=false",
     "dgc": "dgc:ratio={r}",
-    "redsync": "redsync:ratio={r}",
+    "redsync": "redsync:ratio={r},exact_fallback=false",
     "gaussianksgd": "gaussianksgd:ratio={r}",
 }
-"""label -> compressor spec template (``{r}`` is the target ratio)."""
+"""label -> compressor spec template (``{r}`` is the target ratio). The threshold rules run without their exact
+fallback (``exact_fallback=false``): the quality measured is the threshold's own, a selection of none included."""
 COVERAGE = 0.9
 
 
