@@ -132,10 +132,13 @@ LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
 
 def repository_paths(markdown: str) -> str:
     """Links to the repository's files (relative to its root, as in README.md) as the paths in code, since the site
-    holds no copies of them: ``[`data/README.md`](data/README.md)`` -> ``data/README.md`` in code."""
+    holds no copies of them: ``[`data/README.md`](data/README.md)`` -> ``data/README.md`` in code; links into
+    ``docs/`` become links to the site's pages (for a page at the top of the docs folder)."""
 
     def plain(m: re.Match[str]) -> str:
         text, target = m.group(1), m.group(2)
+        if target.startswith("docs/"):  # a page of this site: relative to the docs folder (pages at its top)
+            return f"[{text}]({target[len('docs/') :]})"
         if re.match(r"[a-z]+:|#", target) or not (ROOT / target.split("#", 1)[0]).exists():
             return m.group(0)
         return text if text.strip("`") == target else f"{text} (`{target}`)"
