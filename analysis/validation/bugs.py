@@ -289,8 +289,7 @@ def wangni_not_rescaled() -> list:
     def encode(self, g, payload, ctx):  # noqa: ANN001, ANN202
         d = g.numel()
         p = wangni.optimal_probabilities(g.abs(), math.ceil(self.ratio * d))
-        u = torch.rand(d, generator=wangni.generator(ctx.call_seed, g.device), device=g.device, dtype=g.dtype)
-        wangni.add_sparse(payload, g, torch.nonzero(u < p).squeeze(1), self.packed)  # g, not g / p
+        wangni.add_sparse(payload, g, wangni.coins(p, ctx.call_seed), self.packed)  # g, not g / p
 
     return [mock.patch.object(wangni.Wangni, "_encode", encode)]
 

@@ -1,6 +1,8 @@
-"""Random-k's counter-hash subset (``counter_dither.subset``, drawn by ``randk`` and ``randk_unbiased``): k distinct
-indices, every k-subset equally likely, ``randk_unbiased`` unbiased; each statistical check at a stated confidence
-with fixed seeds, and each shown to fail on a planted bug."""
+"""The counter-hash draws that replace torch's per-device generator: random-k's subset (``counter_dither.subset``,
+drawn by ``randk`` and ``randk_unbiased``: k distinct indices, every k-subset equally likely, ``randk_unbiased``
+unbiased), DGC's sample with replacement (``counter_dither.indices``: uniform) and Wangni's keep coins
+(``wangni.coins``: each element kept with its probability). Each statistical check at a stated confidence with fixed
+seeds, and each shown to fail on a planted bug."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from scipy import stats
 from gradstat import compressors
 from gradstat.compressors.context import Context
 from gradstat.compressors.kernels import counter_dither
-from gradstat.compressors.schemes.sparsifiers import randk
+from gradstat.compressors.schemes.sparsifiers import randk, wangni
 
 CONFIDENCE = 0.999
 Draw = Callable[[int, int, int], torch.Tensor]
@@ -145,3 +147,26 @@ def test_the_cpu_cut_and_chunks_give_the_subset_of_the_definition(monkeypatch, c
         monkeypatch.setattr(counter_dither, "SUBSET_MARGIN_SIGMAS", sigmas)
     for d, k, seed in [(20_000, 200, 1), (20_011, 3, 2), (5_000, 4_990, 3)]:
         assert torch.equal(drawn(d, k, seed), _by_definition(d, k, seed)), (d, k)
+
+
+def _unshifted_coins(p: torch.Tensor, seed: int) -> torch.Tensor:
+    """Planted bug: the hash compared as a signed number (no 2^31 offset): kept with probability 1/2 + p/2."""
+    key = counter_dither.keys(seed, wangni.COIN_STREAM, "cpu")
+    h = counter_dither.counter_bits(1, p.numel(), torch.zeros((), dtype=torch.int32), key, torch.device("cpu"))
+    return torch.nonzero(h.reshape(-1).double() < p.double() * 2.0**32).squeeze(1)
+
+
+@pytest.mark.parametrize("coins,exact", [(wangni.coins, True), (_unshifted_coins, False)])
+def test_wangni_s_coins_keep_each_element_with_its_probability(coins, exact):
+    p = torch.cat([torch.tensor([0.0, 1.0]), torch.linspace(0.01, 0.99, 48)])
+    trials = 4000
+    kept = torch.zeros(p.numel(), dtype=torch.float64)
+    for seed in range(trials):
+        kept[coins(p, seed)] += 1
+    rate = kept / trials
+    if exact:
+        assert rate[0] == 0.0 and rate[1] == 1.0
+    inner = p[2:].double()
+    z = (rate[2:] - inner) / torch.sqrt(inner * (1 - inner) / trials)
+    critical = NormalDist().inv_cdf(1 - (1 - CONFIDENCE) / (2 * inner.numel()))  # two-sided, Bonferroni, 99.9 %
+    assert bool((z.abs() <= critical).all()) == exact, float(z.abs().max())

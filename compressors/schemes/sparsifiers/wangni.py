@@ -10,8 +10,9 @@ i.e. the j largest magnitudes are kept with probability 1 and the others with ``
 ``S_j = sum of the magnitudes outside the j largest``, j the smallest count for which no probability exceeds 1.
 Variance as in QCS (Abdi & Fekri), Fig. 3 ("unbiased random sparsification").
 
-The draw is a Bernoulli mask from the call's seed; indices and scaled values are sent (the receiver cannot
-regenerate the mask, which depends on g), so ``bits = k_hat (ceil(log2 d) + 32)`` with ``E[k_hat] = k``.
+The draw is a Bernoulli mask from the call's seed (:func:`coins`: the counter hash keyed by (seed, index), the same
+mask on every device); indices and scaled values are sent (the receiver cannot regenerate the mask, which depends on
+g), so ``bits = k_hat (ceil(log2 d) + 32)`` with ``E[k_hat] = k``.
 """
 
 from __future__ import annotations
@@ -22,11 +23,27 @@ from dataclasses import dataclass
 import torch
 
 from gradstat.compressors.base import Compressor, Properties, check_ratio
-from gradstat.compressors.context import Context, generator
+from gradstat.compressors.context import Context
+from gradstat.compressors.kernels import counter_dither
 from gradstat.compressors.kernels.primitives import all_finite, pow2_exponent, scale_by_pow2
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.sparsifiers.threshold import add_sparse, check_sparse, decode_sparse, sparse_finite
 from gradstat.compressors.wire.payload import Payload
+
+COIN_STREAM = 7
+"""Sub-stream of the call seed for the keep coins (random-k's subset uses 5, DGC's sample 6)."""
+
+
+def coins(p: torch.Tensor, seed: int) -> torch.Tensor:
+    """The indices kept (1-D int64, increasing) when element i is kept with probability ``p[i]``: kept where its
+    counter hash of ``(seed, COIN_STREAM)``, offset by 2^31 into ``h_i`` in ``[0, 2^32)``, satisfies
+    ``h_i < p_i 2^32`` (compared in float64, exactly), i.e. with probability ``ceil(p_i 2^32) / 2^32``: within
+    2^-32 of ``p_i``, 0 for ``p_i = 0`` and 1 for ``p_i = 1``. The same on every device."""
+    d = p.numel()
+    counter_dither.check_indices(0, d)
+    zero = torch.zeros((), dtype=torch.int32, device=p.device)
+    h = counter_dither.counter_bits(1, d, zero, counter_dither.keys(seed, COIN_STREAM, p.device), p.device)
+    return torch.nonzero(h.reshape(-1).to(torch.float64).add_(2.0**31) < p.reshape(-1).double() * 2.0**32).squeeze(1)
 
 
 def optimal_probabilities(abs_g: torch.Tensor, k: int) -> torch.Tensor:
@@ -84,8 +101,7 @@ class Wangni(Compressor):
         d = g.numel()
         check_ratio(self.ratio, d, who="wangni ratio")
         p = optimal_probabilities(g.abs(), math.ceil(self.ratio * d))
-        u = torch.rand(d, generator=generator(ctx.call_seed, g.device), device=g.device, dtype=g.dtype)
-        indices = torch.nonzero(u < p).squeeze(1)  # p_i = 0 is never kept (u >= 0)
+        indices = coins(p, ctx.call_seed)  # p_i = 0 is never kept, p_i = 1 always
         add_sparse(payload, g / torch.where(p > 0, p, torch.ones_like(p)), indices, self.packed)
         if not all_finite(payload["values"]):
             raise ValueError(
