@@ -92,7 +92,7 @@ def register(group: click.Group) -> None:
         config_only: bool,
         interface: str | None,
     ) -> None:
-        """Train WORKLOAD for real on NPROC ranks (DDP, gloo/NCCL) with each compressor as a DDP
+        """Train WORKLOAD for real on NPROC ranks (DDP over gloo/NCCL) with each compressor as a DDP
         communication hook, beside plain all-reduce; per step: loss, exact bits, bytes sent, hook and step time.
 
         On one machine nothing listens beyond the loopback interface. Multi-node: --config-only writes the ranks'
