@@ -48,45 +48,48 @@ def _convert(value: str, default: object, key: str) -> object:
     return value
 
 
-def register(group: click.Group) -> None:
-    @group.command("bench")
-    @click.argument("topic", required=False)
-    @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Set a benchmark option.")
-    @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table as CSV.")
-    def bench(topic: str | None, settings: tuple[str, ...], out: Path | None) -> None:
-        """Run benchmark TOPIC (omit it to list topics and their options)."""
-        topics = _topics()
-        if topic is None:
-            for t in topics:
-                mod = importlib.import_module(f"gradstat.analysis.bench.{t}")
-                opts = ", ".join(
-                    f"{p.name}={_setting(p.default)}"
-                    for p in inspect.signature(mod.run).parameters.values()
-                    if p.default is not inspect.Parameter.empty
-                )
-                click.echo(
-                    f"{t}: {(mod.__doc__ or '').strip().splitlines()[0] if mod.__doc__ else ''}\n    options: {opts}"
-                )
-            return
-        if topic not in topics:
-            raise ValueError(f"unknown benchmark {topic!r}; known: {', '.join(topics)}")
-        mod = importlib.import_module(f"gradstat.analysis.bench.{topic}")
-        params = inspect.signature(mod.run).parameters
-        kwargs: dict[str, object] = {}
-        for item in settings:
-            key, eq, value = item.partition("=")
-            if not eq or key not in params:
-                raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of {', '.join(params)}")
-            kwargs[key] = _convert(value, params[key].default, key)
-        table = mod.run(**kwargs)
-        import pandas as pd
+@click.command("bench")
+@click.argument("topic", required=False)
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Set a benchmark option.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table as CSV.")
+def bench(topic: str | None, settings: tuple[str, ...], out: Path | None) -> None:
+    """Run benchmark TOPIC (omit it to list topics and their options)."""
+    topics = _topics()
+    if topic is None:
+        for t in topics:
+            mod = importlib.import_module(f"gradstat.analysis.bench.{t}")
+            opts = ", ".join(
+                f"{p.name}={_setting(p.default)}"
+                for p in inspect.signature(mod.run).parameters.values()
+                if p.default is not inspect.Parameter.empty
+            )
+            click.echo(
+                f"{t}: {(mod.__doc__ or '').strip().splitlines()[0] if mod.__doc__ else ''}\n    options: {opts}"
+            )
+        return
+    if topic not in topics:
+        raise ValueError(f"unknown benchmark {topic!r}; known: {', '.join(topics)}")
+    mod = importlib.import_module(f"gradstat.analysis.bench.{topic}")
+    params = inspect.signature(mod.run).parameters
+    kwargs: dict[str, object] = {}
+    for item in settings:
+        key, eq, value = item.partition("=")
+        if not eq or key not in params:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of {', '.join(params)}")
+        kwargs[key] = _convert(value, params[key].default, key)
+    table = mod.run(**kwargs)
+    import pandas as pd
 
-        with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 200):
-            click.echo(table.to_string(index=False))
-        if out is not None:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            table.to_csv(out, index=False)
-            click.echo(f"wrote {out}")
+    with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 200):
+        click.echo(table.to_string(index=False))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out, index=False)
+        click.echo(f"wrote {out}")
+
+
+COMMANDS = (bench,)
+"""The commands (and groups) this module adds to ``gradstat``, in listing order."""
 
 
 def _setting(value: object) -> str:

@@ -39,22 +39,25 @@ def _cell(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def register(group: click.Group) -> None:
-    @group.command("compressors")
-    @click.option("--json", "as_json", is_flag=True, help="Print the registry as JSON.")
-    @click.option(
-        "--kind",
-        type=click.Choice(["sparsifier", "quantizer", "sketch", "identity"]),
-        help="Only compressors of this kind.",
-    )
-    def compressors_cmd(as_json: bool, kind: str | None) -> None:
-        """List every registered compressor with its declared properties and default spec."""
-        rows = registry_table(kind)
-        if as_json:
-            click.echo(json.dumps(rows, indent=2))
-            return
-        columns = ["name", "kind", "unbiased", "randomized", "contraction", "bound", "needs_side", "spec"]
-        cells = [[_cell(row[c]) for c in columns] for row in rows]
-        widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-        for line in [columns] + cells:
-            click.echo("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())
+@click.command("compressors")
+@click.option("--json", "as_json", is_flag=True, help="Print the registry as JSON.")
+@click.option(
+    "--kind",
+    type=click.Choice(["sparsifier", "quantizer", "sketch", "identity"]),
+    help="Only compressors of this kind.",
+)
+def compressors_cmd(as_json: bool, kind: str | None) -> None:
+    """List every registered compressor with its declared properties and default spec."""
+    rows = registry_table(kind)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    columns = ["name", "kind", "unbiased", "randomized", "contraction", "bound", "needs_side", "spec"]
+    cells = [[_cell(row[c]) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    for line in [columns] + cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())
+
+
+COMMANDS = (compressors_cmd,)
+"""The commands (and groups) this module adds to ``gradstat``, in listing order."""

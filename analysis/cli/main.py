@@ -1,6 +1,6 @@
 """Entry point of the ``gradstat`` command.
 
-Each command family lives in its own module and exposes ``register(group)``; this module only assembles them
+Each command family lives in its own module and lists its commands in ``COMMANDS``; this module only assembles them
 and turns user errors (``ValueError``, ``OSError``) into a one-line message and exit status 2, so a wrong input
 never prints a traceback. Anything else is a bug and keeps its traceback. Warnings (an unfaithful replay, a
 growing residual, ...) are printed as one line ``gradstat: warning: ...`` on stderr.
@@ -8,7 +8,6 @@ growing residual, ...) are printed as one line ``gradstat: warning: ...`` on std
 
 from __future__ import annotations
 
-import importlib
 import sys
 import warnings
 from typing import TextIO
@@ -19,17 +18,20 @@ huge_pages.request()  # before anything below imports torch and allocates (read 
 
 import click  # noqa: E402
 
+from gradstat.analysis.cli import (  # noqa: E402
+    analysis_cmds,
+    bench_cmds,
+    compressor_cmds,
+    dump_cmds,
+    experiment_cmds,
+    theory_cmds,
+    train_cmds,
+)
 from gradstat.analysis.cli.options import HelpGroup  # noqa: E402
 
-COMMAND_MODULES = (
-    "gradstat.analysis.cli.dump_cmds",
-    "gradstat.analysis.cli.theory_cmds",
-    "gradstat.analysis.cli.compressor_cmds",
-    "gradstat.analysis.cli.analysis_cmds",
-    "gradstat.analysis.cli.bench_cmds",
-    "gradstat.analysis.cli.train_cmds",
-    "gradstat.analysis.cli.experiment_cmds",
-)
+COMMAND_MODULES = (dump_cmds, theory_cmds, compressor_cmds, analysis_cmds, bench_cmds, train_cmds, experiment_cmds)
+"""The command modules, each listing its commands in ``COMMANDS``; a module that fails to import fails the command
+line (none is skipped). They import torch, scipy and pandas only inside their commands, so ``--help`` stays quick."""
 
 
 @click.group(cls=HelpGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -38,8 +40,9 @@ def cli() -> None:
     """gradstat: statistics and theory validation for gradient compression."""
 
 
-for _name in COMMAND_MODULES:
-    importlib.import_module(_name).register(cli)
+for _module in COMMAND_MODULES:
+    for _command in _module.COMMANDS:
+        cli.add_command(_command)
 
 
 def walk(group: click.Group = cli, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:

@@ -12,6 +12,7 @@ period, e.g. after "QCS Fig."), so a summary is never cut mid-sentence.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Callable
 
 import click
@@ -40,7 +41,25 @@ class HelpGroup(click.Group):
                 rows.append((name, summary(cmd)))
         if rows:
             with formatter.section("Commands"):
-                formatter.write_dl(rows)
+                _write_rows(formatter, rows)
+
+
+def _write_rows(formatter: click.HelpFormatter, rows: list[tuple[str, str]], spacing: int = 2) -> None:
+    """Two columns as click's ``write_dl`` lays them out, but wrapped at spaces only: click's wrapping also breaks
+    after a hyphen ("all-" / "reduce"), which changes the words a reader (and a search) sees."""
+    first = min(max(len(name) for name, _ in rows), 30) + spacing
+    width = max(formatter.width - formatter.current_indent - first - 2, 10)
+    for name, text in rows:
+        lines = textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+        formatter.write(" " * formatter.current_indent + name)
+        if len(name) <= first - spacing:
+            formatter.write(" " * (first - len(name)) + lines[0] + "\n")
+            rest = lines[1:]
+        else:
+            formatter.write("\n")
+            rest = lines
+        for line in rest:
+            formatter.write(" " * (formatter.current_indent + first) + line + "\n")
 
 
 def dump_argument(required: bool = True) -> Callable[[Any], Any]:

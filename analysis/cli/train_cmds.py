@@ -8,128 +8,129 @@ from pathlib import Path
 import click
 
 
-def register(group: click.Group) -> None:
-    @group.command("train")
-    @click.option("--workload", required=True, help="Built-in workload (spec), e.g. lenet or fc300:lr=0.1.")
-    @click.option("--nproc", type=int, default=2, show_default=True, help="Processes (ranks) on this machine.")
-    @click.option(
-        "--compressor",
-        "compressors",
-        multiple=True,
-        help="Compressor spec (SPEC@FEEDBACK for its own feedback); repeat to train several in one launch.",
-    )
-    @click.option(
-        "--feedback",
-        default="none",
-        show_default=True,
-        help="none, ef, qcs:beta=0.3, ecq:alpha=1,beta=0.9, or dgc:momentum=0.9 (DGC local momentum correction).",
-    )
-    @click.option("--iterations", type=int, default=50, show_default=True, help="Training steps per run.")
-    @click.option("--record-every", type=int, default=None, help="Record every K-th step's per-rank gradients.")
-    @click.option("--residual", is_flag=True, help="Also record the feedback residual (with --record-every).")
-    @click.option(
-        "--out",
-        type=click.Path(path_type=Path),
-        required=True,
-        help="Results directory; with --record-every the dump (results then go to OUT.train). gradstat's own "
-        "earlier result there is replaced; a folder holding other files is refused.",
-    )
-    @click.option(
-        "--backend",
-        type=click.Choice(["gloo", "nccl"]),
-        default="gloo",
-        show_default=True,
-        help="Collective backend: gloo (CPU) or nccl (GPU).",
-    )
-    @click.option(
-        "--baselines",
-        default="",
-        help="Extra baselines in the same launch, comma-separated: fp16, bf16, torch-powersgd (all-reduce always runs)",
-    )
-    @click.option("--powersgd-rank", type=int, default=1, show_default=True, help="Rank of torch's PowerSGD baseline.")
-    @click.option(
-        "--granularity",
-        type=click.Choice(["bucket", "layer"]),
-        default="bucket",
-        show_default=True,
-        help="Compress each DDP bucket whole, or each parameter's slice of it.",
-    )
-    @click.option(
-        "--exchange",
-        type=click.Choice(["gather", "allreduce"]),
-        default="gather",
-        show_default=True,
-        help="All-gather the serialised payloads, or all-reduce the decoded tensors.",
-    )
-    @click.option("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (default: DDP's).")
-    @click.option("--seed", type=int, default=0, show_default=True, help="Base seed of every random draw.")
-    @click.option(
-        "--timeout", "timeout_s", type=float, default=300.0, show_default=True, help="Process-group timeout (s)."
-    )
-    @click.option("--config-only", is_flag=True, help="Write the ranks' configuration and print the torchrun command.")
-    @click.option(
-        "--interface",
-        default=None,
-        help="Multi-node (--config-only): the network interface the ranks' collectives bind to, e.g. eth1.",
-    )
-    def train_cmd(
-        workload: str,
-        nproc: int,
-        compressors: tuple[str, ...],
-        feedback: str,
-        iterations: int,
-        record_every: int | None,
-        residual: bool,
-        out: Path,
-        backend: str,
-        baselines: str,
-        powersgd_rank: int,
-        granularity: str,
-        exchange: str,
-        bucket_cap_mb: float | None,
-        seed: int,
-        timeout_s: float,
-        config_only: bool,
-        interface: str | None,
-    ) -> None:
-        """Train WORKLOAD for real on NPROC ranks (DDP over gloo/NCCL) with each compressor as a DDP
-        communication hook, beside plain all-reduce; per step: loss, exact bits, bytes sent, hook and step time.
+@click.command("train")
+@click.option("--workload", required=True, help="Built-in workload (spec), e.g. lenet or fc300:lr=0.1.")
+@click.option("--nproc", type=int, default=2, show_default=True, help="Processes (ranks) on this machine.")
+@click.option(
+    "--compressor",
+    "compressors",
+    multiple=True,
+    help="Compressor spec (SPEC@FEEDBACK for its own feedback); repeat to train several in one launch.",
+)
+@click.option(
+    "--feedback",
+    default="none",
+    show_default=True,
+    help="none, ef, qcs:beta=0.3, ecq:alpha=1,beta=0.9, or dgc:momentum=0.9 (DGC local momentum correction).",
+)
+@click.option("--iterations", type=int, default=50, show_default=True, help="Training steps per run.")
+@click.option("--record-every", type=int, default=None, help="Record every K-th step's per-rank gradients.")
+@click.option("--residual", is_flag=True, help="Also record the feedback residual (with --record-every).")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Results directory; with --record-every the dump (results then go to OUT.train). gradstat's own "
+    "earlier result there is replaced; a folder holding other files is refused.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["gloo", "nccl"]),
+    default="gloo",
+    show_default=True,
+    help="Collective backend: gloo (CPU) or nccl (GPU).",
+)
+@click.option(
+    "--baselines",
+    default="",
+    help="Extra baselines in the same launch, comma-separated: fp16, bf16, torch-powersgd (all-reduce always runs)",
+)
+@click.option("--powersgd-rank", type=int, default=1, show_default=True, help="Rank of torch's PowerSGD baseline.")
+@click.option(
+    "--granularity",
+    type=click.Choice(["bucket", "layer"]),
+    default="bucket",
+    show_default=True,
+    help="Compress each DDP bucket whole, or each parameter's slice of it.",
+)
+@click.option(
+    "--exchange",
+    type=click.Choice(["gather", "allreduce"]),
+    default="gather",
+    show_default=True,
+    help="All-gather the serialised payloads, or all-reduce the decoded tensors.",
+)
+@click.option("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (default: DDP's).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Base seed of every random draw.")
+@click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True, help="Process-group timeout (s).")
+@click.option("--config-only", is_flag=True, help="Write the ranks' configuration and print the torchrun command.")
+@click.option(
+    "--interface",
+    default=None,
+    help="Multi-node (--config-only): the network interface the ranks' collectives bind to, e.g. eth1.",
+)
+def train_cmd(
+    workload: str,
+    nproc: int,
+    compressors: tuple[str, ...],
+    feedback: str,
+    iterations: int,
+    record_every: int | None,
+    residual: bool,
+    out: Path,
+    backend: str,
+    baselines: str,
+    powersgd_rank: int,
+    granularity: str,
+    exchange: str,
+    bucket_cap_mb: float | None,
+    seed: int,
+    timeout_s: float,
+    config_only: bool,
+    interface: str | None,
+) -> None:
+    """Train WORKLOAD for real on NPROC ranks (DDP over gloo/NCCL) with each compressor as a DDP
+    communication hook, beside plain all-reduce; per step: loss, exact bits, bytes sent, hook and step time.
 
-        On one machine nothing listens beyond the loopback interface. Multi-node: --config-only writes the ranks'
-        configuration and prints the torchrun command to start on every node (the README's command table gives the
-        rendezvous options; the rendezvous port must be reachable only from the training hosts)."""
-        from gradstat.analysis.cli.outputs import output_folder
-        from gradstat.analysis.training.distributed_launch import build_config, torchrun_command, train
+    On one machine nothing listens beyond the loopback interface. Multi-node: --config-only writes the ranks'
+    configuration and prints the torchrun command to start on every node (the README's command table gives the
+    rendezvous options; the rendezvous port must be reachable only from the training hosts)."""
+    from gradstat.analysis.cli.outputs import output_folder
+    from gradstat.analysis.training.distributed_launch import build_config, torchrun_command, train
 
-        config = build_config(
-            workload,
-            nproc,
-            list(compressors),
-            feedback=feedback,
-            iterations=iterations,
-            record_every=record_every,
-            out=out,
-            backend=backend,
-            baselines=[b.strip() for b in baselines.split(",") if b.strip()],
-            granularity=granularity,
-            exchange=exchange,
-            seed=seed,
-            timeout_s=timeout_s,
-            bucket_cap_mb=bucket_cap_mb,
-            residual=residual,
-            powersgd_rank=powersgd_rank,
-            interface=interface,
-        )
-        with output_folder(config.results, "train", click.echo):
-            result = train(config, nproc, launch=not config_only)
-            if not config_only:
-                import pandas as pd
+    config = build_config(
+        workload,
+        nproc,
+        list(compressors),
+        feedback=feedback,
+        iterations=iterations,
+        record_every=record_every,
+        out=out,
+        backend=backend,
+        baselines=[b.strip() for b in baselines.split(",") if b.strip()],
+        granularity=granularity,
+        exchange=exchange,
+        seed=seed,
+        timeout_s=timeout_s,
+        bucket_cap_mb=bucket_cap_mb,
+        residual=residual,
+        powersgd_rank=powersgd_rank,
+        interface=interface,
+    )
+    with output_folder(config.results, "train", click.echo):
+        result = train(config, nproc, launch=not config_only)
+        if not config_only:
+            import pandas as pd
 
-                with pd.option_context(
-                    "display.max_columns", 50, "display.width", 250, "display.float_format", "{:.4g}".format
-                ):
-                    click.echo(result.summary.to_string(index=False))
-        if config_only:
-            click.echo(" ".join(torchrun_command(result.files[0], nproc)))
-        elif result.dump:
-            click.echo(f"dump {result.dump}")
+            with pd.option_context(
+                "display.max_columns", 50, "display.width", 250, "display.float_format", "{:.4g}".format
+            ):
+                click.echo(result.summary.to_string(index=False))
+    if config_only:
+        click.echo(" ".join(torchrun_command(result.files[0], nproc)))
+    elif result.dump:
+        click.echo(f"dump {result.dump}")
+
+
+COMMANDS = (train_cmd,)
+"""The commands (and groups) this module adds to ``gradstat``, in listing order."""

@@ -12,6 +12,7 @@ REGISTRIES = [
     ("gradstat.compressors", "gradstat.compressors.schemes.sparsifiers.topk"),
     ("gradstat.analysis.experiments.registry", "gradstat.analysis.experiments.gmc"),
     ("gradstat.analysis.validation.registry", "gradstat.analysis.validation.checks.sidco"),
+    ("gradstat.analysis.cli.main", "gradstat.analysis.cli.bench_cmds"),
 ]
 
 
