@@ -10,7 +10,7 @@ from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 
 import gradstat.compressors.kernels.counter_dither as counter_dither
 import gradstat.compressors.schemes.quantizers.dither as dither
-from gradstat.analysis.validation.mutations import _dither_not_subtracted
+from gradstat.analysis.validation.bugs import decoder_dither
 from gradstat.compressors import Context, create
 from gradstat.compressors.schemes.quantizers.dqsg import DQSG
 from gradstat.theory.dqsg import conditional_error
@@ -38,7 +38,7 @@ def test_not_subtracting_the_dither_fails_the_exact_variance_check(monkeypatch, 
     dither's decoding path: torch's here, the counter one through the validation suite's own planted bug."""
     monkeypatch.setattr(dither, "reconstruct", lambda codes, u, offset=0.0: codes.float() + offset)
     with contextlib.ExitStack() as stack:
-        for patch in _dither_not_subtracted():
+        for patch in decoder_dither(1.0):
             stack.enter_context(patch)
         assert check_exact_variance(DQSG(M=2, dither=source), laplace(2000, 1)) != []
 
