@@ -233,7 +233,14 @@ def test_report_puts_every_section_together(tiny_dump, tmp_path):
     for png in ("fit_pdf_cdf", "threshold_k_ratio", "feedback_eta_vs_beta", "variance_vs_gain"):
         assert f"({png}.png)" in text and (out / f"{png}.png").exists() and (out / f"{png}.csv").exists()
     val = pd.read_csv(out / "validation.csv")
-    assert list(val["check"]) == ["qcs-gamma", "gmc-memory", "gmc-memory-recursion", "gmc-cr", "gmc-cr-exact"]
+    assert list(val["check"]) == [
+        "qcs-gamma",
+        "gmc-memory",
+        "gmc-memory-momentum",
+        "gmc-memory-recursion",
+        "gmc-cr",
+        "gmc-cr-exact",
+    ]
     assert "| qcs-gamma |" in text
 
 
