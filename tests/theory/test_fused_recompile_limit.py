@@ -1,7 +1,9 @@
-"""The compiled kernels' variant limit is raised under every supported torch (the setting's name changed in 2.6)."""
+"""The compiled kernels under every supported torch: the variant limit (its setting was renamed in 2.6) and the
+oldest torch that compiles them (below it, `auto` stays eager)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from gradstat.theory import fused
@@ -14,3 +16,25 @@ def test_the_limit_is_raised_while_a_kernel_runs_and_restored_after():
     with fused.recompile_limit():
         assert getattr(config, name) == fused.RECOMPILE_LIMIT
     assert getattr(config, name) == before
+
+
+@pytest.mark.parametrize(
+    ("version", "parsed"), [("2.13.0+cpu", (2, 13)), ("2.1.0+cu121", (2, 1)), ("2.10.0a0+git1234", (2, 10))]
+)
+def test_the_torch_version_is_read_as_major_and_minor(monkeypatch, version, parsed):
+    monkeypatch.setattr(torch, "__version__", version)
+    assert fused.torch_version() == parsed
+
+
+def test_auto_does_not_compile_below_the_torch_whose_kernels_equal_eager(monkeypatch):
+    """torch 2.1-2.5 compile the counter hash's kernels to other values than eager: auto stays eager there."""
+    major, minor = fused.COMPILE_TORCH
+    monkeypatch.setattr(torch, "__version__", f"{major}.{minor - 1}.0")
+    fused.can_compile.cache_clear()
+    try:
+        assert not fused.can_compile()
+        monkeypatch.setenv(fused.ENV, "auto")
+        assert not fused.Fused(torch.abs).compiled_for(torch.zeros(fused.MIN_ELEMENTS))
+    finally:
+        monkeypatch.undo()
+        fused.can_compile.cache_clear()
