@@ -35,6 +35,7 @@ def test_the_command_requests_huge_pages_before_torch_is_imported(monkeypatch):
         "    return real(name, *a, **k)\n"
         "builtins.__import__ = spy\n"
         "import gradstat.analysis.cli.main\n"
+        "import torch\n"  # the command line imports torch only in a command, after the request
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[0] == "at torch import: 1"
