@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 EXAMPLES = DOCS / "examples"
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
-SNIPPET = re.compile(r'^--8<-- "([^":]+)(?::\w+)?"$')
+SNIPPET = re.compile(r"^--8<--\n([^\n:]+)(?::\w+)?\n--8<--$")  # the block form (ruff format leaves it alone)
 
 RUN_HERE = {"record_single.py", "ddp_record_train.py", "accelerate_record.py"}
 RUN_IN_OWN_COMPRESSOR_TEST = {"my_compressor.py", "my_check.py", "my_ddp.py"}
