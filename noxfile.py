@@ -6,6 +6,7 @@
 - ``newest``: the newest Python and the newest release of every dependency that pip installs here.
 - ``lint``: ``ruff check``, ``ruff format --check`` and the import-layer contracts (``tests/layers``).
 - ``types``: ``mypy`` on the ``gradstat`` package (configuration in ``pyproject.toml``, ``[tool.mypy]``).
+- ``docs``: the documentation site (``mkdocs build --strict``) and its tests (``tests/docs``).
 - ``slow``: the slow statistical tests (``pytest -m slow``).
 - ``cuda``: the GPU tests and benchmarks, on a machine with a CUDA device (fails without one).
 
@@ -98,6 +99,14 @@ def types(session: nox.Session) -> None:
     """mypy on the ``gradstat`` package with the README's torch (the one the type stubs are checked against)."""
     session.install(README_TORCH, "-e", ".[types]")
     session.run("mypy", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site, built offline with warnings as errors, then its tests (every example of the site)."""
+    session.install(README_TORCH, "-e", ".[docs,test]")
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(Path(session.create_tmp()) / "site"))
+    _pytest(session, "tests/docs")
 
 
 @nox.session
