@@ -139,6 +139,20 @@ def sparse_finite(payload: Payload) -> bool:
     return all_finite(payload["values"])
 
 
+class SparseMessage(Compressor):
+    """A compressor whose message is :func:`add_sparse`'s (indices and their values): decoded by
+    :func:`decode_sparse`, its received parts checked by :func:`check_sparse`, finite where its values are."""
+
+    def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
+        return decode_sparse(payload)
+
+    def _check_payload(self, payload: Payload) -> None:
+        check_sparse(payload)
+
+    def _proves_finite(self, payload: Payload) -> bool:
+        return sparse_finite(payload)
+
+
 def break_ties(abs_g: torch.Tensor, indices: torch.Tensor, k: int) -> torch.Tensor:
     """The selection of a target-count sparsifier with exact ties resolved towards ``k`` (as the exact top-k does).
 
@@ -180,7 +194,7 @@ class Narrowed:
     magnitudes: torch.Tensor
 
 
-class ThresholdSparsifier(Compressor):
+class ThresholdSparsifier(SparseMessage):
     """A sparsifier defined by how it computes its threshold from ``|g|``.
 
     Subclasses implement ``_threshold(g, abs_g, ctx, payload) -> 0-d tensor`` on the gradient normalised by the
@@ -253,15 +267,6 @@ class ThresholdSparsifier(Compressor):
         payload.info["threshold"] = eta
         payload.info["k_hat"] = indices.numel()
         add_sparse(payload, g, indices, self.packed)
-
-    def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
-        return decode_sparse(payload)
-
-    def _check_payload(self, payload: Payload) -> None:
-        check_sparse(payload)
-
-    def _proves_finite(self, payload: Payload) -> bool:
-        return sparse_finite(payload)
 
     @abstractmethod
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:

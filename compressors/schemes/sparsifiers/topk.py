@@ -11,16 +11,16 @@ from dataclasses import dataclass
 
 import torch
 
-from gradstat.compressors.base import Compressor, Properties, check_ratio
+from gradstat.compressors.base import Properties, check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
-from gradstat.compressors.schemes.sparsifiers.threshold import add_sparse, check_sparse, decode_sparse, sparse_finite
+from gradstat.compressors.schemes.sparsifiers.threshold import SparseMessage, add_sparse
 from gradstat.compressors.wire.payload import Payload
 
 
 @register("topk")
 @dataclass
-class TopK(Compressor):
+class TopK(SparseMessage):
     """ratio: target density delta = k/d in (0, 1). packed: indices bit-packed at ceil(log2 d) bits, else int32."""
 
     ratio: float = 0.01
@@ -44,12 +44,3 @@ class TopK(Compressor):
         k = math.ceil(self.ratio * d)
         idx = torch.topk(g.abs(), k, sorted=False).indices
         add_sparse(payload, g, idx, self.packed)
-
-    def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
-        return decode_sparse(payload)
-
-    def _check_payload(self, payload: Payload) -> None:
-        check_sparse(payload)
-
-    def _proves_finite(self, payload: Payload) -> bool:
-        return sparse_finite(payload)

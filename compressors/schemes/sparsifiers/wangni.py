@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import torch
 
-from gradstat.compressors.base import Compressor, Properties, check_ratio
+from gradstat.compressors.base import Properties, check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.kernels import counter_dither
 from gradstat.compressors.kernels.primitives import all_finite, pow2_exponent, scale_by_pow2
 from gradstat.compressors.registry import register
-from gradstat.compressors.schemes.sparsifiers.threshold import add_sparse, check_sparse, decode_sparse, sparse_finite
+from gradstat.compressors.schemes.sparsifiers.threshold import SparseMessage, add_sparse
 from gradstat.compressors.wire.payload import Payload
 
 COIN_STREAM = 7
@@ -79,7 +79,7 @@ def optimal_probabilities(abs_g: torch.Tensor, k: int) -> torch.Tensor:
 
 @register("wangni")
 @dataclass
-class Wangni(Compressor):
+class Wangni(SparseMessage):
     """ratio: target expected density delta = E[k_hat]/d in (0, 1). packed: bit-packed indices, else int32."""
 
     ratio: float = 0.01
@@ -109,12 +109,3 @@ class Wangni(Compressor):
                 "reconstruction cannot be sent; scale the gradient down (e.g. by a power of two)"
             )
         payload.info["k_hat"] = indices.numel()
-
-    def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
-        return decode_sparse(payload)
-
-    def _check_payload(self, payload: Payload) -> None:
-        check_sparse(payload)
-
-    def _proves_finite(self, payload: Payload) -> bool:
-        return sparse_finite(payload)
