@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import datetime
 import multiprocessing as mp
+import os
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 import torch
 
 PG_TIMEOUT_S = 60.0
+TEARDOWN_S = 20.0
 
 
 def _entry(fn: Callable, rank: int, world: int, init_file: str, out_dir: str, kwargs: dict) -> None:
@@ -38,7 +41,14 @@ def _entry(fn: Callable, rank: int, world: int, init_file: str, out_dir: str, kw
     except BaseException:  # report to the parent, which fails the test with it
         result = {"error": traceback.format_exc()}
     torch.save(result, Path(out_dir) / f"rank{rank}.pt")
-    dist.destroy_process_group()
+    # The result is saved. Tear the group down, but not forever: torch 2.1's gloo can wait without end in
+    # destroy_process_group after a rank's DDP hooks ran (seen with the docs' DDP examples), and a rank that
+    # cannot leave would fail a test whose work is done.
+    teardown = threading.Thread(target=dist.destroy_process_group, daemon=True)
+    teardown.start()
+    teardown.join(TEARDOWN_S)
+    if teardown.is_alive():
+        os._exit(0)
 
 
 def run_ranks(fn: Callable, world: int = 2, timeout_s: float = 240.0, **kwargs: Any) -> list[Any]:
