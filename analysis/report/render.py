@@ -281,9 +281,7 @@ def validation(data: ReportData) -> str:
     reported = val[~val["must_hold"].astype(bool)]["check"].tolist()
     shown = val.assign(
         interval=[
-            "one measurement"
-            if bool(r.get("deterministic", False))
-            else f"[{num(r['ci_low'])}, {num(r['ci_high'])}]"
+            "one measurement" if bool(r.get("deterministic", False)) else f"[{num(r['ci_low'])}, {num(r['ci_high'])}]"
             for _, r in val.iterrows()
         ],
         ratio=val["theory_over_empirical"],
