@@ -18,15 +18,14 @@ Compressors that need side information (``needs_side``) are decoded with the exa
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Callable
 
 import pytest
 import torch
+from _hang import run_with_timeout
 
 from gradstat import compressors
 from gradstat.compressors import registry
@@ -49,17 +48,6 @@ def laplace(d: int, seed: int, device: torch.device | str = "cpu", dtype: torch.
     gen = torch.Generator(device="cpu").manual_seed(seed)
     u = torch.rand(d, generator=gen, dtype=torch.float64) - 0.5
     return (-torch.sign(u) * torch.log1p(-2 * u.abs())).to(device=device, dtype=dtype)
-
-
-def run_with_timeout(fn: Callable[[], object], seconds: float = TIMEOUT_S) -> object:
-    """Run ``fn`` in a worker thread; fail (instead of hanging) when it has not returned in ``seconds``."""
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    try:
-        return pool.submit(fn).result(timeout=seconds)
-    except concurrent.futures.TimeoutError:
-        pytest.fail(f"did not return within {seconds} s (a hang)")
-    finally:
-        pool.shutdown(wait=False)
 
 
 def roundtrip(c: Compressor, g: torch.Tensor, ctx: Context) -> tuple[Payload, torch.Tensor]:
@@ -261,7 +249,7 @@ def test_invalid_input_is_rejected_clearly(name, bad, device):
         "inf": laplace(500, 1, device).index_fill(0, torch.tensor([3], device=device), -math.inf),
     }[bad]
     with pytest.raises((ValueError, TypeError)) as err:
-        run_with_timeout(lambda: roundtrip(c, g, Context()))
+        run_with_timeout(lambda: roundtrip(c, g, Context()), TIMEOUT_S)
     assert c.name in str(err.value) or "gradient" in str(err.value) or "tensor" in str(err.value)
 
 
@@ -286,7 +274,7 @@ def test_degenerate_input_gives_an_error_or_a_correct_result(name, case, device)
             assert str(exc), "a ValueError must say what is wrong"
             return None
 
-    out = run_with_timeout(attempt)
+    out = run_with_timeout(attempt, TIMEOUT_S)
     if out is None:
         return
     assert out.shape == g.shape and out.dtype == g.dtype

@@ -11,14 +11,13 @@ deliberately broken compressor shows it can fail.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import math
 import random
-from typing import Callable
 
 import pytest
 import torch
+from _hang import run_with_timeout
 
 from gradstat import compressors
 from gradstat.compressors.base import Compressor
@@ -216,16 +215,6 @@ def fuzz_problems(c: Compressor, seed: int, mutations: int = RANDOM_MUTATIONS) -
     return problems, cases
 
 
-def run_with_timeout(fn: Callable[[], object], seconds: float = TIMEOUT_S) -> object:
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    try:
-        return pool.submit(fn).result(timeout=seconds)
-    except concurrent.futures.TimeoutError:
-        pytest.fail(f"did not return within {seconds} s (a hang)")
-    finally:
-        pool.shutdown(wait=False)
-
-
 # -- tests ----------------------------------------------------------------------------------------------------------
 VARIANTS = [  # payload forms the defaults do not send: int32 indices, 1-bit codes, no scale, torch's draws, rank > 1
     "topk:ratio=0.05,packed=False",
@@ -242,7 +231,7 @@ VARIANTS = [  # payload forms the defaults do not send: int32 indices, 1-bit cod
 @pytest.mark.parametrize("name", compressors.names() + VARIANTS)
 def test_mutated_payloads_give_a_payload_error_or_a_finite_tensor(name):
     c = compressors.create(name)
-    result = run_with_timeout(lambda: fuzz_problems(c, seed=sum(map(ord, name))))
+    result = run_with_timeout(lambda: fuzz_problems(c, seed=sum(map(ord, name))), TIMEOUT_S)
     problems, cases = result  # type: ignore[misc]
     assert cases >= 4 * RANDOM_MUTATIONS
     assert problems == [], f"{len(problems)} of {cases} cases:\n" + "\n".join(problems[:20])
