@@ -117,6 +117,19 @@ class Compressor(ABC):
             )
         return out.reshape(payload.shape).to(payload.dtype)
 
+    def min_numel(self) -> int:
+        """The fewest elements a tensor must hold for this compressor to encode it: 1, or for a compressor with a
+        target density ``ratio`` (delta) the smallest d with ``d * delta >= 1`` (what :func:`check_ratio` asks).
+        A caller that sends smaller tensors sends them otherwise (the DDP hook: dense,
+        :mod:`gradstat.compressors.schemes.dense`)."""
+        ratio = getattr(self, "ratio", None)
+        if not isinstance(ratio, float) or not 0.0 < ratio < 1.0:
+            return 1
+        d = max(1, math.ceil(1.0 / ratio))
+        while d * ratio < 1.0:  # 1 / ratio rounded down by floating point
+            d += 1
+        return d
+
     def new_state(self, like: torch.Tensor | None = None) -> Any:
         """Fresh per-worker state (None for stateless compressors)."""
         return None

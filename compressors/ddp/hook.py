@@ -68,6 +68,7 @@ def make_hook(
     seed: int = 0,
     granularity: Granularity = "bucket",
     exchange: Exchange = "gather",
+    dense_below: int = 0,
     keep_payloads: bool = False,
 ) -> tuple[CompressionHookState, Hook]:
     """The state and hook for ``compressor`` (a spec string, a compressor, or None for plain all-reduce) with
@@ -75,9 +76,10 @@ def make_hook(
     ``qcs:beta=B``, ``ecq:alpha=A,beta=B``, or ``dgc:momentum=0.9`` for DGC's local momentum correction with plain
     error feedback -- use it with an optimizer without momentum; or an :class:`ErrorFeedback` or a :class:`Memory`).
     ``model``: the module DDP wraps (``ddp.module``); binding it makes bucket signatures and layer-wise seeds
-    independent of the process."""
+    independent of the process. ``dense_below``: blocks of fewer elements are sent dense, as are blocks the
+    compressor cannot compress (a sparsifier's ``ratio`` keeping < 1 element; :attr:`HookSettings.dense_below`)."""
     comp = create(compressor) if isinstance(compressor, str) else compressor
-    settings = HookSettings(comp, Memory.of(feedback), process_group, seed, granularity, exchange)
+    settings = HookSettings(comp, Memory.of(feedback), process_group, seed, granularity, exchange, dense_below)
     state = CompressionHookState(settings, HookTaps(keep_payloads=keep_payloads))
     if model is not None:
         state.bind(model)
@@ -112,11 +114,12 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
         for observe in state.taps.observers:
             observe(step, view)
     state.metrics.buckets += 1
-    comp = settings.compressor
+    comp = settings.codec
     if comp is None:
         return _plain_allreduce(state, buffer, world, start)
     block_shapes: list[tuple[int, ...]] = shapes if settings.granularity == "layer" else [(buffer.numel(),)]
     grads = [buffer[b.start : b.end].view(shape) for b, shape in zip(blocks, block_shapes, strict=True)]
+    state.metrics.dense_blocks += sum(comp.sends_dense(b.end - b.start) for b in blocks)
     ctxs = [
         Context(seed=settings.seed, step=step, worker=rank, block=b.block, state=w.compressor)
         for b, w in zip(blocks, bstate.blocks, strict=True)
@@ -240,7 +243,7 @@ def _decoded_allreduce(
 ) -> torch.futures.Future:
     """Each rank encodes and decodes its own blocks; the dense decoded bucket is all-reduced. A rank whose
     compressor refuses its input raises after telling the others through the length exchange."""
-    comp, group = state.settings.compressor, state.settings.process_group
+    comp, group = state.settings.codec, state.settings.process_group
     assert comp is not None
     out = torch.empty_like(buffer)
     try:

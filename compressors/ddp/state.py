@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
@@ -33,8 +34,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from gradstat.compressors.base import Compressor
+from gradstat.compressors.base import Compressor, check_int
 from gradstat.compressors.memory.send import Memory, WorkerState
+from gradstat.compressors.schemes.dense import SmallDense
 
 MEMORIES = ("residual", "velocity")
 """Per-coordinate memories of a block: the feedback residual and DGC's local velocity (re-sliced and carried over
@@ -51,6 +53,9 @@ def set_memory(w: WorkerState, name: str, value: torch.Tensor | None) -> None:
     else:
         setattr(w, name, value)
 
+
+OPTIONAL_SETTINGS = ("masking", "dense_below")
+"""Settings a checkpoint may lack (saved before they existed): it is loaded whatever this hook's value."""
 
 Granularity = Literal["bucket", "layer"]
 Exchange = Literal["gather", "allreduce"]
@@ -114,6 +119,7 @@ class StepMetrics:
     bits : exact payload bits (``Payload.bits`` summed over blocks); wire_bytes : serialised bytes (header and
     last-byte padding included); sent_bytes : bytes handed to the collectives (padded messages, length exchanges,
     or the all-reduced buffer); hook_seconds : time inside the hook and its callbacks; buckets : buckets seen;
+    dense_blocks : blocks sent dense (:attr:`HookSettings.dense_below`);
     blocks : this rank's payload per block key (the parameter's position in layer-wise mode, else the bucket
     index) as ``(bits, wire_bytes)``.
     """
@@ -123,6 +129,7 @@ class StepMetrics:
     sent_bytes: int = 0
     hook_seconds: float = 0.0
     buckets: int = 0
+    dense_blocks: int = 0
     blocks: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -141,6 +148,10 @@ class HookSettings:
     granularity : ``bucket`` (one block per bucket) or ``layer`` (one block per parameter slice).
     exchange : ``gather`` (serialised payloads, padded all-gather; every compressor) or ``allreduce`` (each rank
         all-reduces its own decoded message densely; not for side-information schemes).
+    dense_below : blocks (a bucket, or a parameter's slice layer-wise) of fewer elements are sent dense, at the
+        gradient's width (:class:`~gradstat.compressors.schemes.dense.SmallDense`); so are blocks the compressor
+        cannot compress whatever this is (fewer than ``compressor.min_numel()``: a sparsifier keeping < 1 element).
+        0 (default): only those.
     """
 
     compressor: Compressor | None
@@ -149,6 +160,7 @@ class HookSettings:
     seed: int = 0
     granularity: Granularity = "bucket"
     exchange: Exchange = "gather"
+    dense_below: int = 0
 
     def __post_init__(self) -> None:
         if self.granularity not in ("bucket", "layer"):
@@ -163,6 +175,13 @@ class HookSettings:
             )
         if self.exchange == "allreduce" and self.compressor is not None and self.compressor.properties.needs_side:
             raise ValueError(f"{self.compressor.name} decodes with side information: it needs exchange='gather'")
+        check_int("dense_below", self.dense_below, 0)
+
+    @functools.cached_property
+    def codec(self) -> SmallDense | None:
+        """The compressor as the hook runs it: :attr:`compressor`, with blocks below ``dense_below`` (or below
+        what it can compress) sent dense; None for plain all-reduce."""
+        return None if self.compressor is None else SmallDense(self.compressor, self.dense_below)
 
     def describe(self) -> dict[str, Any]:
         """What a checkpoint must agree on (plain values)."""
@@ -173,6 +192,7 @@ class HookSettings:
             "granularity": self.granularity,
             "momentum": None if m is None else m.momentum,
             "masking": None if m is None else m.masking,
+            "dense_below": self.dense_below,
         }
 
 
@@ -349,7 +369,7 @@ class CompressionHookState:
         granularity must be the same."""
         mine = self.settings.describe()
         for key, value in mine.items():
-            if key in state and state[key] != value or key not in state and key != "masking":
+            if key in state and state[key] != value or key not in state and key not in OPTIONAL_SETTINGS:
                 raise ValueError(f"hook state was saved with {key}={state.get(key)!r}, this hook uses {value!r}")
         self.memory.load_state_dict(state)
         self.settings = dataclasses.replace(self.settings, seed=int(state["seed"]))

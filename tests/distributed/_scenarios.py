@@ -12,8 +12,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from gradstat.analysis.training.workloads import get_workload
 from gradstat.compressors.ddp import make_hook
 from gradstat.compressors.ddp.exchange import SIZE_EXCHANGE_BYTES
+from gradstat.compressors.schemes.sparsifiers.topk import TopK
 
 WORKLOAD = "fc300"
+
+
+class _Refusing(TopK):
+    """Top-k that declares it compresses any tensor (``min_numel`` 1), so a too-small ratio refuses in encode."""
+
+    def min_numel(self) -> int:
+        return 1
 
 
 def _setup(spec, feedback="ef", seed=0, bucket_caps=None, granularity="bucket", keep=True, exchange="gather"):
@@ -108,7 +116,9 @@ def failures(rank: int, world: int) -> dict:
         )
     except Exception as exc:
         out["next_loss"] = f"{type(exc).__name__}: {exc}"
-    wl, model, ddp, state, opt = _setup("topk:ratio=0.000001")  # keeps < 1 of 266,610 elements: refused
+    # keeps < 1 of 266,610 elements, and (unlike TopK, whose hook would send such a bucket dense) claims it can
+    # compress it: refused in encode
+    wl, model, ddp, state, opt = _setup(_Refusing(ratio=0.000001))
     try:
         _step(wl, ddp, opt, x if rank == 0 else x.nan_to_num(0.0), y)
         out["refused"] = None
@@ -233,4 +243,72 @@ def several(rank: int, world: int, calls: dict[str, tuple[str, dict]]) -> dict:
         except Exception:
             out[name] = {"error": traceback.format_exc()}
         dist.barrier()
+    return out
+
+
+class TinyTensors(torch.nn.Module):
+    """Tensors of every awkward size: a 0-d scale, biases of 4 and 64, a 64-element norm, a 16 x 64 and a 64 x 64
+    weight (parameter sizes, in the model's order: 1, 1024, 64, 64, 64, 4096, 64, 256, 4)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = torch.nn.Linear(16, 64)
+        self.norm = torch.nn.LayerNorm(64)
+        self.mid = torch.nn.Linear(64, 64)
+        self.out = torch.nn.Linear(64, 4)
+        self.scale = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.norm(self.inp(x)))
+        return self.scale * self.out(torch.tanh(self.mid(h)))
+
+
+def tiny_tensors(
+    rank: int, world: int, specs: list[str], feedback: str, iterations: int, granularity: str = "layer", dense_below=0
+) -> dict:
+    """Train :class:`TinyTensors` (a linear teacher's targets) under a hook per spec. Per spec: the losses, each
+    block's (numel, bits sent) by this rank, the blocks counted dense, and for every block that went dense this
+    rank's gradient before compression next to what rank 0 decoded of this rank's message (the last step)."""
+    out = {}
+    for spec in specs:
+        torch.manual_seed(0)
+        model = TinyTensors()
+        ddp = DDP(model)
+        state, hook = make_hook(
+            spec, feedback, model=model, seed=3, granularity=granularity, dense_below=dense_below, keep_payloads=True
+        )
+        ddp.register_comm_hook(state, hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        seen: dict = {}
+
+        def observe(step, view, seen=seen):
+            for pos, g in zip(view.params, view.grads, strict=True):
+                seen[pos] = g.detach().clone()
+
+        state.taps.observers.append(observe)
+        gen = torch.Generator().manual_seed(11)
+        teacher = torch.randn(16, 4, generator=gen)
+        losses, dense = [], []
+        for _ in range(iterations):
+            x = torch.randn(32, 16, generator=gen)[rank * 16 : (rank + 1) * 16]
+            state.taps.last.clear()
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.mse_loss(ddp(x), x @ teacher)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+            dense.append(state.take_metrics().dense_blocks)
+        sizes = {pos: p.numel() for pos, p in enumerate(model.parameters())}
+        sent = {b: (p.numel, p.bits, p.dtype) for (r, b), (p, _d) in state.taps.last.items() if r == rank}
+        decoded = {b: d for (r, b), (_p, d) in state.taps.last.items() if r == rank}
+        out[spec] = {
+            "losses": losses,
+            "dense": dense,
+            "sizes": sizes,
+            "sent": {b: (n, bits) for b, (n, bits, _) in sent.items()},
+            "local": {b: seen[b] for b in seen if granularity == "layer"},
+            "decoded": decoded,
+            "params_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters()),
+            "final": torch.cat([p.detach().reshape(-1) for p in model.parameters()]),
+        }
     return out

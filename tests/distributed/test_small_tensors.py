@@ -1,0 +1,106 @@
+"""Small and odd tensors under the DDP hook (2 gloo ranks): a model with a 0-d scale, biases of 4 and 64 elements and
+a 64-element norm trains layer-wise with every registered compressor; tensors a compressor cannot compress (a
+sparsifier's ratio keeping < 1 element) or below the declared ``dense_below`` go dense, counted at their width."""
+
+from __future__ import annotations
+
+import math
+
+import _scenarios
+import pytest
+import torch
+from _ranks import run_ranks
+
+from gradstat import compressors
+from gradstat.compressors.schemes.dense import Dense, SmallDense
+
+ITERATIONS = 4
+SPECS = compressors.names()
+
+
+@pytest.fixture(scope="module")
+def layerwise() -> list[dict]:
+    calls = {
+        "layer": ("tiny_tensors", {"specs": SPECS, "feedback": "ef", "iterations": ITERATIONS}),
+        # every parameter below 100 elements dense, also for compressors that could compress them
+        "declared": ("tiny_tensors", {"specs": ["qsgd"], "feedback": "ef", "iterations": 2, "dense_below": 100}),
+    }
+    results = run_ranks(_scenarios.several, calls=calls, timeout_s=400)
+    for rank, res in enumerate(results):
+        for name, out in res.items():
+            if "error" in out:
+                pytest.fail(f"scenario {name!r}: rank {rank} raised:\n{out['error']}")
+    return [{**res["layer"]["ok"], "declared": res["declared"]["ok"]["qsgd"]} for res in results]
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_a_model_with_tiny_tensors_trains_layerwise_with_every_compressor(layerwise, name):
+    comp = compressors.create(name)
+    for rank, res in enumerate(layerwise):
+        run = res[name]
+        assert len(run["losses"]) == ITERATIONS and all(math.isfinite(x) for x in run["losses"]), run["losses"]
+        assert run["params_finite"], f"rank {rank}: a parameter is not finite"
+        small = [pos for pos, n in run["sizes"].items() if n < comp.min_numel()]
+        # every step sends exactly the tensors the compressor cannot compress dense, and says how many
+        assert run["dense"] == [len(small)] * ITERATIONS
+        for pos in small:
+            numel, bits = run["sent"][pos]
+            assert numel == run["sizes"][pos] and bits == 32 * numel  # float32 values, nothing else
+            # dense is exact: what the receivers decoded is this rank's gradient (the residual of a dense block is 0)
+            assert torch.equal(run["decoded"][pos].reshape(-1), run["local"][pos].reshape(-1))
+    # both ranks applied the same averaged gradients
+    assert torch.equal(layerwise[0][name]["final"], layerwise[1][name]["final"])
+
+
+def test_a_declared_size_sends_every_smaller_tensor_dense(layerwise):
+    for res in layerwise:
+        run = res["declared"]  # qsgd, dense_below=100: the 0-d scale, the biases of 4 and 64 and the norm's 64 + 64
+        assert run["dense"] == [6, 6]
+        for pos, n in run["sizes"].items():
+            numel, bits = run["sent"][pos]
+            if n < 100:
+                assert bits == 32 * n
+            else:
+                assert bits < 32 * n  # compressed by qsgd
+
+
+def test_sparsifiers_send_the_papers_ratio_on_the_larger_tensors(layerwise):
+    run = layerwise[0]["topk"]
+    (weight,) = [pos for pos, n in run["sizes"].items() if n == 4096]
+    # the 64 x 64 weight: k = ceil(0.01 * 4096) = 41 values of 32 bits and indices of ceil(log2 4096) = 12 bits
+    assert run["sent"][weight] == (4096, 41 * (32 + 12))
+
+
+def test_small_dense_picks_by_size_and_declared_threshold():
+    topk = compressors.create("topk:ratio=0.01")
+    codec = SmallDense(topk)
+    assert codec.threshold == 100 and codec.sends_dense(99) and not codec.sends_dense(100)
+    assert SmallDense(compressors.create("qsgd")).threshold == 1
+    assert SmallDense(compressors.create("qsgd"), dense_below=256).sends_dense(255)
+    with pytest.raises(ValueError, match="dense_below must be an integer >= 0"):
+        SmallDense(topk, dense_below=-1)
+    g = torch.randn(64, dtype=torch.bfloat16)
+    p = codec.encode(g)
+    assert p.bits == 16 * 64 and torch.equal(codec.decode(p), g) and codec.decode(p).dtype == torch.bfloat16
+    big = torch.randn(1000)
+    assert codec.encode(big).bits == topk.encode(big).bits
+
+
+def test_dense_round_trips_through_bytes_at_the_gradient_width():
+    from gradstat.compressors.wire.payload import Payload
+
+    for dtype, width in ((torch.float32, 32), (torch.float16, 16), (torch.bfloat16, 16), (torch.float64, 64)):
+        g = torch.randn(3, 5, dtype=dtype)
+        p = Dense().encode(g)
+        back = Payload.from_bytes(p.to_bytes(), p.shape, p.dtype)
+        assert p.bits == width * 15 and torch.equal(Dense().decode(back), g)
+
+
+def test_min_numel_is_the_smallest_vector_a_ratio_keeps_one_element_of():
+    for ratio, d in ((0.01, 100), (0.3, 4), (0.07, 15), (0.5, 2)):
+        c = compressors.create(f"topk:ratio={ratio}")
+        assert c.min_numel() == d
+        c.encode(torch.randn(d))  # accepted
+        with pytest.raises(ValueError, match="< 1 element"):
+            c.encode(torch.randn(d - 1))
+    assert compressors.create("qsgd").min_numel() == 1
