@@ -2,10 +2,10 @@
 design card's layout) and install as ``gradstat.theory``, ``gradstat.compressors`` and ``gradstat.analysis``, so that
 nothing generic lands at the top level of site-packages. Everything else is in ``pyproject.toml``.
 
-The C loops (``compressors/kernels/_native.c``) are built here, by the package build, as the extension module
-``gradstat.compressors.kernels._native``: plain C on Python's buffer protocol, independent of the torch version. The
+The C loops (``theory/kernels/_native.c``) are built here, by the package build, as the extension module
+``gradstat.theory.kernels._native``: plain C on Python's buffer protocol, independent of the torch version. The
 extension is optional: where no C compiler works the build says so and the install goes on without it, and the
-package runs its torch and numpy paths instead (``gradstat.compressors.kernels.native.absent_reason()`` says why).
+package runs its torch and numpy paths instead (``gradstat.theory.kernels.native.absent_reason()`` says why).
 An editable install (``pip install -e .``) builds it in place, beside its source."""
 
 import hashlib
@@ -15,7 +15,7 @@ from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 LAYERS = ("theory", "compressors", "analysis")
-NATIVE_SOURCE = "compressors/kernels/_native.c"
+NATIVE_SOURCE = "theory/kernels/_native.c"
 
 
 class BuildNative(build_ext):
@@ -35,7 +35,7 @@ def native_extension() -> Extension:
     version of the source (a stale in-place build)."""
     digest = hashlib.sha256((Path(__file__).parent / NATIVE_SOURCE).read_bytes()).hexdigest()
     return Extension(
-        "gradstat.compressors.kernels._native",
+        "gradstat.theory.kernels._native",
         sources=[NATIVE_SOURCE],
         define_macros=[("GS_SOURCE_DIGEST", f'"{digest}"')],
         optional=True,  # no working compiler: a warning, and the package installs without it

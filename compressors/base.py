@@ -9,7 +9,7 @@ shape and dtype.
 Rules for implementations:
 - no ``.item()``, ``.cpu()`` or numpy inside ``_encode``/``_decode`` except where the algorithm itself needs a
   scalar decision (say so in a comment);
-- randomness from the counter hash keyed by ``(seed, index)`` (:mod:`gradstat.compressors.kernels.counter_dither`),
+- randomness from the counter hash keyed by ``(seed, index)`` (:mod:`gradstat.theory.kernels.counter_dither`),
   the same numbers on every device; the seed actually used is sent as a ``seed`` part of ``SEED_BITS`` bits. A
   scheme that draws from torch's per-device generator instead (``dither=torch``) records it
   (``Payload.add_generator``) and its decoder refuses another device (``Payload.check_generator``);
@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Literal, Mapping, Sequence
 import torch
 
 from gradstat.compressors.context import Context
-from gradstat.compressors.kernels.primitives import all_finite, forget_extremes
+from gradstat.theory.kernels.primitives import all_finite, forget_extremes
 from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.payload import Payload
 

@@ -7,19 +7,13 @@ changed.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from gradstat.compressors.wire.payload import SEED_BITS  # noqa: F401  (re-exported: seeds are a context concept too)
-
-
-def derive_seed(*keys: int) -> int:
-    """A 63-bit seed from integer keys (stable across runs, platforms and devices)."""
-    h = hashlib.blake2b(b",".join(str(int(k)).encode() for k in keys), digest_size=8).digest()
-    return int.from_bytes(h, "little") & ((1 << 63) - 1)
+from gradstat.theory.kernels.seeds import derive_seed  # noqa: F401  (re-exported: the context derives every seed)
 
 
 def generator(seed: int, device: torch.device | str = "cpu", *streams: int) -> torch.Generator:

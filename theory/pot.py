@@ -28,7 +28,7 @@ from gradstat.theory.estimators.estimate import Estimate
 from gradstat.theory.estimators.exceedances import Exceedances, unit_for
 from gradstat.theory.estimators.fit import resolve
 from gradstat.theory.estimators.magnitudes import check_magnitudes
-from gradstat.theory.estimators.moments import tail_moments
+from gradstat.theory.kernels.stage_stats import tail_moments
 from gradstat.theory.estimators.registry import SHAPED, estimator
 from gradstat.theory.estimators.result import Fit
 from gradstat.theory.thresholds import QUANTILES, check_length, check_ratio, conditional_ratio, tail_quantile
@@ -169,13 +169,13 @@ def multistage_threshold(
         Gamma quantile of stage 1 (see :func:`gradstat.theory.thresholds.tail_quantile`).
     signed : bool
         ``abs_g`` holds signed values g and the magnitudes are |g|: the statistics are read by fused kernels
-        (:mod:`gradstat.theory.estimators.moments`) without forming |g| (one read of g per stage where they run
+        (:mod:`gradstat.theory.kernels.stage_stats`) without forming |g| (one read of g per stage where they run
         compiled); same thresholds as for ``abs(g)`` up to the rounding of reordered sums.
     final_count : bool
         Count the survivors of the final threshold (one more pass); False leaves the last stage's ``survivors``
         None, for a caller that selects with the threshold and counts there.
     stats : Tensor, optional
-        The fused summary of ``abs_g`` (:func:`gradstat.theory.estimators.moments.summary`, same ``signed``) when
+        The fused summary of ``abs_g`` (:func:`gradstat.theory.kernels.stage_stats.summary`, same ``signed``) when
         the caller has read it already (see :func:`gradstat.theory.estimators.magnitudes.check_magnitudes`).
     narrow : callable ``(x, t) -> (indices, magnitudes)``, optional
         With M >= 2 stages (and at most :data:`NARROW_FRACTION` of the elements expected above eta_{M-1}): the

@@ -25,8 +25,8 @@ import torch
 
 from gradstat.analysis.bench.timing import Timing, progress, time_ms
 from gradstat.analysis.measure import huge_pages
-from gradstat.compressors.kernels import compaction
-from gradstat.theory.fused import can_compile, forced, policy
+from gradstat.theory.kernels import compaction
+from gradstat.theory.kernels.fused import can_compile, forced, policy
 
 if TYPE_CHECKING:
     from gradstat.compressors.base import Compressor
@@ -131,11 +131,11 @@ def _sidco_phases(g: torch.Tensor, ratio: float, repeats: int, dev: torch.device
     forming |g|, the fit and threshold, the selection and the packing."""
     from gradstat import compressors
     from gradstat.compressors.context import Context
-    from gradstat.compressors.kernels.primitives import all_finite, select_at_least, selects_signed
+    from gradstat.theory.kernels.primitives import all_finite, select_at_least, selects_signed
     from gradstat.compressors.schemes.sparsifiers.sidco import SIDCo
     from gradstat.compressors.schemes.sparsifiers.threshold import add_sparse
     from gradstat.compressors.wire.payload import Payload
-    from gradstat.theory.estimators.moments import tail_moments
+    from gradstat.theory.kernels.stage_stats import tail_moments
 
     comp = compressors.create("sidco:dist=exp,stages=3", ratio=ratio)  # its own methods: the phases of its encode
     assert isinstance(comp, SIDCo)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 # -- the dithered quantizers (QCS, DQSG, QSGD, half-dithered) ----------------------------------------------------
 def _dither(seed: int, d: int, device: torch.device) -> torch.Tensor:
     """The counter dither of elements 0..d-1 of ``seed`` (what the encoder adds and the decoder subtracts)."""
-    from gradstat.compressors.kernels import counter_dither
+    from gradstat.theory.kernels import counter_dither
     from gradstat.compressors.schemes.quantizers.dither import DITHER_STREAM
 
     key = counter_dither.keys(seed, DITHER_STREAM, device)
@@ -68,7 +68,7 @@ def encoder_dither(gain_factor: float) -> list:
     """The encoder adds ``gain_factor`` dithers instead of one (2: doubled, 0: forgotten): the input of the row
     loop moved by ``(gain_factor - 1) u`` steps, so whichever backend runs computes ``floor(y + f u + shift)``."""
     import gradstat.compressors.schemes.quantizers.dither as dq
-    from gradstat.compressors.kernels import counter_dither
+    from gradstat.theory.kernels import counter_dither
 
     orig = dq._counter_rows
 

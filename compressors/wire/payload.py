@@ -44,7 +44,7 @@ holding NaN or Inf: one extra read of the index and floating parts only (a spars
 scales), with one host read for all of them.
 
 Random draws: a payload whose decoder regenerates random numbers sends the seed (a ``seed`` part). The counter
-hash keyed by ``(seed, index)`` (:mod:`gradstat.compressors.kernels.counter_dither`) gives the same numbers on any
+hash keyed by ``(seed, index)`` (:mod:`gradstat.theory.kernels.counter_dither`) gives the same numbers on any
 device, so such a payload says nothing more. A payload drawn from torch's per-device generator (``dither=torch``)
 also sends a ``device`` part (:meth:`Payload.add_generator`, 8 bits, counted): the device type its draws belong
 to; :meth:`Payload.check_generator` refuses to decode it elsewhere.

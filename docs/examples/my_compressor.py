@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from gradstat.compressors import Compressor, Context, Payload, Properties, register
-from gradstat.compressors.kernels.counter_dither import dither_rows, keys
+from gradstat.theory.kernels.counter_dither import dither_rows, keys
 
 
 def exponent_range(dtype: torch.dtype) -> tuple[int, int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gradstat.compressors.kernels import native
+from gradstat.theory.kernels import native
 
 
 @pytest.fixture(params=["one piece", "3 pieces"])

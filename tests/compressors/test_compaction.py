@@ -1,4 +1,4 @@
-"""The compaction kernel (compressors/kernels/compaction.py) against the plain mask: indices, gathered values and the
+"""The compaction kernel (theory/kernels/compaction.py) against the plain mask: indices, gathered values and the
 largest magnitude, on every kind of float32 and float64 value, across its 16-element steps, its scalar tail and its
 buffer growth; the switch that turns it off (``GRADSTAT_COMPILE=never``); and the threads it runs on."""
 
@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from gradstat.compressors.kernels import compaction, native
+from gradstat.theory.kernels import compaction, native
 
 FMAX = torch.finfo(torch.float32).max
 

@@ -1,4 +1,4 @@
-"""The counter-based dither (compressors/kernels/counter_dither.py): the compiled fused quantizer equals the eager
+"""The counter-based dither (theory/kernels/counter_dither.py): the compiled fused quantizer equals the eager
 reference bit for bit; compiling degrades to eager (switched off, or failing); the numbers are uniform on [0, 1) (KS
 test) and make DQSG's error exactly uniform (Lemma 3) and QSGD unbiased; the same seed gives the same numbers on CPU
 and CUDA."""
@@ -11,12 +11,12 @@ from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 from scipy import stats
 
 from gradstat.compressors import Context, create
-from gradstat.compressors.kernels import counter_dither, counter_native
+from gradstat.theory.kernels import counter_dither, counter_native
 from gradstat.compressors.schemes.quantizers import ndqsg
 from gradstat.compressors.schemes.quantizers.dither import ScaledQuantizer
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.dqsg import conditional_error
-from gradstat.theory.fused import can_compile
+from gradstat.theory.kernels.fused import can_compile
 
 needs_compiler = pytest.mark.skipif(not can_compile(), reason="no C++ compiler for torch.compile here")
 

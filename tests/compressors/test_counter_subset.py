@@ -18,7 +18,7 @@ from scipy import stats
 
 from gradstat import compressors
 from gradstat.compressors.context import Context
-from gradstat.compressors.kernels import counter_dither
+from gradstat.theory.kernels import counter_dither
 from gradstat.compressors.schemes.sparsifiers import randk, wangni
 
 CONFIDENCE = 0.999

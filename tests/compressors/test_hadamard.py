@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gradstat.compressors.kernels.hadamard import (
+from gradstat.theory.kernels.hadamard import (
     factor,
     first_rows,
     first_rows_transpose,
@@ -97,7 +97,7 @@ def test_first_rows_and_their_adjoint_equal_the_dense_rows(n, k):
 
 @pytest.mark.parametrize("n", [1, 2, 8, 64, 256, 512, 1024])
 def test_fast_fwht_matches_the_butterfly_reference_within_rounding(n):
-    from gradstat.compressors.kernels.hadamard import fwht, fwht_butterfly
+    from gradstat.theory.kernels.hadamard import fwht, fwht_butterfly
 
     x = torch.randn(37, n, generator=torch.Generator().manual_seed(n))
     fast, ref = fwht(x), fwht_butterfly(x)

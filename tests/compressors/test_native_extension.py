@@ -1,4 +1,4 @@
-"""gradstat's C extension (compressors/kernels/_native.c, built by setup.py at install): its buffer checks, the one
+"""gradstat's C extension (theory/kernels/_native.c, built by setup.py at install): its buffer checks, the one
 switch that turns it off, the refusal of a stale build, and the package without it: the same compressor outputs
 bit for bit in a process where it is absent, and an install from a source tree with no working C compiler.
 
@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 import torch
 
-from gradstat.compressors.kernels import compaction, counter_dither, counter_native, native
-from gradstat.theory.fused import forced
+from gradstat.theory.kernels import compaction, counter_dither, counter_native, native
+from gradstat.theory.kernels.fused import forced
 
 ROOT = Path(__file__).resolve().parents[2]
 built = pytest.mark.skipif(not native.built(), reason=f"gradstat's C extension is absent: {native.absent_reason()}")
@@ -34,12 +34,12 @@ import importlib.abc, sys
 
 class _Absent(importlib.abc.MetaPathFinder):  # the extension as a build without a compiler leaves it: not there
     def find_spec(self, name, path, target=None):
-        if name == "gradstat.compressors.kernels._native":
+        if name == "gradstat.theory.kernels._native":
             raise ImportError("no C extension in this process")
         return None
 
 sys.meta_path.insert(0, _Absent())
-from gradstat.compressors.kernels import native
+from gradstat.theory.kernels import native
 assert not native.built() and native.extension() is None
 """
 
@@ -198,7 +198,7 @@ def test_the_compile_policy_turns_every_loop_off_and_on_in_one_process():
 def test_a_build_from_another_source_is_refused_with_one_warning(monkeypatch, tmp_path):
     """An in-place build older than its source (edited since, not rebuilt) is not used: its loops may not be the
     source's."""
-    if importlib.util.find_spec("gradstat.compressors.kernels._native") is None:
+    if importlib.util.find_spec("gradstat.theory.kernels._native") is None:
         pytest.skip(f"gradstat's C extension is absent: {native.absent_reason()}")
     source = native.SOURCE.read_text()
     edited = tmp_path / "_native.c"
@@ -263,7 +263,7 @@ def _wheel_and_install(tmp_path: Path, cc: str | None) -> tuple[Path, list[str]]
 
 PROBE = """
 import torch
-from gradstat.compressors.kernels import compaction, native
+from gradstat.theory.kernels import compaction, native
 print(native.__file__)
 print(native.built())
 print(native.absent_reason())
@@ -275,7 +275,7 @@ def test_the_package_installs_and_runs_without_a_c_compiler(tmp_path):
     """``CC=false`` (a compiler that always fails): the wheel builds without the extension, installs, imports, and
     reports the extension absent; its compressors then run their torch and numpy paths."""
     target, files = _wheel_and_install(tmp_path, cc="false")
-    assert "gradstat/compressors/kernels/native.py" in files and not [f for f in files if "_native." in f and
+    assert "gradstat/theory/kernels/native.py" in files and not [f for f in files if "_native." in f and
                                                                        f.endswith((".so", ".pyd"))]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADSTAT_COMPILE")}
     lines = _run(PROBE + "from gradstat import compressors; import torch\n"
@@ -289,9 +289,9 @@ def test_the_package_installs_and_runs_without_a_c_compiler(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler here")
 def test_the_package_build_compiles_the_extension_into_the_package(tmp_path):
-    """With a compiler: the wheel holds the extension inside gradstat/compressors/kernels/, and it is used."""
+    """With a compiler: the wheel holds the extension inside gradstat/theory/kernels/, and it is used."""
     target, files = _wheel_and_install(tmp_path, cc=None)
-    assert [f for f in files if f.startswith("gradstat/compressors/kernels/_native.") and f.endswith(".so")]
+    assert [f for f in files if f.startswith("gradstat/theory/kernels/_native.") and f.endswith(".so")]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADSTAT_COMPILE")}
     lines = _run(PROBE, env={**env, "PYTHONPATH": str(target)}, cwd=tmp_path).splitlines()
     assert Path(lines[0]).is_relative_to(target) and lines[1:] == ["True", "None", "[1, 2]"]

@@ -1,4 +1,4 @@
-"""Each fast primitive of compressors/kernels/primitives.py equals a plain reference implementation (bit for bit, or
+"""Each fast primitive of theory/kernels/primitives.py equals a plain reference implementation (bit for bit, or
 within float rounding where a reduction reorders), on ordinary, tied, zero, denormal and near-overflow inputs."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from gradstat.compressors.kernels import compaction
-from gradstat.compressors.kernels import primitives as P
+from gradstat.theory.kernels import compaction
+from gradstat.theory.kernels import primitives as P
 
 FMAX = torch.finfo(torch.float32).max
 TINY = torch.finfo(torch.float32).smallest_normal

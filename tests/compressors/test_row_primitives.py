@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gradstat.compressors.kernels import primitives as P
+from gradstat.theory.kernels import primitives as P
 
 FMAX = torch.finfo(torch.float32).max
 

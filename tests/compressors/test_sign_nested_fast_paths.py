@@ -10,9 +10,9 @@ import torch
 
 from gradstat import compressors
 from gradstat.compressors.context import Context
-from gradstat.compressors.kernels import counter_dither
-from gradstat.compressors.kernels.hadamard import first_rows, first_rows_transpose
-from gradstat.compressors.kernels.primitives import mean_abs, to_float32_wire
+from gradstat.theory.kernels import counter_dither
+from gradstat.theory.kernels.hadamard import first_rows, first_rows_transpose
+from gradstat.theory.kernels.primitives import mean_abs, to_float32_wire
 from gradstat.compressors.schemes.quantizers.dither import DITHER_STREAM, draw_dither
 from gradstat.compressors.wire.payload import Payload
 
@@ -173,7 +173,7 @@ def test_qcs_equals_the_plain_reference(spec):
 @pytest.mark.parametrize("n,k", [(256, 64), (256, 256), (64, 8), (192, 16), (200, 2), (96, 8)])
 def test_first_rows_equal_the_plain_fold_bit_for_bit(n, k):
     """The fold skips the multiplication by an all-ones first row (Sylvester orders) and nothing else."""
-    from gradstat.compressors.kernels.hadamard import _first_row_on, factor, fwht
+    from gradstat.theory.kernels.hadamard import _first_row_on, factor, fwht
 
     x = torch.randn(37, n, generator=torch.Generator().manual_seed(n + k))
     m, p2 = factor(n)

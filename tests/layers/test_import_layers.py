@@ -74,7 +74,7 @@ def test_an_arrow_planted_from_theory_up_to_compressors_breaks_the_layers(tmp_pa
     ("module", "arrow"),
     [
         ("wire/payload.py", "gradstat.compressors.schemes.sparsifiers.topk"),
-        ("kernels/primitives.py", "gradstat.compressors.base"),
+        ("base.py", "gradstat.compressors.schemes.sparsifiers.topk"),
         ("schemes/quantizers/qsgd.py", "gradstat.compressors.memory.feedback"),
         ("schemes/lowrank/powersgd.py", "gradstat.compressors.schemes.quantizers.dither"),
         ("memory/feedback.py", "gradstat.compressors.ddp.hook"),
@@ -88,3 +88,30 @@ def test_an_arrow_planted_up_through_compressors_concerns_breaks_their_order(tmp
     assert r.returncode != 0
     source = "gradstat.compressors." + module.removesuffix(".py").replace("/", ".")
     assert f"{source} -> {arrow}" in " ".join(r.stdout.split())
+
+
+@pytest.mark.parametrize(
+    ("module", "arrow"),
+    [
+        ("kernels/primitives.py", "gradstat.theory.pot"),  # up into the rest of theory
+        ("kernels/stage_stats.py", "gradstat.theory.estimators.exceedances"),
+        ("kernels/compaction.py", "gradstat.compressors.wire.payload"),  # up into the compressors
+    ],
+)
+def test_an_arrow_planted_from_the_kernels_up_breaks_the_bottom_layer(tmp_path, module, arrow):
+    staging = stage(tmp_path, copy=("theory",))
+    planted = staging / "gradstat" / "theory" / module
+    planted.write_text(planted.read_text() + f"\nimport {arrow}  # planted\n")
+    r = lint_imports(staging)
+    assert r.returncode != 0
+    source = "gradstat.theory." + module.removesuffix(".py").replace("/", ".")
+    assert f"{source} -> {arrow}" in " ".join(r.stdout.split())
+
+
+def test_an_arrow_planted_down_the_kernels_own_order_breaks_it(tmp_path):
+    staging = stage(tmp_path, copy=("theory",))
+    planted = staging / "gradstat" / "theory" / "kernels" / "fused.py"
+    planted.write_text(planted.read_text() + "\nimport gradstat.theory.kernels.primitives  # planted\n")
+    r = lint_imports(staging)
+    assert r.returncode != 0
+    assert "gradstat.theory.kernels.fused -> gradstat.theory.kernels.primitives" in " ".join(r.stdout.split())

@@ -1,4 +1,4 @@
-"""torch.compile's cache folder (theory/compile_cache.py): gradstat's own private folder where the user names none,
+"""torch.compile's cache folder (theory/kernels/compile_cache.py): gradstat's own private folder where the user names none,
 and a folder another user can write (or owns, or a link) refused: the fused kernels then stay eager, with one
 warning, and nothing is compiled."""
 
@@ -10,8 +10,8 @@ import warnings
 import pytest
 import torch
 
-from gradstat.theory import compile_cache, fused
-from gradstat.theory.compile_cache import ENV_INDUCTOR, UnsafeCacheError, check_private, ensure_compile_cache
+from gradstat.theory.kernels import compile_cache, fused
+from gradstat.theory.kernels.compile_cache import ENV_INDUCTOR, UnsafeCacheError, check_private, ensure_compile_cache
 
 posix = pytest.mark.skipif(not hasattr(os, "getuid"), reason="no POSIX users here")
 

@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from gradstat import compressors
-from gradstat.compressors.kernels.primitives import block_max
+from gradstat.theory.kernels.primitives import block_max
 from gradstat.compressors.schemes.sparsifiers.sidco import exceedances_above
-from gradstat.theory import fused as fused_mod
+from gradstat.theory.kernels import fused as fused_mod
 from gradstat.theory.estimators import exceedances as exc_mod
 from gradstat.theory.estimators.exceedances import Exceedances
-from gradstat.theory.estimators.moments import summary, tail_moments
-from gradstat.theory.fused import Fused, forced, policy
+from gradstat.theory.kernels.stage_stats import summary, tail_moments
+from gradstat.theory.kernels.fused import Fused, forced, policy
 from gradstat.theory.pot import multistage_threshold
 
 needs_compiler = pytest.mark.skipif(not fused_mod.can_compile(), reason="no C++ compiler for torch.compile here")
@@ -253,7 +253,7 @@ def test_a_fused_kernel_that_forgets_the_shift_misses_the_target(monkeypatch):
 
 @needs_compiler
 def test_fused_count_at_least_equals_the_eager_count():
-    from gradstat.compressors.kernels import primitives as P
+    from gradstat.theory.kernels import primitives as P
 
     a = _laplace(100_000, 6).abs()
     a[::5] = 0
@@ -382,7 +382,7 @@ def test_a_fixed_threshold_selection_is_its_own_finiteness_check(bad, monkeypatc
 def test_a_sparse_selection_through_compiled_block_maxima_equals_the_plain_mask(signed):
     """With an expected density at most SPARSE_DENSITY the CPU selection searches compiled block maxima first (a
     ragged tail, thresholds from sparse to dense and above the maximum): the same indices as the plain mask."""
-    from gradstat.compressors.kernels import primitives as P
+    from gradstat.theory.kernels import primitives as P
 
     x = _laplace(64 * 5000 + 21, 9)
     a = x.abs()
@@ -398,7 +398,7 @@ def test_fused_mean_abs_is_the_float64_mean_rounded_once(scale):
     """Compiled, ``mean_abs`` of float32 values is the float64 sum of |x| over d rounded once to float32: within
     half an ulp of the exact mean (checked against a float64 mean, itself within ~1e-13 of it) at every scale, the
     near-overflow one included, and exactly equivariant to powers of two away from the denormal range."""
-    from gradstat.compressors.kernels import primitives as P
+    from gradstat.theory.kernels import primitives as P
 
     x = (_laplace(100_003, 10) * scale).clamp(-torch.finfo(torch.float32).max, torch.finfo(torch.float32).max)
     with forced("always"):
@@ -419,7 +419,7 @@ def test_one_bit_class_means_of_one_group_from_one_fused_read(scale):
     each mean is the exact class mean rounded once to float32 (within half an ulp of a float64 reference, at
     every scale, the near-overflow one included), the bits are the plain ones, and the decode puts each class's
     mean back exactly. The plain path's means (float32 sums) agree within their own rounding."""
-    from gradstat.compressors.kernels import primitives as P
+    from gradstat.theory.kernels import primitives as P
 
     g = (_laplace(200_003, 13) * scale).clamp(-torch.finfo(torch.float32).max, torch.finfo(torch.float32).max)
     comp = compressors.create("onebit")
@@ -445,7 +445,7 @@ def test_compiled_row_scales_equal_the_eager_ones_and_the_float64_norm(scale):
     """The quantizers' bucket scales from one fused read: the l2 norms are the float64 sums of squares rounded
     once, so compiled and eager agree with each other and with a float64 norm within half an ulp (1e-36 rows of
     512 reach ~2e37, near float32's top; 1e-40 is denormal), and the max-abs rows are exactly the eager ones."""
-    from gradstat.compressors.kernels import primitives as P
+    from gradstat.theory.kernels import primitives as P
 
     rows = (_laplace(512 * 301, 11) * scale).view(301, 512)
     rows[7] = 0.0
@@ -492,7 +492,7 @@ def test_without_squares_the_other_statistics_are_the_same_and_the_variance_refu
     """``squares=False`` (the exponential fit's summary and stages) leaves every other statistic as it was, bit for
     bit, puts NaN where the sum of squares stood, and an Exceedances built so refuses to give a variance."""
     from gradstat.theory.estimators.exceedances import Exceedances
-    from gradstat.theory.estimators.moments import summary
+    from gradstat.theory.kernels.stage_stats import summary
 
     g = _laplace(100_000, 8)
     above = torch.tensor(1.3, dtype=torch.float64)
@@ -514,7 +514,7 @@ def test_without_squares_the_other_statistics_are_the_same_and_the_variance_refu
 def test_a_summary_without_squares_is_refused_by_a_shaped_first_stage():
     """A summary read with ``squares=False`` (the exponential's) handed to a gamma or GP first stage: a clear error,
     not a NaN variance in the fit."""
-    from gradstat.theory.estimators.moments import summary
+    from gradstat.theory.kernels.stage_stats import summary
     from gradstat.theory.pot import multistage_threshold
 
     g = _laplace(10_000, 9)

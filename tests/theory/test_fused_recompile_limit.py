@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gradstat.theory import fused
+from gradstat.theory.kernels import fused
 
 
 def test_the_limit_is_raised_while_a_kernel_runs_and_restored_after():

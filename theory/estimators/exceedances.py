@@ -14,8 +14,8 @@ Scale: every statistic is of the normalised values z = y / unit, ``unit`` a powe
 reductions run on y directly (no copy) and are divided by unit afterwards, which is the same arithmetic scaled by a
 power of two; otherwise z is materialised once.
 
-On a large vector where the fused kernel :func:`gradstat.theory.estimators.moments.tail_moments` runs compiled
-(:mod:`gradstat.theory.fused`), every statistic of an object comes from one read of x instead: count, sum z and
+On a large vector where the fused kernel :func:`gradstat.theory.kernels.stage_stats.tail_moments` runs compiled
+(:mod:`gradstat.theory.kernels.fused`), every statistic of an object comes from one read of x instead: count, sum z and
 sum z^2 (and sum log z for :meth:`Exceedances.mean_log`) accumulated in float64, with the bound and the shift
 rounded to x's dtype exactly as the eager comparisons and subtractions round them. The two paths differ only by
 the rounding of their sums (float32 pairwise against float64).
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gradstat.theory.estimators.moments import tail_moments
+from gradstat.theory.kernels.stage_stats import tail_moments
 
 _RELATIVE_NOISE = 32.0
 

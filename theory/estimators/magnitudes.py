@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gradstat.theory.estimators.moments import summary
+from gradstat.theory.kernels.stage_stats import summary
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def check_magnitudes(
         undefined on constant data).
     signed : bool
         ``x`` holds signed values g and the magnitudes are |g|: checked and summarised by the fused kernel
-        :func:`gradstat.theory.estimators.moments.summary` without forming |g| (compiled where possible).
+        :func:`gradstat.theory.kernels.stage_stats.summary` without forming |g| (compiled where possible).
     stats : Tensor, optional
         That summary of exactly this ``x`` (same ``signed``; with its minima, ``extremes``, when ``spread`` is
         checked or ``x`` holds magnitudes) when the caller has already read it (its own finiteness check): used in

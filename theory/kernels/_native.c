@@ -1,4 +1,4 @@
-/* gradstat's C loops, built by the package build as the extension module gradstat.compressors.kernels._native.
+/* gradstat's C loops, built by the package build as the extension module gradstat.theory.kernels._native.
 
 Plain C on raw buffers (Python's buffer protocol: numpy arrays viewing torch's CPU tensors), so the module does not
 depend on the torch version it runs beside. Every function checks its buffers' element type, contiguity and length
@@ -624,7 +624,7 @@ static PyMethodDef gs_methods[] = {
 };
 
 static struct PyModuleDef gs_module = {
-    PyModuleDef_HEAD_INIT, "_native", "gradstat's C loops on raw buffers (see compressors/kernels/native.py).", -1,
+    PyModuleDef_HEAD_INIT, "_native", "gradstat's C loops on raw buffers (see theory/kernels/native.py).", -1,
     gs_methods,
 };
 

@@ -1,4 +1,4 @@
-"""Types of the C extension built from ``_native.c`` (see :mod:`gradstat.compressors.kernels.native`)."""
+"""Types of the C extension built from ``_native.c`` (see :mod:`gradstat.theory.kernels.native`)."""
 
 from typing import Any
 

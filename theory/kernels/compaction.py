@@ -2,10 +2,10 @@
 
 Every threshold sparsifier ends in this step, and no torch or numpy operation does it in one pass: a comparison
 writes a full mask, and ``nonzero`` reads it again and counts before it writes (numpy's chunked form of
-:func:`gradstat.compressors.kernels.primitives.select_at_least` costs ~4 read passes at 26M, of which the absolute
+:func:`gradstat.theory.kernels.primitives.select_at_least` costs ~4 read passes at 26M, of which the absolute
 value, the comparison and the search each take about one). Compaction cannot be written as a ``torch.compile`` kernel
 either (its output length depends on the data). So this module runs one small C loop of gradstat's own
-(``select_f32``/``select_f64`` in ``_native.c``, built at install, see :mod:`gradstat.compressors.kernels.native`):
+(``select_f32``/``select_f64`` in ``_native.c``, built at install, see :mod:`gradstat.theory.kernels.native`):
 
 - 16 elements per step: two AVX2 comparisons give a 16-bit mask, and only its set bits are visited (at the
   densities sparsifiers use, most steps find none), with the largest magnitude and a NaN flag kept on the way, so
@@ -27,8 +27,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from gradstat.compressors.kernels import native
-from gradstat.compressors.kernels.scratch import scratch
+from gradstat.theory.kernels import native
+from gradstat.theory.kernels.scratch import scratch
 
 _FUNCTIONS = {torch.float32: "select_f32", torch.float64: "select_f64"}
 
@@ -86,7 +86,7 @@ def select(
     elements with ``v >= t`` (``v = |x|`` when ``absolute``, else ``x``; NaN never selected), their ``v`` with
     ``gather`` (else None), and the largest ``v`` of the whole vector (NaN if any element is NaN; -inf if empty).
     ``t`` is compared in ``x``'s dtype. ``expected``: the count the caller expects (sizes the first buffers). A
-    long vector is read in pieces on torch's threads (:func:`gradstat.compressors.kernels.native.pieces`), each into its
+    long vector is read in pieces on torch's threads (:func:`gradstat.theory.kernels.native.pieces`), each into its
     thread's buffers, joined in order."""
     flat = x.reshape(-1)
     n = flat.numel()

@@ -4,7 +4,7 @@ torch's inductor writes the C++ it generates, and the shared libraries it builds
 ``$TORCHINDUCTOR_CACHE_DIR``, by default ``<temporary directory>/torchinductor_<user name>``, and loads them from
 there in later processes. In a shared temporary directory another user can create that folder first, and then
 place libraries there that this user's process would load and run. So before gradstat's first compiled kernel
-(:mod:`gradstat.theory.fused`):
+(:mod:`gradstat.theory.kernels.fused`):
 
 - where the environment does not name a folder, ``TORCHINDUCTOR_CACHE_DIR`` is set to ``<cache>/torchinductor``
   (``<cache>``: ``$GRADSTAT_CACHE``, else ``$XDG_CACHE_HOME/gradstat``, else ``~/.cache/gradstat``), created with

@@ -20,7 +20,7 @@ Indices are int32, so one call quantizes at most 2^31 - 1 elements.
 
 It is the quantizers' default dither. On a CPU, float32 values with int8 codes (every quantizer of at most 127
 levels, and NDQSG's nested worker) run the same arithmetic in C loops
-(:mod:`gradstat.compressors.kernels.counter_native`, about twice as fast as the generated loop, equal bit for bit); the
+(:mod:`gradstat.theory.kernels.counter_native`, about twice as fast as the generated loop, equal bit for bit); the
 compiled kernels below serve the other cases where they compile. Eager torch is the reference and the fallback (no
 compiler, vectors below the compile threshold, ``GRADSTAT_COMPILE=never``, a GPU, or a compile error): the same
 functions, run op by op (on a CPU over chunks of rows, so that the temporaries stay in cache). Compiled and eager
@@ -36,8 +36,8 @@ from typing import Callable
 
 import torch
 
-from gradstat.compressors.context import derive_seed
-from gradstat.theory.fused import Fused
+from gradstat.theory.kernels.seeds import derive_seed
+from gradstat.theory.kernels.fused import Fused
 
 MULTIPLIERS = (0x7FEB352D, 0x5BD1E995)
 """Odd 32-bit multipliers of the two mixing rounds (below 2^31, so they are also positive int32 constants)."""
@@ -223,7 +223,7 @@ KERNELS = {
     f.__name__: Fused(f)
     for f in (quantize_rows_into, reconstruct_rows_into, reconstruct_rows_in_place, signed_rows_into)
 }
-"""The fused forms (one generated loop each where compiled; :mod:`gradstat.theory.fused`, whose policy
+"""The fused forms (one generated loop each where compiled; :mod:`gradstat.theory.kernels.fused`, whose policy
 ``GRADSTAT_COMPILE`` they follow: under ``auto``, CPU vectors from ``MIN_ELEMENTS`` up, where the loop saves
 tens of milliseconds per call and a build of seconds pays for itself; smaller ones run the eager tiles)."""
 

@@ -1,13 +1,13 @@
 """The counter-dither quantize and reconstruct loops in C, for float32 values and int8 codes on a CPU.
 
-:mod:`gradstat.compressors.kernels.counter_dither` defines the arithmetic (its eager torch functions are the reference)
+:mod:`gradstat.theory.kernels.counter_dither` defines the arithmetic (its eager torch functions are the reference)
 and runs it as a ``torch.compile`` kernel. On a CPU that generated loop costs about twice what the arithmetic
 needs: it converts and stores the int8 codes 8 at a time through torch's partial vector store, and it loads them
 back the same way (measured at 26M, one thread: 36 ms for the quantize loop against 16 ms here). So for the common
 case (float32 values, int8 codes: every quantizer with at most 127 levels) the same operations, in the same order
 and in float32 without fused multiply-adds, run in a small C loop of gradstat's own (``_native.c``, built at install,
-see :mod:`gradstat.compressors.kernels.native`): 8 elements per AVX2 step (checked at run time), a scalar loop
-otherwise and for each row's last elements. The hash is the one of :mod:`gradstat.compressors.kernels.counter_dither`
+see :mod:`gradstat.theory.kernels.native`): 8 elements per AVX2 step (checked at run time), a scalar loop
+otherwise and for each row's last elements. The hash is the one of :mod:`gradstat.theory.kernels.counter_dither`
 (the C source repeats its multipliers; a test compares them), so the codes and reconstructions of finite values equal
 the reference bit for bit (the quantizers refuse NaN and Inf before this loop; for NaN the C and torch codes differ);
 the tests compare them on every quantizer setting. NDQSG's nested worker has its loops here too. Where the extension
@@ -21,8 +21,8 @@ from types import ModuleType
 
 import torch
 
-from gradstat.compressors.kernels import native
-from gradstat.compressors.kernels.primitives import cpu_contiguous
+from gradstat.theory.kernels import native
+from gradstat.theory.kernels.primitives import cpu_contiguous
 
 
 def _extension() -> ModuleType:
@@ -33,7 +33,7 @@ def _extension() -> ModuleType:
 
 def quantizes(x: torch.Tensor, scale: torch.Tensor, codes: torch.dtype) -> bool:
     """Whether :func:`quantize_rows_into` runs: ``codes`` int8, float32 values ``x`` and scales, contiguous on a
-    CPU, and the C extension in use (see :mod:`gradstat.compressors.kernels.native`)."""
+    CPU, and the C extension in use (see :mod:`gradstat.theory.kernels.native`)."""
     ok = codes == torch.int8 and cpu_contiguous(x, (torch.float32,)) and cpu_contiguous(scale, (torch.float32,))
     return ok and native.extension() is not None
 
@@ -52,7 +52,7 @@ def _words(key: torch.Tensor) -> tuple[int, int]:
 
 def _rows_pieces(rows: int, size: int) -> list[tuple[int, int, int, int]]:
     """``(row_start, row_stop, col_start, col_stop)`` pieces of a ``(rows, size)`` block, about one per thread
-    (:func:`gradstat.compressors.kernels.native.pieces`): whole rows, or parts of the one row of a single-row block."""
+    (:func:`gradstat.theory.kernels.native.pieces`): whole rows, or parts of the one row of a single-row block."""
     if rows == 1:
         return [(0, 1, a, b) for a, b in native.pieces(size)]
     cuts = sorted({0, rows, *(min(rows, round(a / size)) for a, _ in native.pieces(rows * size))})
@@ -82,7 +82,7 @@ def quantize_rows_into(
     out: torch.Tensor, x: torch.Tensor, scale: torch.Tensor, base: int, key: torch.Tensor, gain: float, lo: int,
     hi: int, shift: float,
 ) -> torch.Tensor:  # fmt: skip
-    """:func:`gradstat.compressors.kernels.counter_dither.quantize_rows_into` (int8 codes) of the ``(rows, size)`` block
+    """:func:`gradstat.theory.kernels.counter_dither.quantize_rows_into` (int8 codes) of the ``(rows, size)`` block
     ``x`` whose first element has index ``base``, ``scale`` of ``rows`` elements (see :func:`quantizes`); split
     across torch's threads on a long block."""
     return _over_rows("quantize_rows", out, x, scale, base, key, (gain, float(lo), float(hi), shift))
@@ -92,7 +92,7 @@ def reconstruct_rows_into(
     out: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, base: int, key: torch.Tensor, gain: float,
     offset: float, subtract: bool,
 ) -> torch.Tensor:  # fmt: skip
-    """:func:`gradstat.compressors.kernels.counter_dither.reconstruct_rows_into` (float32 values) of the ``(rows,
+    """:func:`gradstat.theory.kernels.counter_dither.reconstruct_rows_into` (float32 values) of the ``(rows,
     size)`` int8 codes whose first element has index ``base`` (see :func:`reconstructs`); split across torch's threads
     on a long block."""
     return _over_rows("reconstruct_rows", out, codes, scale, base, key, (gain, offset, int(subtract)))

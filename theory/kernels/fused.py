@@ -19,7 +19,7 @@ result in several passes. It is compiled when the policy allows (:func:`policy`,
 
 A build that fails (no compiler, an unsupported torch) is reported once as a warning and the kernel stays eager
 for the rest of the process, as every kernel does where torch's cache folder could be written by another user
-(:mod:`gradstat.theory.compile_cache` points it at a private folder unless ``TORCHINDUCTOR_CACHE_DIR`` is set);
+(:mod:`gradstat.theory.kernels.compile_cache` points it at a private folder unless ``TORCHINDUCTOR_CACHE_DIR`` is set);
 results depend on whether it compiled only through rounding (reordered sums, float32 against float64 arithmetic).
 Callers keep their own eager code path where it is cheaper than running the fused function eagerly
 (:meth:`Fused.compiled_for` says which applies).
@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from gradstat.theory.compile_cache import UnsafeCacheError, ensure_compile_cache
+from gradstat.theory.kernels.compile_cache import UnsafeCacheError, ensure_compile_cache
 
 ENV = "GRADSTAT_COMPILE"
 POLICIES = ("auto", "always", "never")
@@ -83,7 +83,7 @@ def policy() -> str:
 @functools.lru_cache(maxsize=1)
 def cache_problem() -> str | None:
     """Why compiled kernels may not be built here, once per process: the compile cache folder is not private to
-    this user (:mod:`gradstat.theory.compile_cache`; reported as one warning, and every kernel stays eager); None
+    this user (:mod:`gradstat.theory.kernels.compile_cache`; reported as one warning, and every kernel stays eager); None
     when it is (the folder is then set up for torch)."""
     try:
         ensure_compile_cache()

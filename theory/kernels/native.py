@@ -2,8 +2,8 @@
 
 Some hot loops cannot be written as one ``torch.compile`` kernel (a compaction, whose output length depends on the
 data) or come out of its code generation at twice the cost they need (a loop that stores int8 codes goes through
-torch's partial vector store). For those, ``compressors/kernels/_native.c`` holds a short C source of gradstat's
-own (no third-party code), which ``setup.py`` compiles into ``gradstat.compressors.kernels._native`` when the package
+torch's partial vector store). For those, ``theory/kernels/_native.c`` holds a short C source of gradstat's
+own (no third-party code), which ``setup.py`` compiles into ``gradstat.theory.kernels._native`` when the package
 is installed (an editable install builds it in place). Nothing is compiled, cached or loaded from elsewhere at run
 time. The module works on raw buffers (numpy views of CPU tensors), checks their types and lengths, and releases the
 GIL in its loops, so callers split a long loop across torch's threads (:func:`pieces`, :func:`run_all`), as torch's
@@ -13,7 +13,7 @@ own kernels would use them.
 
 - the package was installed without it (no C compiler at install time; :func:`absent_reason` says so);
 - it was built from another version of its source (a stale in-place build: rebuild with ``pip install -e .``);
-- the compile policy is ``never`` (``GRADSTAT_COMPILE``, or :func:`gradstat.theory.fused.forced`): the one switch
+- the compile policy is ``never`` (``GRADSTAT_COMPILE``, or :func:`gradstat.theory.kernels.fused.forced`): the one switch
   for every accelerated path, read on each call, so one process can run both paths.
 
 The callers' tests hold both paths to the same plain reference, bit for bit.
@@ -33,7 +33,7 @@ from typing import TypeVar
 
 import torch
 
-from gradstat.theory.fused import policy
+from gradstat.theory.kernels.fused import policy
 
 T = TypeVar("T")
 
@@ -44,7 +44,7 @@ SOURCE = Path(__file__).with_name("_native.c")
 def _load() -> tuple[ModuleType | None, str | None, bool]:
     """The built extension, or None and why it cannot be used, and whether it is a stale build."""
     try:
-        from gradstat.compressors.kernels import _native
+        from gradstat.theory.kernels import _native
     except ImportError as exc:
         return None, f"the C extension was not built when gradstat was installed ({exc})", False
     if SOURCE.is_file() and _native.SOURCE_DIGEST != hashlib.sha256(SOURCE.read_bytes()).hexdigest():

@@ -26,9 +26,9 @@ import weakref
 import numpy as np
 import torch
 
-from gradstat.compressors.kernels import compaction
-from gradstat.compressors.kernels.scratch import _SCRATCH, abs_scratch, release_scratch, scratch, scratch_like  # noqa: F401
-from gradstat.theory.fused import fused
+from gradstat.theory.kernels import compaction
+from gradstat.theory.kernels.scratch import _SCRATCH, abs_scratch, release_scratch, scratch, scratch_like  # noqa: F401
+from gradstat.theory.kernels.fused import fused
 
 __all__ = [
     "abs_scratch",
@@ -181,7 +181,7 @@ def select_at_least(
     (of ``|abs_g| >= threshold`` when ``signed``: the magnitudes of a signed vector, never formed in full).
 
     On a CPU (float32 or float64) the vector is read once: by the compaction kernel where it is built
-    (:mod:`gradstat.compressors.kernels.compaction`, ~1.2 read passes at 26M and delta = 1e-3), else chunk by chunk
+    (:mod:`gradstat.theory.kernels.compaction`, ~1.2 read passes at 26M and delta = 1e-3), else chunk by chunk
     (:data:`SELECT_CHUNK` elements), each chunk's magnitudes, its comparison mask and the mask's nonzero search on
     numpy's vectorised loops in cached memory (~4 read passes; torch's CPU comparison runs at ~2.5 read passes
     where numpy's runs at one, and ``torch.nonzero`` counts before it writes). Elsewhere a sparse selection first

@@ -33,7 +33,7 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, check_int
 from gradstat.compressors.context import Context, generator
-from gradstat.compressors.kernels.primitives import (
+from gradstat.theory.kernels.primitives import (
     max_abs,
     normalise_by_pow2,
     pow2_exponent,

@@ -34,8 +34,8 @@ import torch
 
 from gradstat.compressors.base import Compressor, nonfinite_error
 from gradstat.compressors.context import Context, generator
-from gradstat.compressors.kernels import counter_dither, counter_native
-from gradstat.compressors.kernels.primitives import (
+from gradstat.theory.kernels import counter_dither, counter_native
+from gradstat.theory.kernels.primitives import (
     all_finite,
     l2_norm,
     l2_norm_rows,
@@ -63,7 +63,7 @@ def draw_dither(numel: int, seed: int, device: torch.device, stream: int = DITHE
 def draw_dither_scratch(numel: int, seed: int, device: torch.device, stream: int = DITHER_STREAM) -> torch.Tensor:
     """:func:`draw_dither`'s numbers, bit for bit, drawn into this thread's dither scratch buffer (no fresh
     d-element tensor; valid until the next call of the same thread, see
-    :func:`gradstat.compressors.kernels.primitives.scratch`)."""
+    :func:`gradstat.theory.kernels.primitives.scratch`)."""
     out = scratch(numel, torch.float32, torch.device(device), "dither")
     torch.rand(numel, generator=generator(seed, device, stream), out=out)
     return out.sub_(0.5)
@@ -108,7 +108,7 @@ def to_buckets(x: torch.Tensor, size: int) -> torch.Tensor:
 
 def bucket_norm(blocks: torch.Tensor, norm: Norm) -> torch.Tensor:
     """Per-row norm of a (rows, size) matrix, shape (rows,): ``l2`` or ``linf``. The l2 norm factors out a power
-    of two per row first (:func:`gradstat.compressors.kernels.primitives.l2_norm`): no overflow of the squares for huge
+    of two per row first (:func:`gradstat.theory.kernels.primitives.l2_norm`): no overflow of the squares for huge
     values, no underflow for denormal ones, exact equivariance to power-of-two scalings."""
     if norm == "linf":
         return max_abs(blocks, dim=1)
@@ -161,7 +161,7 @@ def _counter_rows(
     key: torch.Tensor,
     args: tuple[object, ...],
 ) -> torch.Tensor:
-    """``fn`` of :mod:`gradstat.compressors.kernels.counter_dither` over the full buckets of the flat ``src`` (a view;
+    """``fn`` of :mod:`gradstat.theory.kernels.counter_dither` over the full buckets of the flat ``src`` (a view;
     None: ``fn`` reads ``out`` itself) and then its ragged last bucket, writing into the flat ``out``; ``factor[b]`` is
     bucket b's scale."""
     d = out.numel()
@@ -188,7 +188,7 @@ def _native_rows(
     key: torch.Tensor,
     args: tuple[object, ...],
 ) -> bool:
-    """Run ``fn`` over the block in C (:mod:`gradstat.compressors.kernels.counter_native`) where that loop exists for it
+    """Run ``fn`` over the block in C (:mod:`gradstat.theory.kernels.counter_native`) where that loop exists for it
     and these tensors; False where it does not (the caller runs the compiled kernel or the eager tiles)."""
     if not isinstance(block, torch.Tensor):
         return False
@@ -223,7 +223,7 @@ class ScaledQuantizer:
         sent), False for half-dithered (codes and scales only).
     onebit : QCS's 1-bit variant (5): midrise points +-1/2 at scale ``2 s_b`` (one bit per code); needs
         ``norm="linf"`` and ``levels=1``.
-    dither : where the dither comes from: ``counter`` (default; :mod:`gradstat.compressors.kernels.counter_dither`:
+    dither : where the dither comes from: ``counter`` (default; :mod:`gradstat.theory.kernels.counter_dither`:
         keyed by (seed, index), the same numbers on every device, drawn inside one fused pass) or ``torch`` (the
         ctx-seeded torch generator, stream DITHER_STREAM: a separate draw of d uniforms, ~60-100 ms per 26M on one
         CPU thread, and other numbers on CUDA than on a CPU). Both are U[-1/2, 1/2) in multiples of 2^-24; the

@@ -20,7 +20,7 @@ kappa. Sent by a P2 worker: d codes of ``ceil(log2 k)`` bits (s / Delta1 taken m
 depends on s modulo Delta2, and for even k, ``Q1(t) - Q2(t)`` takes k + 1 values whose two extremes coincide
 modulo Delta2), the scale, the seed.
 
-The dither: by default the counter dither of (seed, index) (:mod:`gradstat.compressors.kernels.counter_dither`), with a
+The dither: by default the counter dither of (seed, index) (:mod:`gradstat.theory.kernels.counter_dither`), with a
 P2 worker's encode and decode each one fused loop (:func:`nested_rows_into`,
 :func:`nested_reconstruct_rows_in_place`: the operations of :func:`nested_encode` and :func:`nested_decode`, in
 their order); ``dither=torch`` draws it from torch's seeded generator.
@@ -36,14 +36,14 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, RoundResult, check_int
 from gradstat.compressors.context import Context
-from gradstat.compressors.kernels import counter_dither, counter_native
-from gradstat.compressors.kernels.primitives import all_finite, max_abs, scratch, scratch_like, to_float32_wire
+from gradstat.theory.kernels import counter_dither, counter_native
+from gradstat.theory.kernels.primitives import all_finite, max_abs, scratch, scratch_like, to_float32_wire
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.quantizers.dither import DITHER_STREAM, DitherSource, draw_dither_scratch
 from gradstat.compressors.schemes.quantizers.dqsg import DQSG
 from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.payload import Payload, code_width
-from gradstat.theory.fused import Fused
+from gradstat.theory.kernels.fused import Fused
 
 
 def nested_encode(x: torch.Tensor, u: torch.Tensor, delta1: float, k: int, alpha: float = 1.0) -> torch.Tensor:
@@ -121,7 +121,7 @@ def nested_reconstruct_rows_in_place(
     alpha: float, delta1: float, k: int,
 ) -> torch.Tensor:  # fmt: skip
     """``kappa`` times :func:`nested_decode` of the codes ``s`` held in ``out`` (float32,
-    :func:`gradstat.compressors.kernels.counter_dither.widened`) with side information ``side / kappa`` (``kappa`` of
+    :func:`gradstat.theory.kernels.counter_dither.widened`) with side information ``side / kappa`` (``kappa`` of
     shape (rows, 1), possibly 0) and the counter dither of ``(key, index)`` times Delta1, written over ``out``:
     one generated loop where compiled, reading no integer codes (their partial vector loads cost more than one
     conversion before the loop)."""
@@ -140,7 +140,7 @@ def nested_estimate(
 
 
 NESTED_KERNELS = (Fused(nested_rows_into), Fused(nested_reconstruct_rows_in_place))
-"""The counter-dither P2 encode and decode as fused kernels (:mod:`gradstat.compressors.kernels.counter_dither`)."""
+"""The counter-dither P2 encode and decode as fused kernels (:mod:`gradstat.theory.kernels.counter_dither`)."""
 
 
 @register("ndqsg")

@@ -22,7 +22,7 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
-from gradstat.compressors.kernels.primitives import (
+from gradstat.theory.kernels.primitives import (
     all_finite,
     choose_by_bits,
     max_abs,

@@ -16,7 +16,7 @@ alpha = 1 / (gamma + 1) (MMSE, eq. (12); Lemma 3: E||e||^2 <= (1 - alpha) ||g||^
 
 Blocks: the flat vector is cut into blocks of ``block`` elements, the last one zero-padded (padding is not sent).
 Sent per block: k codes at ``ceil(log2(2Q + 1))`` bits (1 bit for 1-bit QCS) and one 32-bit scale (``||v||_inf``,
-from which varsigma follows); once per tensor: the seed. The mixing uses :mod:`gradstat.compressors.kernels.hadamard`
+from which varsigma follows); once per tensor: the seed. The mixing uses :mod:`gradstat.theory.kernels.hadamard`
 (fast Walsh-Hadamard transform for powers of two, Paley x Sylvester for the paper's other sizes; when k is a power of
 two dividing the Sylvester factor, only a k-point transform of the folded block is computed).
 """
@@ -31,9 +31,9 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, check_int
 from gradstat.compressors.context import Context, generator
-from gradstat.compressors.kernels import counter_dither
-from gradstat.compressors.kernels.hadamard import factor, first_rows, first_rows_transpose
-from gradstat.compressors.kernels.primitives import scratch, scratch_like
+from gradstat.theory.kernels import counter_dither
+from gradstat.theory.kernels.hadamard import factor, first_rows, first_rows_transpose
+from gradstat.theory.kernels.primitives import scratch, scratch_like
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.quantizers.dither import DitherSource, ScaledQuantizer, bucket_rows, to_buckets
 from gradstat.compressors.wire.payload import Payload

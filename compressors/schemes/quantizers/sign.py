@@ -18,7 +18,7 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
-from gradstat.compressors.kernels.primitives import (
+from gradstat.theory.kernels.primitives import (
     all_finite,
     at_least_zero,
     mean_abs_scratch,
@@ -36,7 +36,7 @@ def sign_bits(g: torch.Tensor) -> torch.Tensor:
 
 def signs(bits: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
     """+1 where the bit is set, -1 elsewhere (float32), times ``scale`` when given: ``scale * (2 b - 1)``
-    (:func:`gradstat.compressors.kernels.primitives.plus_minus`, the same values in fewer passes)."""
+    (:func:`gradstat.theory.kernels.primitives.plus_minus`, the same values in fewer passes)."""
     return plus_minus(bits, scale)
 
 

@@ -25,8 +25,8 @@ import torch
 
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
-from gradstat.compressors.kernels import counter_dither
-from gradstat.compressors.kernels.primitives import selects_signed
+from gradstat.theory.kernels import counter_dither
+from gradstat.theory.kernels.primitives import selects_signed
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.sparsifiers.randk import random_subset
 from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier, threshold_properties

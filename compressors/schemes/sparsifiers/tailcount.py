@@ -33,7 +33,7 @@ import torch
 
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
-from gradstat.compressors.kernels.primitives import count_excess, positive_threshold
+from gradstat.theory.kernels.primitives import count_excess, positive_threshold
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.sparsifiers.degenerate import ExactFallback
 from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier, threshold_properties

@@ -4,7 +4,7 @@ This module is the one home of the step every magnitude sparsifier shares (Top-k
 approximate top-K, RedSync, GaussianKSGD, SIDCo):
 
 - :func:`select_at_least` -- the indices of ``|g| >= eta`` (zeros never selected: sending a zero is waste; the
-  primitive itself lives in :mod:`gradstat.compressors.kernels.primitives`);
+  primitive itself lives in :mod:`gradstat.theory.kernels.primitives`);
 - :func:`add_sparse` / :func:`decode_sparse` -- the wire format: ``indices`` (bit-packed at ``ceil(log2 d)`` bits or
   int32) and ``values`` (float32), so ``bits = k_hat * (ceil(log2 d) + 32)``;
 - :class:`ThresholdSparsifier` -- a compressor that only has to say how it finds its threshold (``_threshold``).
@@ -24,7 +24,7 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, nonfinite_error
 from gradstat.compressors.context import Context
-from gradstat.compressors.kernels.primitives import (
+from gradstat.theory.kernels.primitives import (
     abs_scratch,
     all_finite,
     count_at_least,
@@ -39,7 +39,7 @@ from gradstat.compressors.kernels.primitives import (
 from gradstat.compressors.registry import register
 from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.payload import Payload, float_width, index_width
-from gradstat.theory.estimators.moments import summary
+from gradstat.theory.kernels.stage_stats import summary
 
 THRESHOLD_CONTRACTION = "1 - k_hat/d"
 """Contraction constant of any sparsifier that keeps the k_hat largest magnitudes (k_hat = nonzeros sent)."""
@@ -214,7 +214,7 @@ class ThresholdSparsifier(SparseMessage):
 
     reads_summary: bool = False
     """Whether the rule's signed path starts from the fused summary of ``|g|``
-    (:func:`gradstat.theory.estimators.moments.summary`): where that kernel runs compiled, its read is also the
+    (:func:`gradstat.theory.kernels.stage_stats.summary`): where that kernel runs compiled, its read is also the
     gradient's finiteness check and gives the largest magnitude, so the encode reads ``g`` once less."""
 
     def _validates_finite(self, flat: torch.Tensor) -> bool:
@@ -276,7 +276,7 @@ class ThresholdSparsifier(SparseMessage):
         self, g: torch.Tensor, ctx: Context, payload: Payload, stats: torch.Tensor | None = None
     ) -> torch.Tensor | Narrowed | None:
         """The threshold in ``g``'s own units computed from ``g`` itself, reading ``|g|`` inside fused kernels
-        (:mod:`gradstat.theory.fused`) so that neither ``|g|`` nor its normalised copy is ever formed; None (the
+        (:mod:`gradstat.theory.kernels.fused`) so that neither ``|g|`` nor its normalised copy is ever formed; None (the
         default) where the rule has no such path or the kernels would not run compiled. Such a threshold must be
         ``2^e`` times the one ``_threshold`` finds on the normalised magnitudes, bit for bit where the statistics
         are float64 sums (power-of-two scaling is exact there) and to rounding where they take float32
