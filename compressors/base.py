@@ -28,9 +28,9 @@ from typing import Any, ClassVar, Literal, Mapping, Sequence
 import torch
 
 from gradstat.compressors.context import Context
-from gradstat.theory.kernels.primitives import all_finite, forget_extremes
 from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.payload import Payload
+from gradstat.theory.kernels.primitives import all_finite, forget_extremes
 
 Kind = Literal["sparsifier", "quantizer", "sketch", "identity"]
 

@@ -28,9 +28,9 @@ from gradstat.theory.estimators.estimate import Estimate
 from gradstat.theory.estimators.exceedances import Exceedances, unit_for
 from gradstat.theory.estimators.fit import resolve
 from gradstat.theory.estimators.magnitudes import check_magnitudes
-from gradstat.theory.kernels.stage_stats import tail_moments
 from gradstat.theory.estimators.registry import SHAPED, estimator
 from gradstat.theory.estimators.result import Fit
+from gradstat.theory.kernels.stage_stats import tail_moments
 from gradstat.theory.thresholds import QUANTILES, check_length, check_ratio, conditional_ratio, tail_quantile
 
 FIRST = ("exponential", "gamma", "genpareto")

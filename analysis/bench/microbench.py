@@ -131,10 +131,10 @@ def _sidco_phases(g: torch.Tensor, ratio: float, repeats: int, dev: torch.device
     forming |g|, the fit and threshold, the selection and the packing."""
     from gradstat import compressors
     from gradstat.compressors.context import Context
-    from gradstat.theory.kernels.primitives import all_finite, select_at_least, selects_signed
     from gradstat.compressors.schemes.sparsifiers.sidco import SIDCo
     from gradstat.compressors.schemes.sparsifiers.threshold import add_sparse
     from gradstat.compressors.wire.payload import Payload
+    from gradstat.theory.kernels.primitives import all_finite, select_at_least, selects_signed
     from gradstat.theory.kernels.stage_stats import tail_moments
 
     comp = compressors.create("sidco:dist=exp,stages=3", ratio=ratio)  # its own methods: the phases of its encode

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 # -- the dithered quantizers (QCS, DQSG, QSGD, half-dithered) ----------------------------------------------------
 def _dither(seed: int, d: int, device: torch.device) -> torch.Tensor:
     """The counter dither of elements 0..d-1 of ``seed`` (what the encoder adds and the decoder subtracts)."""
-    from gradstat.theory.kernels import counter_dither
     from gradstat.compressors.schemes.quantizers.dither import DITHER_STREAM
+    from gradstat.theory.kernels import counter_dither
 
     key = counter_dither.keys(seed, DITHER_STREAM, device)
     zero = torch.zeros((), dtype=torch.int32, device=device)

@@ -11,11 +11,11 @@ from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 from scipy import stats
 
 from gradstat.compressors import Context, create
-from gradstat.theory.kernels import counter_dither, counter_native
 from gradstat.compressors.schemes.quantizers import ndqsg
 from gradstat.compressors.schemes.quantizers.dither import ScaledQuantizer
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.dqsg import conditional_error
+from gradstat.theory.kernels import counter_dither, counter_native
 from gradstat.theory.kernels.fused import can_compile
 
 needs_compiler = pytest.mark.skipif(not can_compile(), reason="no C++ compiler for torch.compile here")

@@ -18,8 +18,8 @@ from scipy import stats
 
 from gradstat import compressors
 from gradstat.compressors.context import Context
-from gradstat.theory.kernels import counter_dither
 from gradstat.compressors.schemes.sparsifiers import randk, wangni
+from gradstat.theory.kernels import counter_dither
 
 CONFIDENCE = 0.999
 Draw = Callable[[int, int, int], torch.Tensor]

@@ -8,8 +8,8 @@ import pytest
 import torch
 from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 
-import gradstat.theory.kernels.counter_dither as counter_dither
 import gradstat.compressors.schemes.quantizers.dither as dither
+import gradstat.theory.kernels.counter_dither as counter_dither
 from gradstat.analysis.validation.bugs import decoder_dither
 from gradstat.compressors import Context, create
 from gradstat.compressors.schemes.quantizers.dqsg import DQSG

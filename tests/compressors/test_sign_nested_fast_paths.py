@@ -10,11 +10,11 @@ import torch
 
 from gradstat import compressors
 from gradstat.compressors.context import Context
+from gradstat.compressors.schemes.quantizers.dither import DITHER_STREAM, draw_dither
+from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.kernels import counter_dither
 from gradstat.theory.kernels.hadamard import first_rows, first_rows_transpose
 from gradstat.theory.kernels.primitives import mean_abs, to_float32_wire
-from gradstat.compressors.schemes.quantizers.dither import DITHER_STREAM, draw_dither
-from gradstat.compressors.wire.payload import Payload
 
 SHAPES = [(1,), (7,), (4099,), (64, 33), (33, 64), (300, 257)]
 SCALES = [1.0, 1e-30, 1e30, 1e-40]

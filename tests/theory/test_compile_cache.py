@@ -1,5 +1,5 @@
-"""torch.compile's cache folder (theory/kernels/compile_cache.py): gradstat's own private folder where the user names none,
-and a folder another user can write (or owns, or a link) refused: the fused kernels then stay eager, with one
+"""torch.compile's cache folder (theory/kernels/compile_cache.py): gradstat's own private folder where the user names
+none, and a folder another user can write (or owns, or a link) refused: the fused kernels then stay eager, with one
 warning, and nothing is compiled."""
 
 from __future__ import annotations

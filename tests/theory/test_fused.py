@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from gradstat import compressors
-from gradstat.theory.kernels.primitives import block_max
 from gradstat.compressors.schemes.sparsifiers.sidco import exceedances_above
-from gradstat.theory.kernels import fused as fused_mod
 from gradstat.theory.estimators import exceedances as exc_mod
 from gradstat.theory.estimators.exceedances import Exceedances
-from gradstat.theory.kernels.stage_stats import summary, tail_moments
+from gradstat.theory.kernels import fused as fused_mod
 from gradstat.theory.kernels.fused import Fused, forced, policy
+from gradstat.theory.kernels.primitives import block_max
+from gradstat.theory.kernels.stage_stats import summary, tail_moments
 from gradstat.theory.pot import multistage_threshold
 
 needs_compiler = pytest.mark.skipif(not fused_mod.can_compile(), reason="no C++ compiler for torch.compile here")

@@ -36,8 +36,8 @@ from typing import Callable
 
 import torch
 
-from gradstat.theory.kernels.seeds import derive_seed
 from gradstat.theory.kernels.fused import Fused
+from gradstat.theory.kernels.seeds import derive_seed
 
 MULTIPLIERS = (0x7FEB352D, 0x5BD1E995)
 """Odd 32-bit multipliers of the two mixing rounds (below 2^31, so they are also positive int32 constants)."""

@@ -83,8 +83,8 @@ def policy() -> str:
 @functools.lru_cache(maxsize=1)
 def cache_problem() -> str | None:
     """Why compiled kernels may not be built here, once per process: the compile cache folder is not private to
-    this user (:mod:`gradstat.theory.kernels.compile_cache`; reported as one warning, and every kernel stays eager); None
-    when it is (the folder is then set up for torch)."""
+    this user (:mod:`gradstat.theory.kernels.compile_cache`; reported as one warning, and every kernel stays
+    eager); None when it is (the folder is then set up for torch)."""
     try:
         ensure_compile_cache()
     except UnsafeCacheError as exc:

@@ -13,8 +13,8 @@ own kernels would use them.
 
 - the package was installed without it (no C compiler at install time; :func:`absent_reason` says so);
 - it was built from another version of its source (a stale in-place build: rebuild with ``pip install -e .``);
-- the compile policy is ``never`` (``GRADSTAT_COMPILE``, or :func:`gradstat.theory.kernels.fused.forced`): the one switch
-  for every accelerated path, read on each call, so one process can run both paths.
+- the compile policy is ``never`` (``GRADSTAT_COMPILE``, or :func:`gradstat.theory.kernels.fused.forced`): the one
+  switch for every accelerated path, read on each call, so one process can run both paths.
 
 The callers' tests hold both paths to the same plain reference, bit for bit.
 """

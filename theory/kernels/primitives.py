@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from gradstat.theory.kernels import compaction
-from gradstat.theory.kernels.scratch import _SCRATCH, abs_scratch, release_scratch, scratch, scratch_like  # noqa: F401
 from gradstat.theory.kernels.fused import fused
+from gradstat.theory.kernels.scratch import _SCRATCH, abs_scratch, release_scratch, scratch, scratch_like  # noqa: F401
 
 __all__ = [
     "abs_scratch",

@@ -9,8 +9,8 @@ and Cor. 2.1 (10)-(11); gamma: mean and mean log, Cor. 1.2 (16)). Every sum is a
 elements as read (float32 or float64), so no square, sum or logarithm over- or underflows at any scale of a finite
 float32 vector, and the elements are never rewritten.
 
-Compiled, each is one read of ``x`` (see :mod:`gradstat.theory.kernels.fused`); eagerly, the same functions are the plain
-reference (several passes and float64 temporaries).
+Compiled, each is one read of ``x`` (see :mod:`gradstat.theory.kernels.fused`); eagerly, the same functions are the
+plain reference (several passes and float64 temporaries).
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, check_int
 from gradstat.compressors.context import Context, generator
+from gradstat.compressors.registry import register
+from gradstat.compressors.wire.errors import PayloadError
+from gradstat.compressors.wire.payload import Payload, float_width
 from gradstat.theory.kernels.primitives import (
     max_abs,
     normalise_by_pow2,
@@ -41,9 +44,6 @@ from gradstat.theory.kernels.primitives import (
     scratch,
     to_float32_wire,
 )
-from gradstat.compressors.registry import register
-from gradstat.compressors.wire.errors import PayloadError
-from gradstat.compressors.wire.payload import Payload, float_width
 
 
 @dataclass

@@ -34,6 +34,7 @@ import torch
 
 from gradstat.compressors.base import Compressor, nonfinite_error
 from gradstat.compressors.context import Context, generator
+from gradstat.compressors.wire.payload import Payload, code_width
 from gradstat.theory.kernels import counter_dither, counter_native
 from gradstat.theory.kernels.primitives import (
     all_finite,
@@ -45,7 +46,6 @@ from gradstat.theory.kernels.primitives import (
     scratch_like,
     to_float32_wire,
 )
-from gradstat.compressors.wire.payload import Payload, code_width
 
 Norm = Literal["l2", "linf"]
 DitherSource = Literal["torch", "counter"]

@@ -36,14 +36,14 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, RoundResult, check_int
 from gradstat.compressors.context import Context
-from gradstat.theory.kernels import counter_dither, counter_native
-from gradstat.theory.kernels.primitives import all_finite, max_abs, scratch, scratch_like, to_float32_wire
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.quantizers.dither import DITHER_STREAM, DitherSource, draw_dither_scratch
 from gradstat.compressors.schemes.quantizers.dqsg import DQSG
 from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.payload import Payload, code_width
+from gradstat.theory.kernels import counter_dither, counter_native
 from gradstat.theory.kernels.fused import Fused
+from gradstat.theory.kernels.primitives import all_finite, max_abs, scratch, scratch_like, to_float32_wire
 
 
 def nested_encode(x: torch.Tensor, u: torch.Tensor, delta1: float, k: int, alpha: float = 1.0) -> torch.Tensor:

@@ -22,6 +22,9 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
+from gradstat.compressors.registry import register
+from gradstat.compressors.schemes.quantizers.sign import sign_bits
+from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.kernels.primitives import (
     all_finite,
     choose_by_bits,
@@ -34,9 +37,6 @@ from gradstat.theory.kernels.primitives import (
     sign_split_sums,
     to_float32_wire,
 )
-from gradstat.compressors.registry import register
-from gradstat.compressors.schemes.quantizers.sign import sign_bits
-from gradstat.compressors.wire.payload import Payload
 
 EXACT_COUNT = 2**24
 """Below this group length a float32 sum of 0/1 flags is exact in any order, so it equals an integer count."""

@@ -31,12 +31,12 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, check_int
 from gradstat.compressors.context import Context, generator
-from gradstat.theory.kernels import counter_dither
-from gradstat.theory.kernels.hadamard import factor, first_rows, first_rows_transpose
-from gradstat.theory.kernels.primitives import scratch, scratch_like
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.quantizers.dither import DitherSource, ScaledQuantizer, bucket_rows, to_buckets
 from gradstat.compressors.wire.payload import Payload
+from gradstat.theory.kernels import counter_dither
+from gradstat.theory.kernels.hadamard import factor, first_rows, first_rows_transpose
+from gradstat.theory.kernels.primitives import scratch, scratch_like
 from gradstat.theory.qcs import gamma as theory_gamma
 
 SIGN_STREAM = 2

@@ -18,6 +18,8 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
+from gradstat.compressors.registry import register
+from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.kernels.primitives import (
     all_finite,
     at_least_zero,
@@ -25,8 +27,6 @@ from gradstat.theory.kernels.primitives import (
     plus_minus,
     to_float32_wire,
 )
-from gradstat.compressors.registry import register
-from gradstat.compressors.wire.payload import Payload
 
 
 def sign_bits(g: torch.Tensor) -> torch.Tensor:

@@ -25,12 +25,12 @@ import torch
 
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
-from gradstat.theory.kernels import counter_dither
-from gradstat.theory.kernels.primitives import selects_signed
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.sparsifiers.randk import random_subset
 from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier, threshold_properties
 from gradstat.compressors.wire.payload import Payload
+from gradstat.theory.kernels import counter_dither
+from gradstat.theory.kernels.primitives import selects_signed
 
 SAMPLE_STREAM = 6
 """Sub-stream of the call seed for DGC's sample with replacement (random-k's subset uses 5)."""

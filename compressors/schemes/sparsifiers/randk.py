@@ -21,10 +21,10 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, check_ratio
 from gradstat.compressors.context import Context
-from gradstat.theory.kernels import counter_dither
-from gradstat.theory.kernels.primitives import all_finite, to_float32_wire
 from gradstat.compressors.registry import register
 from gradstat.compressors.wire.payload import Payload, float_width
+from gradstat.theory.kernels import counter_dither
+from gradstat.theory.kernels.primitives import all_finite, to_float32_wire
 
 SUBSET_STREAM = 5
 """Sub-stream of the call seed for the random subset (the dither uses 1, QCS's signs 2)."""

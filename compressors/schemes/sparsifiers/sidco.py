@@ -30,7 +30,6 @@ import torch
 
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
-from gradstat.theory.kernels.primitives import gather_at_least, max_abs, selects_signed
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.sparsifiers.degenerate import ExactFallback
 from gradstat.compressors.schemes.sparsifiers.stage_adaptation import StageState as SIDCoState
@@ -39,8 +38,9 @@ from gradstat.compressors.schemes.sparsifiers.threshold import Narrowed, Thresho
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.distributions.names import distribution_name
 from gradstat.theory.estimators.magnitudes import ConstantMagnitudes
-from gradstat.theory.kernels.stage_stats import summary, tail_moments
 from gradstat.theory.estimators.registry import SHAPED
+from gradstat.theory.kernels.primitives import gather_at_least, max_abs, selects_signed
+from gradstat.theory.kernels.stage_stats import summary, tail_moments
 from gradstat.theory.pot import PotResult, multistage_threshold
 
 

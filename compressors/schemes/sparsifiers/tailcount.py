@@ -33,11 +33,11 @@ import torch
 
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
-from gradstat.theory.kernels.primitives import count_excess, positive_threshold
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.sparsifiers.degenerate import ExactFallback
 from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier, threshold_properties
 from gradstat.compressors.wire.payload import Payload
+from gradstat.theory.kernels.primitives import count_excess, positive_threshold
 
 FIRST_RATIO = 0.25
 """delta_1 of the anchor threshold (SIDCo Sec. 4: the first stage's ratio)."""

@@ -24,6 +24,9 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, nonfinite_error
 from gradstat.compressors.context import Context
+from gradstat.compressors.registry import register
+from gradstat.compressors.wire.errors import PayloadError
+from gradstat.compressors.wire.payload import Payload, float_width, index_width
 from gradstat.theory.kernels.primitives import (
     abs_scratch,
     all_finite,
@@ -36,9 +39,6 @@ from gradstat.theory.kernels.primitives import (
     select_at_least,
     to_float32_wire,
 )
-from gradstat.compressors.registry import register
-from gradstat.compressors.wire.errors import PayloadError
-from gradstat.compressors.wire.payload import Payload, float_width, index_width
 from gradstat.theory.kernels.stage_stats import summary
 
 THRESHOLD_CONTRACTION = "1 - k_hat/d"

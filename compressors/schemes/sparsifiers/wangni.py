@@ -24,11 +24,11 @@ import torch
 
 from gradstat.compressors.base import Properties, check_ratio
 from gradstat.compressors.context import Context
-from gradstat.theory.kernels import counter_dither
-from gradstat.theory.kernels.primitives import all_finite, pow2_exponent, scale_by_pow2
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.sparsifiers.threshold import SparseMessage, add_sparse
 from gradstat.compressors.wire.payload import Payload
+from gradstat.theory.kernels import counter_dither
+from gradstat.theory.kernels.primitives import all_finite, pow2_exponent, scale_by_pow2
 
 COIN_STREAM = 7
 """Sub-stream of the call seed for the keep coins (random-k's subset uses 5, DGC's sample 6)."""
