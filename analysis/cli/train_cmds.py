@@ -19,9 +19,12 @@ import click
 )
 @click.option(
     "--feedback",
-    default="none",
+    default="paper",
     show_default=True,
-    help="none, ef, qcs:beta=0.3, ecq:alpha=1,beta=0.9, or dgc:momentum=0.9 (DGC local momentum correction).",
+    help="paper (each compressor's own paper's: ef for sparsifiers, qcs:beta=1/(gamma+1) for QCS, none for QSGD, "
+    "TernGrad, DQSG/NDQSG), none, ef, qcs:beta=0.3, ecq:alpha=0.2,beta=0.99, or dgc:momentum=0.9 (DGC local "
+    "momentum correction). A feedback whose residual grows without bound at the compressor's measured error "
+    "factor is refused before training.",
 )
 @click.option("--iterations", type=int, default=50, show_default=True, help="Training steps per run.")
 @click.option("--record-every", type=int, default=None, help="Record every K-th step's per-rank gradients.")
@@ -88,15 +91,19 @@ def train_cmd(
     timeout_s: float,
     config_only: bool,
     interface: str | None,
-) -> None:
+) -> int:
     """Train WORKLOAD for real on NPROC ranks (DDP over gloo/NCCL) with each compressor as a DDP
     communication hook, beside plain all-reduce; per step: loss, exact bits, bytes sent, hook and step time.
 
     On one machine nothing listens beyond the loopback interface. Multi-node: --config-only writes the ranks'
     configuration and prints the torchrun command to start on every node (the README's command table gives the
-    rendezvous options; the rendezvous port must be reachable only from the training hosts)."""
+    rendezvous options; the rendezvous port must be reachable only from the training hosts).
+
+    Exit status 1 when a run diverged or stopped (its status in the table says where and why; the first line of
+    the output names every such run), 2 for bad input (a feedback known to diverge included)."""
     from gradstat.analysis.cli.outputs import output_folder
     from gradstat.analysis.training.distributed_launch import build_config, torchrun_command, train
+    from gradstat.analysis.training.distributed_report import failed_runs
 
     config = build_config(
         workload,
@@ -117,19 +124,26 @@ def train_cmd(
         powersgd_rank=powersgd_rank,
         interface=interface,
     )
-    with output_folder(config.results, "train", click.echo):
+    said: list[str] = []  # printed after the first line, which says whether every run trained
+    with output_folder(config.results, "train", said.append):
         result = train(config, nproc, launch=not config_only)
-        if not config_only:
-            import pandas as pd
-
-            with pd.option_context(
-                "display.max_columns", 50, "display.width", 250, "display.float_format", "{:.4g}".format
-            ):
-                click.echo(result.summary.to_string(index=False))
+    failed = [] if config_only else failed_runs(result.summary)
+    if failed:
+        click.echo(f"gradstat: {len(failed)} of {len(result.summary)} runs diverged or stopped: {'; '.join(failed)}")
     if config_only:
         click.echo(" ".join(torchrun_command(result.files[0], nproc)))
-    elif result.dump:
-        click.echo(f"dump {result.dump}")
+    else:
+        import pandas as pd
+
+        with pd.option_context(
+            "display.max_columns", 50, "display.width", 250, "display.float_format", "{:.4g}".format
+        ):
+            click.echo(result.summary.to_string(index=False))
+        if result.dump:
+            click.echo(f"dump {result.dump}")
+    for line in said:
+        click.echo(line)
+    return 1 if failed else 0
 
 
 COMMANDS = (train_cmd,)

@@ -27,10 +27,12 @@ from gradstat.analysis.dumps.writer import check_new_dump_dir, remove_leftovers
 from gradstat.analysis.measure.tables import write_table
 from gradstat.analysis.training.distributed import RunSpec, TrainConfig, merge_rank_logs
 from gradstat.analysis.training.distributed_report import BASELINE, figures, summarize
+from gradstat.analysis.training.feedback_check import check_feedback, error_factors
 from gradstat.analysis.training.local_launch import ENTRY, LaunchOutcome, launch_local
 from gradstat.analysis.training.workloads import get_workload
 from gradstat.compressors import create, parse_memory
 from gradstat.compressors.ddp import BASELINES
+from gradstat.compressors.memory.defaults import PAPER, paper_feedback
 
 
 class TrainingFailed(ValueError):
@@ -53,7 +55,7 @@ def build_config(
     workload: str,
     nproc: int,
     compressors: Sequence[str],
-    feedback: str = "none",
+    feedback: str = PAPER,
     iterations: int = 50,
     record_every: int | None = None,
     out: str | Path = "train",
@@ -72,7 +74,10 @@ def build_config(
 
     Runs: ``allreduce`` first (the baseline of the summary), then ``baselines`` (``fp16``, ``bf16``,
     ``torch-powersgd``), then each compressor spec with ``feedback`` (``SPEC@FEEDBACK`` sets one compressor's own,
-    e.g. ``qsgd@none`` beside ``topk@ef``). With ``record_every``, exactly one compressor
+    e.g. ``qsgd@none`` beside ``topk@ef``; ``paper``, the default, is each compressor's own paper's feedback,
+    :func:`gradstat.compressors.memory.defaults.paper_feedback`). A feedback whose residual grows without bound at
+    the compressor's error factor measured on the workload's initial gradients is refused
+    (:func:`gradstat.analysis.training.feedback_check.check_feedback`). With ``record_every``, exactly one compressor
     is recorded and ``out`` is its dump; the tables go to ``<out>.train``. Without, ``out`` holds the tables.
     ``interface`` (multi-node configurations) names the network interface of the ranks' collectives."""
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
@@ -97,12 +102,15 @@ def build_config(
     wl = get_workload(workload)
     if wl.batch_size % nproc:
         raise ValueError(f"workload {wl.name}: batch_size {wl.batch_size} is not divisible by --nproc {nproc}")
-    pairs = [_split_feedback(spec, feedback) for spec in compressors]
+    pairs = [_resolve_feedback(*_split_feedback(spec, feedback)) for spec in compressors]
     for spec, fb in pairs:
         c = create(spec)
         parse_memory(fb)
         if exchange == "allreduce" and c.properties.needs_side:
             raise ValueError(f"{c.name} decodes with side information: use --exchange gather")
+    fed = [(spec, fb) for spec, fb in pairs if parse_memory(fb).feedback.compensation > 0]
+    if fed:  # refuse a feedback whose residual grows without bound, before anything is launched
+        check_feedback(fed, error_factors(workload, nproc, [s for s, _ in fed], granularity == "layer", seed))
     for b in baselines:
         if b != BASELINE and b not in BASELINES:
             raise ValueError(f"unknown baseline {b!r}; known: {BASELINE}, {', '.join(BASELINES)}")
@@ -143,6 +151,12 @@ def _split_feedback(spec: str, default: str) -> tuple[str, str]:
     """``SPEC@FEEDBACK`` gives one compressor its own feedback; a plain ``SPEC`` takes ``default``."""
     spec, at, own = spec.partition("@")
     return spec.strip(), (own.strip() if at else default)
+
+
+def _resolve_feedback(spec: str, feedback: str) -> tuple[str, str]:
+    """``paper`` becomes the compressor's own paper's feedback
+    (:func:`gradstat.compressors.memory.defaults.paper_feedback`); any other feedback spec stays."""
+    return spec, paper_feedback(create(spec))[0] if feedback.strip() == PAPER else feedback
 
 
 def torchrun_command(config_path: Path, nproc: int) -> list[str]:

@@ -11,6 +11,7 @@ beside ``plots/``, not above it).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -58,6 +59,20 @@ def summarize(steps: pd.DataFrame, warmup: int = 2) -> pd.DataFrame:
     if not base.empty:
         out["bytes_vs_allreduce"] = out["sent_bytes_per_rank_step"] / float(base["sent_bytes_per_rank_step"].iloc[0])
         out["step_time_vs_allreduce"] = out["step_ms"] / float(base["step_ms"].iloc[0])
+    return out
+
+
+def failed_runs(summary: pd.DataFrame) -> list[str]:
+    """``run: why`` for each run of the summary that did not train to the end with a finite loss: stopped by an
+    error (a compressor refusing a NaN gradient after divergence, ...) or ending with a non-finite loss."""
+    out = []
+    for _, row in summary.iterrows():
+        status = str(row["status"])
+        loss = row.get("final_loss", float("nan"))
+        if status != "ok":
+            out.append(f"{row['run']}: {status}")
+        elif not math.isfinite(float(loss)):
+            out.append(f"{row['run']}: final loss {loss}")
     return out
 
 

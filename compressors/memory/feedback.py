@@ -72,6 +72,19 @@ class ErrorFeedback:
     def new_state(self) -> FeedbackState:
         return FeedbackState()
 
+    def residual_growth(self, error_factor: float) -> float:
+        """The factor ``decay^2 + error_factor * compensation^2`` by which the residual's second moment is
+        multiplied each step, for a compressor whose error ``e = z - C(z)`` has ``E||e||^2 = error_factor ||z||^2``
+        and is uncorrelated with the residual (an unbiased compressor's). Below 1 the residual stays bounded;
+        at or above 1 it grows geometrically and the run diverges.
+
+        Source: QCS (Abdi & Fekri), Lemma 4 and eq. (15): with compensation beta and decay 1 - beta this is
+        ``(1 - beta)^2 + beta^2 gamma``, whose distance to 1 is the denominator of eta; it is below 1 exactly when
+        ``beta < 2 / (1 + gamma)``. Plain error feedback (beta = 1) therefore needs ``gamma < 1``."""
+        if not error_factor >= 0.0:
+            raise ValueError(f"error factor must be >= 0, got {error_factor}")
+        return self.decay**2 + error_factor * self.compensation**2
+
     def compensate(self, g: torch.Tensor, state: FeedbackState) -> torch.Tensor:
         """z_t = g_t + compensation * h_t."""
         if state.residual is None or self.compensation == 0.0:

@@ -127,13 +127,34 @@ def test_train_then_compress_agree_from_the_files_alone(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
     dump, out = tmp_path / "D", tmp_path / "replay"
     train = [sys.executable, "-m", "gradstat", "train", "--workload", "fc300", "--nproc", "2", "--iterations", "3"]
-    train += ["--compressor", "qsgd", "--feedback", "ef", "--granularity", "layer", "--record-every", "1", "--residual"]
+    train += [
+        "--compressor",
+        "qsgd",
+        "--feedback",
+        "qcs:beta=0.2",
+        "--granularity",
+        "layer",
+        "--record-every",
+        "1",
+        "--residual",
+    ]
     train += ["--seed", "7", "--timeout", "60", "--out", str(dump)]
     proc = subprocess.run(train, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    args = ["compress", str(dump), "--blocks", "layer", "--compressor", "qsgd", "--feedback", "ef", "--seed", "7"]
+    args = [
+        "compress",
+        str(dump),
+        "--blocks",
+        "layer",
+        "--compressor",
+        "qsgd",
+        "--feedback",
+        "qcs:beta=0.2",
+        "--seed",
+        "7",
+    ]
     assert main([*args, "--quiet", "--out", str(out)]) == 0
-    hook = pd.read_csv(f"{dump}.train/blocks.csv").query("run == 'qsgd+ef'")
+    hook = pd.read_csv(f"{dump}.train/blocks.csv").query("run == 'qsgd+qcs:beta=0.2'")
     replay = pd.read_csv(out / "compress_blocks.csv").rename(columns={"worker": "rank"})
     keys = ["step", "rank", "block"]
     both = hook.merge(replay, on=keys, suffixes=("_hook", "_replay"), validate="one_to_one")
@@ -141,7 +162,7 @@ def test_train_then_compress_agree_from_the_files_alone(tmp_path):
     for col in ("param", "bits", "wire_bytes"):
         assert (both[f"{col}_hook"] == both[f"{col}_replay"]).all(), col
     assert replay["residual_as_recorded"].dtype == bool and replay["residual_as_recorded"].all()
-    steps = pd.read_csv(f"{dump}.train/steps.csv").query("run == 'qsgd+ef'")
+    steps = pd.read_csv(f"{dump}.train/steps.csv").query("run == 'qsgd+qcs:beta=0.2'")
     ranks = pd.read_csv(out / "compress_ranks.csv").rename(columns={"worker": "rank"})
     both = steps.merge(ranks, on=["step", "rank"], suffixes=("_hook", "_replay"), validate="one_to_one")
     assert len(both) == 3 * 2

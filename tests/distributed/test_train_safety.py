@@ -100,7 +100,7 @@ def diverging(tmp_path_factory):
 
 def test_a_single_node_run_listens_on_loopback_only(diverging):
     code, _, stderr, _, seen = diverging
-    assert code == 0, stderr[-2000:]
+    assert code == 1, stderr[-2000:]  # every run diverged
     assert seen, "the sampler saw no listening socket at all (the gloo pairs listen while the ranks run)"
     assert [a for a in seen if not is_loopback(a)] == []
 
@@ -120,14 +120,17 @@ def test_the_socket_lister_sees_what_torchruns_store_would_open():
 
 def test_a_diverging_all_reduce_baseline_is_reported_and_the_other_runs_kept(diverging):
     code, stdout, stderr, out, _ = diverging
-    assert code == 0, stderr[-2000:]
+    assert code == 1, stderr[-2000:]
+    first = stdout.splitlines()[0]  # the divergence is the first thing said
+    assert first.startswith("gradstat: 2 of 2 runs diverged or stopped: allreduce: stopped at step")
+    assert "topk:ratio=0.01+ef: stopped at step" in first
     table = pd.read_csv(out / "summary.csv").set_index("run")
-    assert list(table.index) == ["allreduce", "topk:ratio=0.01"]
+    assert list(table.index) == ["allreduce", "topk:ratio=0.01+ef"]
     assert table.loc["allreduce", "status"].startswith("stopped at step")
     assert "NaN/Inf" in table.loc["allreduce", "status"] and "\n" not in table.loc["allreduce", "status"]
     steps = pd.read_csv(out / "steps.csv")
-    assert set(steps["run"]) == {"allreduce", "topk:ratio=0.01"} and set(steps["rank"]) == {0, 1}
-    assert (steps[steps["run"] == "topk:ratio=0.01"]["step"] >= 1).any()
+    assert set(steps["run"]) == {"allreduce", "topk:ratio=0.01+ef"} and set(steps["rank"]) == {0, 1}
+    assert (steps[steps["run"] == "topk:ratio=0.01+ef"]["step"] >= 1).any()
     assert "allreduce" in stdout
 
 
