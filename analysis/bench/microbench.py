@@ -26,7 +26,7 @@ import torch
 from gradstat.analysis.bench.timing import Timing, progress, time_ms
 from gradstat.analysis.measure import huge_pages
 from gradstat.theory.kernels import compaction
-from gradstat.theory.kernels.fused import can_compile, forced, policy
+from gradstat.theory.kernels.policy import can_compile, forced, policy
 
 if TYPE_CHECKING:
     from gradstat.compressors.base import Compressor

@@ -16,7 +16,7 @@ from gradstat.compressors.schemes.quantizers.dither import ScaledQuantizer
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.dqsg import conditional_error
 from gradstat.theory.kernels import counter_dither, counter_native
-from gradstat.theory.kernels.fused import can_compile
+from gradstat.theory.kernels.policy import can_compile
 
 needs_compiler = pytest.mark.skipif(not can_compile(), reason="no C++ compiler for torch.compile here")
 

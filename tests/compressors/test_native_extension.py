@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from gradstat.theory.kernels import compaction, counter_dither, counter_native, native
-from gradstat.theory.kernels.fused import forced
+from gradstat.theory.kernels.policy import forced
 
 ROOT = Path(__file__).resolve().parents[2]
 built = pytest.mark.skipif(not native.built(), reason=f"gradstat's C extension is absent: {native.absent_reason()}")

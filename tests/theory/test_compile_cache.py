@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from gradstat.theory.kernels import compile_cache, fused
+from gradstat.theory.kernels import compile_cache, fused, policy
 from gradstat.theory.kernels.compile_cache import ENV_INDUCTOR, UnsafeCacheError, check_private, ensure_compile_cache
 
 posix = pytest.mark.skipif(not hasattr(os, "getuid"), reason="no POSIX users here")
@@ -90,13 +90,13 @@ def test_an_unsafe_folder_keeps_every_fused_kernel_eager_with_one_warning(tmp_pa
     shared.mkdir()
     shared.chmod(0o777)
     monkeypatch.setenv(ENV_INDUCTOR, str(shared))
-    fused.cache_problem.cache_clear()
+    policy.cache_problem.cache_clear()
     compiled = []
     monkeypatch.setattr(torch, "compile", lambda *a, **k: compiled.append(a) or pytest.fail("compiled"))
     kernels = [fused.Fused(lambda x: x.abs().sum()), fused.Fused(lambda x: (x * x).sum())]
     x = torch.arange(-3.0, 4.0)
     try:
-        with fused.forced("always"):
+        with policy.forced("always"):
             with pytest.warns(RuntimeWarning, match="can be written by other users.*the fused kernels run eagerly"):
                 assert not kernels[0].compiled_for(x) and kernels[0](x) == 12.0
             with warnings.catch_warnings():
@@ -104,15 +104,15 @@ def test_an_unsafe_folder_keeps_every_fused_kernel_eager_with_one_warning(tmp_pa
                 assert kernels[1](x) == 28.0 and kernels[0](x) == 12.0
         assert not compiled and not any(shared.iterdir())
     finally:
-        fused.cache_problem.cache_clear()
+        policy.cache_problem.cache_clear()
 
 
 @posix
 def test_a_safe_folder_lets_the_kernels_compile(unset, monkeypatch):
-    fused.cache_problem.cache_clear()
+    policy.cache_problem.cache_clear()
     try:
-        with fused.forced("always"):
+        with policy.forced("always"):
             assert fused.Fused(lambda x: x.sum()).compiled_for(torch.ones(3))
         assert os.environ[ENV_INDUCTOR] == str(unset / "torchinductor")
     finally:
-        fused.cache_problem.cache_clear()
+        policy.cache_problem.cache_clear()

@@ -17,13 +17,14 @@ from gradstat import compressors
 from gradstat.compressors.schemes.sparsifiers.sidco import exceedances_above
 from gradstat.theory.estimators import exceedances as exc_mod
 from gradstat.theory.estimators.exceedances import Exceedances
-from gradstat.theory.kernels import fused as fused_mod
-from gradstat.theory.kernels.fused import Fused, forced, policy
+from gradstat.theory.kernels import policy as policy_mod
+from gradstat.theory.kernels.fused import Fused
+from gradstat.theory.kernels.policy import forced, policy
 from gradstat.theory.kernels.primitives import block_max
 from gradstat.theory.kernels.stage_stats import summary, tail_moments
 from gradstat.theory.pot import multistage_threshold
 
-needs_compiler = pytest.mark.skipif(not fused_mod.can_compile(), reason="no C++ compiler for torch.compile here")
+needs_compiler = pytest.mark.skipif(not policy_mod.can_compile(), reason="no C++ compiler for torch.compile here")
 
 
 def _laplace(n: int, seed: int, dtype=torch.float32) -> torch.Tensor:
@@ -41,16 +42,16 @@ def _compiled(kernel: Fused, *args):
 
 # -- policy ---------------------------------------------------------------------------------------------------------
 def test_policy_reads_the_environment_and_rejects_other_values(monkeypatch):
-    monkeypatch.delenv(fused_mod.ENV, raising=False)
+    monkeypatch.delenv(policy_mod.ENV, raising=False)
     assert policy() == "auto"
-    monkeypatch.setenv(fused_mod.ENV, "Never")
+    monkeypatch.setenv(policy_mod.ENV, "Never")
     assert policy() == "never"
-    assert not tail_moments.compiled_for(torch.zeros(fused_mod.MIN_ELEMENTS))
-    monkeypatch.setenv(fused_mod.ENV, "0")
+    assert not tail_moments.compiled_for(torch.zeros(policy_mod.MIN_ELEMENTS))
+    monkeypatch.setenv(policy_mod.ENV, "0")
     assert policy() == "never"
-    monkeypatch.setenv(fused_mod.ENV, "on")
+    monkeypatch.setenv(policy_mod.ENV, "on")
     assert policy() == "always"
-    monkeypatch.setenv(fused_mod.ENV, "sometimes")
+    monkeypatch.setenv(policy_mod.ENV, "sometimes")
     with pytest.raises(ValueError, match="GRADSTAT_COMPILE must be one of auto, always, never"):
         policy()
     with pytest.raises(ValueError, match="compile policy must be one of"):
@@ -59,9 +60,9 @@ def test_policy_reads_the_environment_and_rejects_other_values(monkeypatch):
 
 
 def test_auto_compiles_only_large_cpu_vectors(monkeypatch):
-    monkeypatch.setenv(fused_mod.ENV, "auto")
-    assert not tail_moments.compiled_for(torch.zeros(fused_mod.MIN_ELEMENTS - 1))
-    assert tail_moments.compiled_for(torch.zeros(fused_mod.MIN_ELEMENTS)) == fused_mod.can_compile()
+    monkeypatch.setenv(policy_mod.ENV, "auto")
+    assert not tail_moments.compiled_for(torch.zeros(policy_mod.MIN_ELEMENTS - 1))
+    assert tail_moments.compiled_for(torch.zeros(policy_mod.MIN_ELEMENTS)) == policy_mod.can_compile()
 
 
 def test_a_build_that_fails_warns_once_and_falls_back_to_the_reference(monkeypatch):
@@ -337,7 +338,7 @@ def test_the_last_stage_on_the_gathered_exceedances_equals_the_stage_over_the_wh
     relative at most; float64 sums compiled), and SIDCo's gather gives exactly the elements at or above eta_{M-1}. Where
     more than NARROW_FRACTION of the elements lie above eta_{M-1} (3 stages at delta = 0.01: 5 %), nothing is
     gathered."""
-    if mode == "always" and not fused_mod.can_compile():
+    if mode == "always" and not policy_mod.can_compile():
         pytest.skip("no C++ compiler for torch.compile here")
     g = _laplace(300_000, 6)
     with forced(mode):

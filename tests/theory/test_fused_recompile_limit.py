@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gradstat.theory.kernels import fused
+from gradstat.theory.kernels import fused, policy
 
 
 def test_the_limit_is_raised_while_a_kernel_runs_and_restored_after():
@@ -23,18 +23,18 @@ def test_the_limit_is_raised_while_a_kernel_runs_and_restored_after():
 )
 def test_the_torch_version_is_read_as_major_and_minor(monkeypatch, version, parsed):
     monkeypatch.setattr(torch, "__version__", version)
-    assert fused.torch_version() == parsed
+    assert policy.torch_version() == parsed
 
 
 def test_auto_does_not_compile_below_the_torch_whose_kernels_equal_eager(monkeypatch):
     """torch 2.1-2.5 compile the counter hash's kernels to other values than eager: auto stays eager there."""
-    major, minor = fused.COMPILE_TORCH
+    major, minor = policy.COMPILE_TORCH
     monkeypatch.setattr(torch, "__version__", f"{major}.{minor - 1}.0")
-    fused.can_compile.cache_clear()
+    policy.can_compile.cache_clear()
     try:
-        assert not fused.can_compile()
-        monkeypatch.setenv(fused.ENV, "auto")
-        assert not fused.Fused(torch.abs).compiled_for(torch.zeros(fused.MIN_ELEMENTS))
+        assert not policy.can_compile()
+        monkeypatch.setenv(policy.ENV, "auto")
+        assert not fused.Fused(torch.abs).compiled_for(torch.zeros(policy.MIN_ELEMENTS))
     finally:
         monkeypatch.undo()
-        fused.can_compile.cache_clear()
+        policy.can_compile.cache_clear()

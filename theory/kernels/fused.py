@@ -8,18 +8,13 @@ kernel (seconds on a CPU, with a C++ compiler; cached on disk for later processe
 vectors and long runs.
 
 :class:`Fused` wraps a pure torch function that is its own eager reference: called eagerly it computes the same
-result in several passes. It is compiled when the policy allows (:func:`policy`, environment variable
-``GRADSTAT_COMPILE``):
-
-- ``auto`` (default): compiled for CPU tensors of at least :data:`MIN_ELEMENTS` elements when torch can compile
-  here (torch :data:`COMPILE_TORCH` or newer and a C++ compiler on the path); eager otherwise (GPU tensors stay on eager
-  torch's kernels, which already read at close to the device's bandwidth);
-- ``always``: compiled for every size and device (what the tests use to compare the two paths);
-- ``never``: always eager.
+result in several passes. It runs compiled where the kernels' one policy says so
+(:func:`gradstat.theory.kernels.policy.choose`, environment variable ``GRADSTAT_COMPILE``).
 
 A build that fails (no compiler, an unsupported torch) is reported once as a warning and the kernel stays eager
 for the rest of the process, as every kernel does where torch's cache folder could be written by another user
-(:mod:`gradstat.theory.kernels.compile_cache` points it at a private folder unless ``TORCHINDUCTOR_CACHE_DIR`` is set);
+(:mod:`gradstat.theory.kernels.compile_cache` points it at a private folder unless ``TORCHINDUCTOR_CACHE_DIR`` is
+set);
 results depend on whether it compiled only through rounding (reordered sums, float32 against float64 arithmetic).
 Callers keep their own eager code path where it is cheaper than running the fused function eagerly
 (:meth:`Fused.compiled_for` says which applies).
@@ -28,24 +23,14 @@ Callers keep their own eager code path where it is cheaper than running the fuse
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import functools
-import os
-import shutil
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 
-from gradstat.theory.kernels.compile_cache import UnsafeCacheError, ensure_compile_cache
-
-ENV = "GRADSTAT_COMPILE"
-POLICIES = ("auto", "always", "never")
-MIN_ELEMENTS = 1 << 21
-"""Smallest vector (2,097,152 elements) compiled under ``auto``: below it one eager pass costs well under a
-millisecond and the build would not pay for itself in a short run."""
-
+from gradstat.theory.kernels import policy
+from gradstat.theory.kernels.policy import ENV
 
 RECOMPILE_LIMIT = 64
 """Variants one kernel may build (torch's default is 8): each dtype, each Python constant and a row count of 0 or
@@ -59,61 +44,6 @@ def recompile_limit() -> contextlib.AbstractContextManager[None]:
     config = torch._dynamo.config
     name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
     return config.patch({name: RECOMPILE_LIMIT})
-
-
-_FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("gradstat_compile_forced", default=None)
-
-ALIASES = {"0": "never", "false": "never", "no": "never", "off": "never", "1": "always", "true": "always"}
-ALIASES.update({"yes": "always", "on": "always"})
-
-
-def policy() -> str:
-    """The compile policy from ``GRADSTAT_COMPILE`` (``auto`` when unset; ``0``/``off``/``false``/``no`` mean
-    ``never``, ``1``/``on``/``true``/``yes`` mean ``always``); a clear error for another value."""
-    override = _FORCED.get()
-    if override is not None:
-        return override
-    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    value = ALIASES.get(value, value)
-    if value not in POLICIES:
-        raise ValueError(f"{ENV} must be one of {', '.join(POLICIES)} (or 0/1), got {value!r}")
-    return value
-
-
-@functools.lru_cache(maxsize=1)
-def cache_problem() -> str | None:
-    """Why compiled kernels may not be built here, once per process: the compile cache folder is not private to
-    this user (:mod:`gradstat.theory.kernels.compile_cache`; reported as one warning, and every kernel stays
-    eager); None when it is (the folder is then set up for torch)."""
-    try:
-        ensure_compile_cache()
-    except UnsafeCacheError as exc:
-        warnings.warn(f"gradstat: {exc}; the fused kernels run eagerly", RuntimeWarning, stacklevel=4)
-        return str(exc)
-    return None
-
-
-COMPILE_TORCH = (2, 9)
-"""Oldest torch whose compiled kernels equal eager bit for bit on the suite's checks (tests/theory/test_fused.py,
-tests/compressors/test_counter_dither.py): 2.9.1, 2.13.0 and 2.14.1 pass; 2.1.0 (other signs from the counter
-hash's signed rows; its inductor also needs setuptools' pkg_resources), 2.2.2 and 2.5.1 (last-bit differences in
-the nested quantizer's reconstruction, row scales at 1e-40) do not. Below it ``auto`` stays eager."""
-
-
-def torch_version() -> tuple[int, int]:
-    """(major, minor) of the torch in use."""
-    major, minor = (int("".join(c for c in part if c.isdigit()) or 0) for part in torch.__version__.split(".")[:2])
-    return major, minor
-
-
-@functools.lru_cache(maxsize=1)
-def can_compile() -> bool:
-    """Whether this process builds CPU kernels under ``auto``: ``torch.compile`` exists, torch is
-    :data:`COMPILE_TORCH` or newer and a C++ compiler is on the path."""
-    if not hasattr(torch, "compile") or torch_version() < COMPILE_TORCH:
-        return False
-    compiler = os.environ.get("CXX") or "c++"
-    return any(shutil.which(c) for c in (compiler, "g++", "clang++"))
 
 
 class Fused:
@@ -134,14 +64,7 @@ class Fused:
 
     def compiled_for(self, x: torch.Tensor) -> bool:
         """Whether a call on ``x`` runs compiled under the current policy."""
-        if self._broken:
-            return False
-        mode = policy()
-        if mode == "never":
-            return False
-        if mode != "always" and not (x.device.type == "cpu" and x.numel() >= MIN_ELEMENTS and can_compile()):
-            return False
-        return cache_problem() is None
+        return not self._broken and policy.choose(x, compiled=True) == "compiled"
 
     def __call__(self, x: torch.Tensor, *args: object) -> torch.Tensor:
         if self.compiled_for(x):
@@ -168,20 +91,6 @@ class Fused:
             if self._compiled is None:
                 self._compiled = torch.compile(self.fn, dynamic=True, fullgraph=True)
             return self._compiled
-
-
-@contextlib.contextmanager
-def forced(mode: str) -> Iterator[None]:
-    """Run the enclosed code under compile policy ``mode`` (``auto``, ``always`` or ``never``), e.g. to time or
-    test the eager and the compiled path side by side; the previous setting is restored on exit. The override is
-    a context variable: it holds in this thread (and context) only, and the environment is not touched."""
-    if mode not in POLICIES:
-        raise ValueError(f"compile policy must be one of {', '.join(POLICIES)}, got {mode!r}")
-    token = _FORCED.set(mode)
-    try:
-        yield
-    finally:
-        _FORCED.reset(token)
 
 
 def fused(fn: Callable[..., torch.Tensor]) -> Fused:

@@ -13,7 +13,7 @@ own kernels would use them.
 
 - the package was installed without it (no C compiler at install time; :func:`absent_reason` says so);
 - it was built from another version of its source (a stale in-place build: rebuild with ``pip install -e .``);
-- the compile policy is ``never`` (``GRADSTAT_COMPILE``, or :func:`gradstat.theory.kernels.fused.forced`): the one
+- the compile policy is ``never`` (``GRADSTAT_COMPILE``, or :func:`gradstat.theory.kernels.policy.forced`): the one
   switch for every accelerated path, read on each call, so one process can run both paths.
 
 The callers' tests hold both paths to the same plain reference, bit for bit.
@@ -33,7 +33,7 @@ from typing import TypeVar
 
 import torch
 
-from gradstat.theory.kernels.fused import policy
+from gradstat.theory.kernels.policy import native_allowed
 
 T = TypeVar("T")
 
@@ -60,7 +60,7 @@ _WARNED = False
 def extension() -> ModuleType | None:
     """The C loops' module, or None (see the module docstring); one warning per process for a stale build."""
     global _WARNED
-    if policy() == "never":
+    if not native_allowed():
         return None
     if _STALE and not _WARNED:
         _WARNED = True

@@ -1,0 +1,140 @@
+"""Which form of a hot loop runs: the one policy of the kernels layer, and the one place where it is applied.
+
+Every kernel of :mod:`gradstat.theory.kernels` has a plain eager torch reference and may have accelerated forms
+(:data:`BACKENDS`): gradstat's own C loops (``native``, the extension built at install,
+:mod:`gradstat.theory.kernels.native`) and ``torch.compile`` kernels (``compiled``, one fused loop generated for
+the device: C++ on a CPU, Triton on CUDA, :mod:`gradstat.theory.kernels.fused`). A kernel says which forms it has
+for a given input; :func:`choose` says which one runs, by one rule:
+
+1. ``native`` where the kernel has a C loop for the input (a contiguous CPU tensor of a dtype it handles, the
+   extension built) and the policy is not ``never``;
+2. else ``compiled`` where the kernel has a compiled form and :func:`compiles` allows it for the input;
+3. else ``eager``, the reference itself.
+
+The policy is the environment variable ``GRADSTAT_COMPILE`` (:func:`policy`), or :func:`forced` for the code it
+encloses:
+
+- ``auto`` (default): compiled kernels for CPU tensors of at least :data:`MIN_ELEMENTS` elements where torch can
+  compile here (torch :data:`COMPILE_TORCH` or newer and a C++ compiler on the path); the C loops wherever they
+  apply; GPU tensors on eager torch's kernels;
+- ``always``: compiled kernels for every size and device (what the tests use to compare the forms);
+- ``never``: the eager reference everywhere (no C loop, nothing compiled).
+
+Every form of a kernel computes the reference's result bit for bit, or within the rounding its kernel declares
+(:mod:`gradstat.theory.kernels.catalog`); the equivalence battery (``tests/kernels``) holds each one to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import os
+import shutil
+import warnings
+from collections.abc import Iterator
+
+import torch
+
+from gradstat.theory.kernels.compile_cache import UnsafeCacheError, ensure_compile_cache
+
+ENV = "GRADSTAT_COMPILE"
+POLICIES = ("auto", "always", "never")
+BACKENDS = ("native", "compiled", "eager")
+"""The forms a kernel may run in, in the order :func:`choose` prefers them."""
+
+MIN_ELEMENTS = 1 << 21
+"""Smallest vector (2,097,152 elements) compiled under ``auto``: below it one eager pass costs well under a
+millisecond and the build would not pay for itself in a short run."""
+
+COMPILE_TORCH = (2, 9)
+"""Oldest torch whose compiled kernels equal eager bit for bit on the suite's checks (tests/theory/test_fused.py,
+tests/compressors/test_counter_dither.py): 2.9.1, 2.13.0 and 2.14.1 pass; 2.1.0 (other signs from the counter
+hash's signed rows; its inductor also needs setuptools' pkg_resources), 2.2.2 and 2.5.1 (last-bit differences in
+the nested quantizer's reconstruction, row scales at 1e-40) do not. Below it ``auto`` stays eager."""
+
+_FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("gradstat_compile_forced", default=None)
+
+ALIASES = {"0": "never", "false": "never", "no": "never", "off": "never", "1": "always", "true": "always"}
+ALIASES.update({"yes": "always", "on": "always"})
+
+
+def policy() -> str:
+    """The compile policy from ``GRADSTAT_COMPILE`` (``auto`` when unset; ``0``/``off``/``false``/``no`` mean
+    ``never``, ``1``/``on``/``true``/``yes`` mean ``always``); a clear error for another value."""
+    override = _FORCED.get()
+    if override is not None:
+        return override
+    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    value = ALIASES.get(value, value)
+    if value not in POLICIES:
+        raise ValueError(f"{ENV} must be one of {', '.join(POLICIES)} (or 0/1), got {value!r}")
+    return value
+
+
+@contextlib.contextmanager
+def forced(mode: str) -> Iterator[None]:
+    """Run the enclosed code under compile policy ``mode`` (``auto``, ``always`` or ``never``), e.g. to time or
+    test the eager and the accelerated forms side by side; the previous setting is restored on exit. The override
+    is a context variable: it holds in this thread (and context) only, and the environment is not touched."""
+    if mode not in POLICIES:
+        raise ValueError(f"compile policy must be one of {', '.join(POLICIES)}, got {mode!r}")
+    token = _FORCED.set(mode)
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
+def torch_version() -> tuple[int, int]:
+    """(major, minor) of the torch in use."""
+    major, minor = (int("".join(c for c in part if c.isdigit()) or 0) for part in torch.__version__.split(".")[:2])
+    return major, minor
+
+
+@functools.lru_cache(maxsize=1)
+def can_compile() -> bool:
+    """Whether this process builds CPU kernels under ``auto``: ``torch.compile`` exists, torch is
+    :data:`COMPILE_TORCH` or newer and a C++ compiler is on the path."""
+    if not hasattr(torch, "compile") or torch_version() < COMPILE_TORCH:
+        return False
+    compiler = os.environ.get("CXX") or "c++"
+    return any(shutil.which(c) for c in (compiler, "g++", "clang++"))
+
+
+@functools.lru_cache(maxsize=1)
+def cache_problem() -> str | None:
+    """Why compiled kernels may not be built here, once per process: the compile cache folder is not private to
+    this user (:mod:`gradstat.theory.kernels.compile_cache`; reported as one warning, and every kernel stays
+    eager); None when it is (the folder is then set up for torch)."""
+    try:
+        ensure_compile_cache()
+    except UnsafeCacheError as exc:
+        warnings.warn(f"gradstat: {exc}; the fused kernels run eagerly", RuntimeWarning, stacklevel=4)
+        return str(exc)
+    return None
+
+
+def native_allowed() -> bool:
+    """Whether the C loops may run under the current policy (any policy but ``never``)."""
+    return policy() != "never"
+
+
+def compiles(x: torch.Tensor) -> bool:
+    """Whether a compiled kernel may run on ``x`` under the current policy (see the module docstring)."""
+    mode = policy()
+    if mode == "never":
+        return False
+    if mode != "always" and not (x.device.type == "cpu" and x.numel() >= MIN_ELEMENTS and can_compile()):
+        return False
+    return cache_problem() is None
+
+
+def choose(x: torch.Tensor, native: bool = False, compiled: bool = False) -> str:
+    """The form a kernel runs on ``x``: ``native`` when it has a C loop for ``x`` (``native``), else ``compiled``
+    when it has a compiled form (``compiled``) that :func:`compiles` allows, else ``eager`` (the module's rule)."""
+    if native and native_allowed():
+        return "native"
+    if compiled and compiles(x):
+        return "compiled"
+    return "eager"
