@@ -60,6 +60,7 @@ import torch
 
 from gradstat.compressors.wire import bitpack
 from gradstat.compressors.wire.errors import PayloadError
+from gradstat.compressors.wire.floats import to_wire, wire_float
 
 SEED_BITS = 64
 """Width at which a payload sends the seed material its decoder needs."""
@@ -135,6 +136,18 @@ class Payload:
             raise ValueError(f"part {name!r}: width must be >= 0 bits, got {width}")
         self.parts[name] = Part(tensor, float(width), kind)
         return tensor
+
+    def add_floats(
+        self, name: str, x: torch.Tensor, kind: PartKind, who: str, what: str, *, up: bool = False, exact: bool = False
+    ) -> torch.Tensor:
+        """Add floating part ``name`` in the wire dtype of this payload's gradient
+        (:func:`~gradstat.compressors.wire.floats.wire_float` of :attr:`dtype`: bf16 and fp16 at their 16 bits,
+        float32 otherwise), counted at that width; returns the tensor sent. ``exact``: ``x`` holds elements of the
+        gradient (a selection), exact in the gradient's dtype; ``up``: non-negative scales, rounded up (see
+        :func:`~gradstat.compressors.wire.floats.to_wire`, which raises where the dtype cannot carry ``x``)."""
+        dtype = wire_float(self.dtype)
+        sent = to_wire(x, dtype, who, what, up=up, exact=exact and dtype == self.dtype)
+        return self.add(name, sent, float_width(dtype), kind)
 
     def add_seed(self, seed: int) -> None:
         """Send the call seed the decoder regenerates the encoder's random draws from: a ``seed`` part of

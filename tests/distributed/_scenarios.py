@@ -264,7 +264,14 @@ class TinyTensors(torch.nn.Module):
 
 
 def tiny_tensors(
-    rank: int, world: int, specs: list[str], feedback: str, iterations: int, granularity: str = "layer", dense_below=0
+    rank: int,
+    world: int,
+    specs: list[str],
+    feedback: str,
+    iterations: int,
+    granularity: str = "layer",
+    dense_below: int = 0,
+    dtype: str = "float32",
 ) -> dict:
     """Train :class:`TinyTensors` (a linear teacher's targets) under a hook per spec. Per spec: the losses, each
     block's (numel, bits sent) by this rank, the blocks counted dense, and for every block that went dense this
@@ -272,7 +279,7 @@ def tiny_tensors(
     out = {}
     for spec in specs:
         torch.manual_seed(0)
-        model = TinyTensors()
+        model = TinyTensors().to(getattr(torch, dtype))
         ddp = DDP(model)
         state, hook = make_hook(
             spec, feedback, model=model, seed=3, granularity=granularity, dense_below=dense_below, keep_payloads=True
@@ -290,22 +297,22 @@ def tiny_tensors(
         teacher = torch.randn(16, 4, generator=gen)
         losses, dense = [], []
         for _ in range(iterations):
-            x = torch.randn(32, 16, generator=gen)[rank * 16 : (rank + 1) * 16]
+            x = torch.randn(32, 16, generator=gen)[rank * 16 : (rank + 1) * 16].to(getattr(torch, dtype))
             state.taps.last.clear()
             opt.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.mse_loss(ddp(x), x @ teacher)
+            loss = torch.nn.functional.mse_loss(ddp(x), x @ teacher.to(x.dtype))
             loss.backward()
             opt.step()
             losses.append(float(loss.detach()))
             dense.append(state.take_metrics().dense_blocks)
         sizes = {pos: p.numel() for pos, p in enumerate(model.parameters())}
-        sent = {b: (p.numel, p.bits, p.dtype) for (r, b), (p, _d) in state.taps.last.items() if r == rank}
+        sent = {b: (p.numel, p.bits) for (r, b), (p, _d) in state.taps.last.items() if r == rank}
         decoded = {b: d for (r, b), (_p, d) in state.taps.last.items() if r == rank}
         out[spec] = {
             "losses": losses,
             "dense": dense,
             "sizes": sizes,
-            "sent": {b: (n, bits) for b, (n, bits, _) in sent.items()},
+            "sent": sent,
             "local": {b: seen[b] for b in seen if granularity == "layer"},
             "decoded": decoded,
             "params_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters()),

@@ -24,13 +24,16 @@ def layerwise() -> list[dict]:
         "layer": ("tiny_tensors", {"specs": SPECS, "feedback": "ef", "iterations": ITERATIONS}),
         # every parameter below 100 elements dense, also for compressors that could compress them
         "declared": ("tiny_tensors", {"specs": ["qsgd"], "feedback": "ef", "iterations": 2, "dense_below": 100}),
+        "bf16": ("tiny_tensors", {"specs": ["topk", "qsgd"], "feedback": "ef", "iterations": 2, "dtype": "bfloat16"}),
     }
     results = run_ranks(_scenarios.several, calls=calls, timeout_s=400)
     for rank, res in enumerate(results):
         for name, out in res.items():
             if "error" in out:
                 pytest.fail(f"scenario {name!r}: rank {rank} raised:\n{out['error']}")
-    return [{**res["layer"]["ok"], "declared": res["declared"]["ok"]["qsgd"]} for res in results]
+    return [
+        {**res["layer"]["ok"], "declared": res["declared"]["ok"]["qsgd"], "bf16": res["bf16"]["ok"]} for res in results
+    ]
 
 
 @pytest.mark.parametrize("name", SPECS)
@@ -104,3 +107,18 @@ def test_min_numel_is_the_smallest_vector_a_ratio_keeps_one_element_of():
         with pytest.raises(ValueError, match="< 1 element"):
             c.encode(torch.randn(d - 1))
     assert compressors.create("qsgd").min_numel() == 1
+
+
+def test_a_bf16_model_sends_its_values_and_scales_at_16_bits(layerwise):
+    for res in layerwise:
+        topk, qsgd = res["bf16"]["topk"], res["bf16"]["qsgd"]
+        assert all(math.isfinite(x) for x in topk["losses"] + qsgd["losses"])
+        for pos, n in topk["sizes"].items():
+            numel, bits = topk["sent"][pos]
+            k = math.ceil(0.01 * n)
+            # below 100 elements dense at 16 bits; above, k values of 16 bits and indices of ceil(log2 n) bits
+            assert bits == (16 * n if n < 100 else k * (16 + math.ceil(math.log2(n)))), (pos, n, bits)
+        for pos, n in qsgd["sizes"].items():
+            numel, bits = qsgd["sent"][pos]
+            # qsgd (s=4, buckets of 512): codes of ceil(log2 9) = 4 bits, one 16-bit scale per bucket
+            assert bits == 4 * n + 16 * math.ceil(n / 512), (pos, n, bits)

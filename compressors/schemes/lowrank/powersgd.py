@@ -35,14 +35,14 @@ from gradstat.compressors.base import Compressor, Properties, check_int
 from gradstat.compressors.context import Context, generator
 from gradstat.compressors.registry import register
 from gradstat.compressors.wire.errors import PayloadError
-from gradstat.compressors.wire.payload import Payload, float_width
+from gradstat.compressors.wire.floats import widened
+from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.kernels.primitives import (
     max_abs,
     normalise_by_pow2,
     pow2_exponent,
     scale_by_pow2,
     scratch,
-    to_float32_wire,
 )
 
 
@@ -110,11 +110,10 @@ class PowerSGD(Compressor):
         # overflowed at |g| ~ 3e38: Q's entries reach sqrt(n) times the largest |g|)
         h = torch.div(e, 2, rounding_mode="floor")
         for name, factor, exponent in (("p", p, h), ("q", q, e - h)):
-            wire = to_float32_wire(scale_by_pow2(factor, exponent), "powersgd", f"factor {name.upper()}")
-            payload.add(name, wire, float_width(torch.float32), "value")
+            payload.add_floats(name, scale_by_pow2(factor, exponent), "value", "powersgd", f"factor {name.upper()}")
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
-        p, q = payload["p"], payload["q"]
+        p, q = widened(payload["p"]), widened(payload["q"])
         return (p @ q.T).reshape(-1)[: payload.numel]
 
     def _check_payload(self, payload: Payload) -> None:

@@ -34,7 +34,8 @@ import torch
 
 from gradstat.compressors.base import Compressor, nonfinite_error
 from gradstat.compressors.context import Context, generator
-from gradstat.compressors.wire.payload import Payload, code_width
+from gradstat.compressors.wire.floats import NARROW_FLOATS, to_wire, widened
+from gradstat.compressors.wire.payload import Payload, code_width, float_width
 from gradstat.theory.kernels import counter_dither, counter_native
 from gradstat.theory.kernels.primitives import (
     all_finite,
@@ -299,13 +300,24 @@ class ScaledQuantizer:
             f"{float(wire.max()):.4g}), beyond float32's range (3.4e38); {hint}"
         )
 
+    def _narrowed(self, wire: torch.Tensor, scale: torch.Tensor, payload: Payload) -> tuple[torch.Tensor, torch.Tensor]:
+        """The scales as sent and as the encoder quantizes with: for a 16-bit gradient (bf16, fp16) the float32
+        scales ``wire`` rounded up to its dtype (:func:`~gradstat.compressors.wire.floats.to_wire`), so that each
+        still bounds its bucket and the codes reconstruct with the scale the receiver reads (unbiased as before);
+        otherwise ``(wire, scale)`` unchanged."""
+        if payload.dtype not in NARROW_FLOATS:
+            return wire, scale
+        sent = to_wire(wire, payload.dtype, "quantizer", f"{self.norm} bucket scale", up=True)
+        return sent, sent.to(scale.dtype)
+
     def bucket_size(self, d: int) -> int:
         return self.bucket if 0 < self.bucket < d else d
 
     def encode(
         self, x: torch.Tensor, payload: Payload, seed: int, source: torch.Tensor | None = None, who: str = "quantizer"
     ) -> None:
-        """Add ``codes`` (d at :attr:`code_width` bits) and ``scales`` (one float32 per bucket) for flat ``x``.
+        """Add ``codes`` (d at :attr:`code_width` bits) and ``scales`` (one per bucket: float32, or the gradient's
+        dtype for a bf16 or fp16 gradient, rounded up) for flat ``x``.
 
         The dither comes from ``(seed, DITHER_STREAM)``; the caller sends the seed when :attr:`subtract` is set.
         The scales are the finiteness check of ``source`` (the gradient ``x`` was prepared from; NaN and Inf
@@ -314,7 +326,7 @@ class ScaledQuantizer:
         d = x.numel()
         head, tail = bucket_rows(x, self.bucket_size(d))
         scale = _row_scales(head, tail, self.norm)
-        wire = self._checked_wire(scale, source, who)
+        wire, scale = self._narrowed(self._checked_wire(scale, source, who), scale, payload)
         lo, hi, offset, gain = self._range
         if self.dither == "counter":
             codes = torch.empty(d, dtype=code_dtype(lo, hi), device=x.device)
@@ -322,7 +334,7 @@ class ScaledQuantizer:
             args = (gain, lo, hi, 0.5 - offset, codes.dtype)
             _counter_rows(counter_dither.quantize_rows_into, codes, x, head.shape[1], _safe(scale), key, args)
             payload.add("codes", codes, self.code_width, "code")
-            payload.add("scales", wire, 32, "scale")
+            payload.add("scales", wire, float_width(wire.dtype), "scale")
             return
         # x / s first (correctly rounded, in [-1, 1]) and then the gain: gain / s overflows for denormal scales.
         # Every step in place, in the order of the plain form (encode_reference); y reuses the scratch slot of the
@@ -330,7 +342,7 @@ class ScaledQuantizer:
         y = _per_bucket("div", x, _safe(scale), head.shape[1], scratch(d, x.dtype, x.device, "scaled"))
         codes = quantize(y.mul_(gain), draw_dither_scratch(d, seed, x.device), lo, hi, offset)
         payload.add("codes", codes, self.code_width, "code")
-        payload.add("scales", wire, 32, "scale")
+        payload.add("scales", wire, float_width(wire.dtype), "scale")
 
     def check_payload(self, payload: Payload, d: int) -> None:
         """Refuse (PayloadError naming the part) ``codes`` and ``scales`` that :meth:`decode` cannot read for a
@@ -352,7 +364,7 @@ class ScaledQuantizer:
 
     def decode(self, payload: Payload, d: int, seed: int) -> torch.Tensor:
         """Flat float32 reconstruction of length ``d`` from the ``codes`` and ``scales`` parts."""
-        codes, scale = payload["codes"], payload["scales"]
+        codes, scale = payload["codes"], widened(payload["scales"])
         if codes.numel() != d or scale.numel() != self.bucket_count(d):
             raise ValueError(
                 f"quantizer payload holds {codes.numel()} codes and {scale.numel()} scales; {d} elements need {d} "
@@ -382,16 +394,16 @@ class ScaledQuantizer:
         d = x.numel()
         blocks = to_buckets(x, self.bucket_size(d))
         scale = bucket_norm(blocks, self.norm)
-        wire = self._checked_wire(scale, None, "quantizer")
+        wire, scale = self._narrowed(self._checked_wire(scale, None, "quantizer"), scale, payload)
         lo, hi, offset, gain = self._range
         y = (blocks / _safe(scale)[:, None]).mul_(gain).reshape(-1)[:d]
         codes = torch.floor(y + self._dither_reference(d, seed, x.device) + (0.5 - offset)).clamp_(lo, hi)
         payload.add("codes", codes.to(code_dtype(lo, hi)), self.code_width, "code")
-        payload.add("scales", wire, 32, "scale")
+        payload.add("scales", wire, float_width(wire.dtype), "scale")
 
     def decode_reference(self, payload: Payload, d: int, seed: int) -> torch.Tensor:
         """Plain form of :meth:`decode`: the same values, bit for bit."""
-        codes, scale = payload["codes"], payload["scales"]
+        codes, scale = payload["codes"], widened(payload["scales"])
         lo, hi, offset, gain = self._range
         value = codes.float() + offset if offset else codes.float()
         y = value - self._dither_reference(d, seed, codes.device) if self.subtract else value

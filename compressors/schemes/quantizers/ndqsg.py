@@ -40,10 +40,11 @@ from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.quantizers.dither import DITHER_STREAM, DitherSource, draw_dither_scratch
 from gradstat.compressors.schemes.quantizers.dqsg import DQSG
 from gradstat.compressors.wire.errors import PayloadError
+from gradstat.compressors.wire.floats import NARROW_FLOATS, to_wire, widened
 from gradstat.compressors.wire.payload import Payload, code_width
 from gradstat.theory.kernels import counter_dither, counter_native
 from gradstat.theory.kernels.fused import Fused
-from gradstat.theory.kernels.primitives import all_finite, max_abs, scratch, scratch_like, to_float32_wire
+from gradstat.theory.kernels.primitives import all_finite, max_abs, scratch, scratch_like
 
 
 def nested_encode(x: torch.Tensor, u: torch.Tensor, delta1: float, k: int, alpha: float = 1.0) -> torch.Tensor:
@@ -202,6 +203,8 @@ class NDQSG(Compressor):
             return
         seed, k = ctx.call_seed, self.nesting
         kappa = max_abs(g).abs()  # = |g|.amax() without the |g| tensor (abs: +0, not -0, for an all-zero g)
+        if payload.dtype in NARROW_FLOATS:  # sent in the gradient's 16 bits: rounded up, and encoded with as sent
+            kappa = to_wire(kappa, payload.dtype, "ndqsg", "scale", up=True).to(kappa.dtype)
         safe = torch.where(kappa > 0, kappa, torch.ones_like(kappa))
         if self.dither == "counter":
             s = torch.empty(g.shape, dtype=torch.int8 if k <= 255 else torch.int32, device=g.device)
@@ -217,7 +220,7 @@ class NDQSG(Compressor):
             u = draw_dither_scratch(g.numel(), seed, g.device).mul_(self.fine_step)
             s = nested_encode(x, u, self.fine_step, k, self.alpha)
         payload.add("nested", s, code_width(k), "code")  # int8 (k <= 255) or int32 already
-        payload.add("scales", to_float32_wire(kappa.reshape(1), "ndqsg", "scale"), 32, "scale")
+        payload.add_floats("scales", kappa.reshape(1), "scale", "ndqsg", "scale")
         payload.add_seed(seed)
         if self.dither == "torch":  # torch's draws differ between device types: the payload says whose they are
             payload.add_generator(g.device)
@@ -249,7 +252,7 @@ class NDQSG(Compressor):
                 f"ndqsg: side information must have {payload.numel} elements, got "
                 f"{None if side is None else side.numel()}"
             )
-        kappa = payload["scales"]
+        kappa = widened(payload["scales"])
         s = payload["nested"].reshape(-1)  # integer codes: s * Delta1 converts them exactly
         if s.numel() != payload.numel or kappa.numel() != 1:
             raise ValueError(
@@ -319,7 +322,7 @@ class NDQSG(Compressor):
         failures: dict[int, torch.Tensor] = {}
         for w in range(p1, len(grads)):
             oracle = self.decode(payloads[w], ctx.but(worker=w), side=grads[w])
-            bin_half = 0.5 * self.alpha * self.delta2 * payloads[w]["scales"]
+            bin_half = 0.5 * self.alpha * self.delta2 * widened(payloads[w]["scales"])
             wrong_bin = (decoded[w].float() - oracle.float()).abs() > bin_half
             failures[w] = wrong_bin.sum()
         total = torch.stack(list(failures.values())).sum() if failures else torch.zeros((), dtype=torch.int64)

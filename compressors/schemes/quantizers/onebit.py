@@ -24,6 +24,7 @@ from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.quantizers.sign import sign_bits
+from gradstat.compressors.wire.floats import widened
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.kernels.primitives import (
     all_finite,
@@ -35,7 +36,6 @@ from gradstat.theory.kernels.primitives import (
     scale_by_pow2_scratch,
     scratch_like,
     sign_split_sums,
-    to_float32_wire,
 )
 
 EXACT_COUNT = 2**24
@@ -119,7 +119,7 @@ class OneBit(Compressor):
         bits = sign_bits(groups)
         mean_neg, mean_pos = _class_means(groups, bits)
         payload.add("bits", bits.reshape(-1), 1, "code")
-        payload.add("values", to_float32_wire(torch.stack((mean_neg, mean_pos), 1), "onebit", "mean"), 32, "value")
+        payload.add_floats("values", torch.stack((mean_neg, mean_pos), 1), "value", "onebit", "mean")
 
     def _encode_reference(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         """Plain form of :meth:`_encode` (fresh tensors): the same payload, bit for bit."""
@@ -135,7 +135,7 @@ class OneBit(Compressor):
         mean_pos = scale_by_pow2((unit * pos).sum(1) / n_pos.clamp(min=1), e)
         mean_neg = scale_by_pow2((unit * (1 - pos)).sum(1) / n_neg.clamp(min=1), e)
         payload.add("bits", bits.reshape(-1), 1, "code")
-        payload.add("values", to_float32_wire(torch.stack((mean_neg, mean_pos), 1), "onebit", "mean"), 32, "value")
+        payload.add_floats("values", torch.stack((mean_neg, mean_pos), 1), "value", "onebit", "mean")
 
     def _check_payload(self, payload: Payload) -> None:
         rows, cols = self.matrix_shape(payload.shape)
@@ -146,7 +146,7 @@ class OneBit(Compressor):
         return all_finite(payload["values"])  # the output is one of each group's two means
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
-        values = payload["values"]  # (groups, 2): [mean of b=0, mean of b=1]
+        values = widened(payload["values"])  # (groups, 2): [mean of b=0, mean of b=1]
         bits = payload["bits"].reshape(values.shape[0], -1)
         groups = choose_by_bits(bits, values[:, 0], values[:, 1])
         return (groups.T if self.axis == "column" else groups).reshape(-1)

@@ -19,13 +19,13 @@ import torch
 from gradstat.compressors.base import Compressor, Properties
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
+from gradstat.compressors.wire.floats import widened
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.kernels.primitives import (
     all_finite,
     at_least_zero,
     mean_abs_scratch,
     plus_minus,
-    to_float32_wire,
 )
 
 
@@ -69,10 +69,10 @@ class SignSGD(Compressor):
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         payload.add("signs", sign_bits(g), 1, "code")
         if self.scale == "l1":
-            payload.add("scale", to_float32_wire(mean_abs_scratch(g).reshape(1), "signsgd", "l1 scale"), 32, "scale")
+            payload.add_floats("scale", mean_abs_scratch(g).reshape(1), "scale", "signsgd", "l1 scale")
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
-        return signs(payload["signs"], payload["scale"] if self.scale == "l1" else None)
+        return signs(payload["signs"], widened(payload["scale"]) if self.scale == "l1" else None)
 
     def _check_payload(self, payload: Payload) -> None:
         payload.require("signs", numel=payload.numel, dtype=torch.bool)

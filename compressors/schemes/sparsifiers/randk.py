@@ -22,9 +22,10 @@ import torch
 from gradstat.compressors.base import Compressor, Properties, check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
-from gradstat.compressors.wire.payload import Payload, float_width
+from gradstat.compressors.wire.floats import widened
+from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.kernels import counter_dither
-from gradstat.theory.kernels.primitives import all_finite, to_float32_wire
+from gradstat.theory.kernels.primitives import all_finite
 
 SUBSET_STREAM = 5
 """Sub-stream of the call seed for the random subset (the dither uses 1, QCS's signs 2)."""
@@ -69,11 +70,11 @@ class RandK(Compressor):
                     f"{self.name}: a selected value times d/k = {d / k:.3g} exceeds float32's range (3.4e38), so the "
                     "unbiased reconstruction cannot be sent; scale the gradient down (e.g. by a power of two)"
                 )
-        payload.add("values", to_float32_wire(values, self.name, "value"), float_width(torch.float32), "value")
+        payload.add_floats("values", values, "value", self.name, "value", exact=not self.scaled)
         payload.add_seed(seed)
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
-        values = payload["values"]
+        values = widened(payload["values"])
         d = payload.numel
         seed = payload.seed  # host-side seed, sent in the payload; no device sync
         idx = random_subset(d, values.numel(), seed, values.device)

@@ -26,7 +26,8 @@ from gradstat.compressors.base import Compressor, Properties, nonfinite_error
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
 from gradstat.compressors.wire.errors import PayloadError
-from gradstat.compressors.wire.payload import Payload, float_width, index_width
+from gradstat.compressors.wire.floats import widened
+from gradstat.compressors.wire.payload import Payload, index_width
 from gradstat.theory.kernels.primitives import (
     abs_scratch,
     all_finite,
@@ -37,7 +38,6 @@ from gradstat.theory.kernels.primitives import (
     scale_by_pow2,
     scan_at_least,
     select_at_least,
-    to_float32_wire,
 )
 from gradstat.theory.kernels.stage_stats import summary
 
@@ -105,21 +105,20 @@ def search_threshold(
     return eta, steps
 
 
-def add_sparse(payload: Payload, g: torch.Tensor, indices: torch.Tensor, packed: bool = True) -> None:
-    """Put ``indices`` (at ``ceil(log2 d)`` bits if ``packed``, else 32) and ``g[indices]`` (float32) into
-    ``payload``."""
+def add_sparse(
+    payload: Payload, g: torch.Tensor, indices: torch.Tensor, packed: bool = True, exact: bool = True
+) -> None:
+    """Put ``indices`` (at ``ceil(log2 d)`` bits if ``packed``, else 32) and ``g[indices]`` into ``payload``, the
+    values in the gradient's wire dtype (:meth:`Payload.add_floats`: bf16 and fp16 at 16 bits, float32 otherwise).
+    ``exact``: ``g`` is the gradient itself (its elements travel exactly); False for values computed from it."""
     payload.add("indices", indices, index_width(g.numel(), packed), "index")
-    payload.add(
-        "values",
-        to_float32_wire(g.index_select(0, indices), "sparsifier", "selected value"),
-        float_width(torch.float32),
-        "value",
-    )
+    payload.add_floats("values", g.index_select(0, indices), "value", "sparsifier", "selected value", exact=exact)
 
 
 def decode_sparse(payload: Payload) -> torch.Tensor:
     """The flat float32 vector with ``payload['values']`` at ``payload['indices']`` and zeros elsewhere."""
     values = payload["values"]
+    values = widened(values)
     out = torch.zeros(payload.numel, dtype=values.dtype, device=values.device)
     return out.index_put_((payload["indices"],), values)
 

@@ -102,10 +102,10 @@ class Wangni(SparseMessage):
         check_ratio(self.ratio, d, who="wangni ratio")
         p = optimal_probabilities(g.abs(), math.ceil(self.ratio * d))
         indices = coins(p, ctx.call_seed)  # p_i = 0 is never kept, p_i = 1 always
-        add_sparse(payload, g / torch.where(p > 0, p, torch.ones_like(p)), indices, self.packed)
+        add_sparse(payload, g / torch.where(p > 0, p, torch.ones_like(p)), indices, self.packed, exact=False)
         if not all_finite(payload["values"]):
             raise ValueError(
-                "wangni: a kept value divided by its probability exceeds float32's range (3.4e38), so the unbiased "
-                "reconstruction cannot be sent; scale the gradient down (e.g. by a power of two)"
+                f"wangni: a kept value divided by its probability exceeds {payload['values'].dtype}'s range, so the "
+                "unbiased reconstruction cannot be sent; scale the gradient down (e.g. by a power of two)"
             )
         payload.info["k_hat"] = indices.numel()
