@@ -66,7 +66,25 @@ import click
 @click.option("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (default: DDP's).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Base seed of every random draw.")
 @click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True, help="Process-group timeout (s).")
-@click.option("--config-only", is_flag=True, help="Write the ranks' configuration and print the torchrun command.")
+@click.option(
+    "--config-only",
+    is_flag=True,
+    help="Write the ranks' configuration and print the torchrun command to run on each node (rank 0 then writes "
+    "the summary and figures).",
+)
+@click.option(
+    "--nnodes",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Nodes of --nproc ranks each (more than 1: with --config-only, then run the printed command on each node).",
+)
+@click.option(
+    "--rdzv-endpoint",
+    default=None,
+    help="Multi-node (--config-only): HOST:PORT of the c10d rendezvous on one of the nodes; the port must be "
+    "reachable only from the training hosts (torch's store has no authentication).",
+)
 @click.option(
     "--interface",
     default=None,
@@ -91,6 +109,8 @@ def train_cmd(
     timeout_s: float,
     config_only: bool,
     interface: str | None,
+    nnodes: int,
+    rdzv_endpoint: str | None,
 ) -> int:
     """Train WORKLOAD for real on NPROC ranks (DDP over gloo/NCCL) with each compressor as a DDP
     communication hook, beside plain all-reduce; per step: loss, exact bits, bytes sent, hook and step time.
@@ -102,9 +122,15 @@ def train_cmd(
     Exit status 1 when a run diverged or stopped (its status in the table says where and why; the first line of
     the output names every such run), 2 for bad input (a feedback known to diverge included)."""
     from gradstat.analysis.cli.outputs import output_folder
-    from gradstat.analysis.training.distributed_launch import build_config, torchrun_command, train
+    from gradstat.analysis.training.distributed_launch import build_config, check_endpoint, torchrun_command, train
     from gradstat.analysis.training.distributed_report import failed_runs
 
+    if nnodes != 1 and not config_only:
+        raise ValueError(
+            f"--nnodes {nnodes}: multi-node runs start with --config-only, then the printed command on each node"
+        )
+    if rdzv_endpoint is not None:
+        check_endpoint(rdzv_endpoint)
     config = build_config(
         workload,
         nproc,
@@ -123,6 +149,7 @@ def train_cmd(
         residual=residual,
         powersgd_rank=powersgd_rank,
         interface=interface,
+        nnodes=nnodes,
     )
     said: list[str] = []  # printed after the first line, which says whether every run trained
     with output_folder(config.results, "train", said.append):
@@ -131,7 +158,8 @@ def train_cmd(
     if failed:
         click.echo(f"gradstat: {len(failed)} of {len(result.summary)} runs diverged or stopped: {'; '.join(failed)}")
     if config_only:
-        click.echo(" ".join(torchrun_command(result.files[0], nproc)))
+        command = " ".join(torchrun_command(result.files[0], nproc, nnodes, rdzv_endpoint))
+        click.echo(f"run on each of the {nnodes} node(s) (rank 0 writes the summary and figures):\n{command}")
     else:
         import pandas as pd
 

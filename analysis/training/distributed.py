@@ -2,18 +2,19 @@
 
 This module is what every rank runs (``python -m gradstat.analysis.training.distributed --config FILE``, started by
 gradstat's single-machine launcher, :mod:`.local_launch`, with ``--store-file``, or by ``torchrun`` on several
-nodes); it ends when its parent does (:mod:`.parent_death`). It joins the process group (gloo on CPU, NCCL on GPU,
-with a timeout so that nothing waits forever), and trains the runs of the configuration one after another in the
-same process group, each from the same initial model and data order: the baselines (plain all-reduce, torch's
-fp16/bf16 and PowerSGD hooks) and our compressors (:func:`gradstat.compressors.ddp.make_hook`). Rank r trains on
-its slice of every global mini-batch (``batch_size / world`` samples). Per step and rank it logs the local loss, the
-exact payload bits, the serialised bytes, the bytes handed to the collectives, the time in the hook and the step
-time into ``<results>/steps.rank-<r>.csv``, and per step, rank and block (each parameter in layer-wise mode, each
-bucket otherwise) its payload's exact bits and serialised bytes into ``blocks.rank-<r>.csv``; a run whose step
-fails on every rank alike (a compressor refusing a NaN gradient after divergence, a diverged all-reduce baseline)
-stops with its error in the ``error`` column, and the next run starts; rank 0 merges them into ``steps.csv`` and
-``blocks.csv`` at the end. With recording on (:class:`~gradstat.analysis.training.recorder.RankRecorder`), the
-recorded run writes a dump holding each rank's local gradient as ``worker = rank``.
+nodes, where rank 0 also writes the summary table and figures at the end); it ends when its parent does
+(:mod:`.parent_death`). It joins the process group (gloo on CPU, NCCL on GPU, with a timeout so that nothing waits
+forever), and trains the runs of the configuration one after another in the same process group, each from the same
+initial model and data order: the baselines (plain all-reduce, torch's fp16/bf16 and PowerSGD hooks) and our
+compressors (:func:`gradstat.compressors.ddp.make_hook`). Rank r trains on its slice of every global mini-batch
+(``batch_size / world`` samples). Per step and rank it logs the local loss, the exact payload bits, the serialised
+bytes, the bytes handed to the collectives, the time in the hook and the step time into
+``<results>/steps.rank-<r>.csv``, and per step, rank and block (each parameter in layer-wise mode, each bucket
+otherwise) its payload's exact bits and serialised bytes into ``blocks.rank-<r>.csv``; a run whose step fails on
+every rank alike (a compressor refusing a NaN gradient after divergence, a diverged all-reduce baseline) stops with
+its error in the ``error`` column, and the next run starts; rank 0 merges them into ``steps.csv`` and ``blocks.csv``
+at the end. With recording on (:class:`~gradstat.analysis.training.recorder.RankRecorder`), the recorded run writes
+a dump holding each rank's local gradient as ``worker = rank``.
 """
 
 from __future__ import annotations
@@ -133,8 +134,24 @@ def main(argv: list[str] | None = None) -> None:
         dist.init_process_group(config.backend, init_method=init, rank=rank, world_size=world, timeout=timeout)
     try:
         train_rank(config)
+        if args.store_file is None and dist.get_rank() == 0:  # under torchrun nobody else summarises
+            report(Path(config.results))
     finally:
         dist.destroy_process_group()
+
+
+def report(results: Path) -> None:
+    """Rank 0 under torchrun: the summary table and figures of ``results`` (as the single-machine launcher writes
+    them), a first line naming every run that diverged or stopped, and where everything is."""
+    import pandas as pd
+
+    from gradstat.analysis.training.distributed_report import failed_runs, write_report
+
+    files = write_report(results)
+    failed = failed_runs(pd.read_csv(results / "summary.csv"))
+    lines = [f"gradstat: {len(failed)} run(s) diverged or stopped: {'; '.join(failed)}"] if failed else []
+    lines += [f"summary and figures: {', '.join(str(f) for f in files)}"]
+    print("\n".join(lines), flush=True)
 
 
 def train_rank(config: TrainConfig) -> None:

@@ -5,13 +5,13 @@ of ``python -m gradstat.analysis.training.distributed`` with :mod:`.local_launch
 folder, collectives on the loopback interface: nothing listens on the network), waits for them, and writes the
 summary table (``summary.csv``/``.md``) and the figures beside the per-step table.
 
-Multi-node: write the configuration with ``launch=False`` (``gradstat train ... --config-only``, with
-``--interface IFNAME`` to bind the ranks' collectives to that interface), copy it to every node (paths in it must
-exist there; the dump and results directory should be on a shared file system when recording), and start on each
-node ``python -m torch.distributed.run --nnodes N --node-rank I --rdzv-backend c10d --rdzv-endpoint HOST:PORT
---nproc-per-node P -m gradstat.analysis.training.distributed --config FILE`` -- the same arguments as any torchrun
-job. torch's rendezvous store listens on every interface of the first node and has no authentication: its port
-must be reachable only from the training hosts.
+Multi-node: ``gradstat train ... --nnodes N --rdzv-endpoint HOST:PORT --config-only`` (with ``--interface IFNAME``
+to bind the ranks' collectives to that interface) writes the configuration and prints the one command to run on
+each node (:func:`torchrun_command`: torchrun with a c10d rendezvous at HOST:PORT, the rendezvous numbering the
+nodes as they join). The configuration's paths must exist on every node (copy it; the results and dump folders
+should be on a shared file system); rank 0 merges the ranks' tables and writes the summary and figures. torch's
+rendezvous store listens on every interface of the node at HOST and has no authentication: its port must be
+reachable only from the training hosts.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from typing import Sequence
 import pandas as pd
 
 from gradstat.analysis.dumps.writer import check_new_dump_dir, remove_leftovers
-from gradstat.analysis.measure.tables import write_table
 from gradstat.analysis.training.distributed import RunSpec, TrainConfig, merge_rank_logs
-from gradstat.analysis.training.distributed_report import BASELINE, figures, summarize
+from gradstat.analysis.training.distributed_report import BASELINE, write_report
 from gradstat.analysis.training.feedback_check import check_feedback, error_factors
 from gradstat.analysis.training.local_launch import ENTRY, LaunchOutcome, launch_local
 from gradstat.analysis.training.workloads import get_workload
@@ -69,6 +68,7 @@ def build_config(
     residual: bool = False,
     powersgd_rank: int = 1,
     interface: str | None = None,
+    nnodes: int = 1,
 ) -> TrainConfig:
     """Check every argument (clear ValueError) and build the configuration of the ranks.
 
@@ -79,9 +79,12 @@ def build_config(
     the compressor's error factor measured on the workload's initial gradients is refused
     (:func:`gradstat.analysis.training.feedback_check.check_feedback`). With ``record_every``, exactly one compressor
     is recorded and ``out`` is its dump; the tables go to ``<out>.train``. Without, ``out`` holds the tables.
-    ``interface`` (multi-node configurations) names the network interface of the ranks' collectives."""
+    ``interface`` (multi-node configurations) names the network interface of the ranks' collectives; ``nnodes``
+    nodes of ``nproc`` ranks each train together (``nnodes * nproc`` ranks)."""
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise ValueError(f"--nproc must be a positive integer, got {nproc!r}")
+    if isinstance(nnodes, bool) or not isinstance(nnodes, int) or nnodes < 1:
+        raise ValueError(f"--nnodes must be a positive integer, got {nnodes!r}")
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise ValueError(f"--iterations must be a positive integer, got {iterations!r}")
     if backend not in ("gloo", "nccl"):
@@ -100,8 +103,9 @@ def build_config(
     if not timeout_s > 0:
         raise ValueError(f"--timeout must be > 0 seconds, got {timeout_s}")
     wl = get_workload(workload)
-    if wl.batch_size % nproc:
-        raise ValueError(f"workload {wl.name}: batch_size {wl.batch_size} is not divisible by --nproc {nproc}")
+    if wl.batch_size % (nproc * nnodes):
+        ranks = f"--nproc {nproc}" if nnodes == 1 else f"{nproc * nnodes} ranks (--nnodes {nnodes} x --nproc {nproc})"
+        raise ValueError(f"workload {wl.name}: batch_size {wl.batch_size} is not divisible by {ranks}")
     pairs = [_resolve_feedback(*_split_feedback(spec, feedback)) for spec in compressors]
     for spec, fb in pairs:
         c = create(spec)
@@ -110,7 +114,7 @@ def build_config(
             raise ValueError(f"{c.name} decodes with side information: use --exchange gather")
     fed = [(spec, fb) for spec, fb in pairs if parse_memory(fb).feedback.compensation > 0]
     if fed:  # refuse a feedback whose residual grows without bound, before anything is launched
-        check_feedback(fed, error_factors(workload, nproc, [s for s, _ in fed], granularity == "layer", seed))
+        check_feedback(fed, error_factors(workload, nproc * nnodes, [s for s, _ in fed], granularity == "layer", seed))
     for b in baselines:
         if b != BASELINE and b not in BASELINES:
             raise ValueError(f"unknown baseline {b!r}; known: {BASELINE}, {', '.join(BASELINES)}")
@@ -159,22 +163,21 @@ def _resolve_feedback(spec: str, feedback: str) -> tuple[str, str]:
     return spec, paper_feedback(create(spec))[0] if feedback.strip() == PAPER else feedback
 
 
-def torchrun_command(config_path: Path, nproc: int) -> list[str]:
-    """The multi-node torchrun command line of a configuration file, to start on every node after replacing ``N``
-    (nodes), ``I`` (this node's index) and ``HOST:PORT`` (the rendezvous endpoint on the first node; its port must
-    be reachable only from the training hosts: torch's store has no authentication)."""
+def torchrun_command(config_path: Path, nproc: int, nnodes: int = 1, endpoint: str | None = None) -> list[str]:
+    """The torchrun command line of a configuration file, the same on every one of ``nnodes`` nodes: c10d
+    rendezvous at ``endpoint`` (``HOST:PORT`` on one of the nodes, left as the placeholder ``HOST:PORT`` when None;
+    its port must be reachable only from the training hosts: torch's store has no authentication). The c10d
+    rendezvous numbers the nodes in the order they join, so no node rank is given."""
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--nnodes",
-        "N",
-        "--node-rank",
-        "I",
+        str(nnodes),
         "--rdzv-backend",
         "c10d",
         "--rdzv-endpoint",
-        "HOST:PORT",
+        endpoint or "HOST:PORT",
         "--nproc-per-node",
         str(nproc),
         "-m",
@@ -182,6 +185,14 @@ def torchrun_command(config_path: Path, nproc: int) -> list[str]:
         "--config",
         str(config_path),
     ]
+
+
+def check_endpoint(endpoint: str) -> str:
+    """``HOST:PORT`` with a port in 1..65535 (clear ValueError otherwise)."""
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in endpoint):
+        raise ValueError(f"--rdzv-endpoint must be HOST:PORT with a port in 1..65535, got {endpoint!r}")
+    return endpoint
 
 
 def train(config: TrainConfig, nproc: int, launch: bool = True, wall_timeout_s: float | None = None) -> TrainResult:
@@ -206,9 +217,8 @@ def train(config: TrainConfig, nproc: int, launch: bool = True, wall_timeout_s: 
 
 
 def _summarise(config_path: Path, results: Path, dump: Path | None, steps: pd.DataFrame) -> TrainResult:
-    summary = summarize(steps)
-    files = list(write_table(summary, results, "summary").values())
-    files += figures(steps, results)
+    files = write_report(results, steps)
+    summary = pd.read_csv(results / "summary.csv")
     return TrainResult(results, dump, summary, steps, [config_path, results / "steps.csv", *files])
 
 

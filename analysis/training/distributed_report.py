@@ -62,6 +62,16 @@ def summarize(steps: pd.DataFrame, warmup: int = 2) -> pd.DataFrame:
     return out
 
 
+def write_report(results: Path, steps: pd.DataFrame | None = None) -> list[Path]:
+    """Summarise ``results/steps.csv`` (or ``steps``) into ``summary.csv``/``.md`` and draw the figures beside it;
+    the paths written. The single-machine launcher calls it after the ranks; under torchrun (several nodes) rank 0
+    calls it once every rank has finished."""
+    from gradstat.analysis.measure.tables import write_table
+
+    steps = pd.read_csv(results / "steps.csv") if steps is None else steps
+    return [*write_table(summarize(steps), results, "summary").values(), *figures(steps, results)]
+
+
 def failed_runs(summary: pd.DataFrame) -> list[str]:
     """``run: why`` for each run of the summary that did not train to the end with a finite loss: stopped by an
     error (a compressor refusing a NaN gradient after divergence, ...) or ending with a non-finite loss."""

@@ -1,0 +1,73 @@
+"""Multi-node ``gradstat train``: ``--config-only --nnodes 2 --rdzv-endpoint HOST:PORT`` prints the command to run on
+each node; two "nodes" on this machine (two torchrun launchers, c10d rendezvous on 127.0.0.1, collectives on the
+loopback interface) run it and rank 0 writes the summary and figures of the 2-rank run."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gradstat.analysis.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the loopback interface is named lo on Linux")
+def test_two_nodes_run_the_printed_command_and_rank_0_summarises(tmp_path, capsys):
+    endpoint = f"127.0.0.1:{free_port()}"
+    args = ["train", "--workload", "fc300", "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", endpoint]
+    args += ["--compressor", "topk:ratio=0.01", "--iterations", "3", "--interface", "lo", "--timeout", "60"]
+    assert main([*args, "--out", str(tmp_path / "r"), "--config-only"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    command = out[out.index(next(line for line in out if line.startswith("run on each of the 2 node"))) + 1]
+    assert f"--nnodes 2 --rdzv-backend c10d --rdzv-endpoint {endpoint} --nproc-per-node 1" in command
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    nodes = [
+        subprocess.Popen(shlex.split(command), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)
+    ]
+    try:
+        logs = [node.communicate(timeout=180)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+                node.wait()
+    assert [node.returncode for node in nodes] == [0, 0], "\n".join(log[-2000:] for log in logs)
+    results = tmp_path / "r"
+    table = pd.read_csv(results / "summary.csv")
+    assert list(table["run"]) == ["allreduce", "topk:ratio=0.01+ef"]
+    assert (table["ranks"] == 2).all() and (table["steps"] == 3).all() and (table["status"] == "ok").all()
+    assert set(pd.read_csv(results / "steps.csv")["rank"]) == {0, 1}
+    assert sum("summary and figures:" in log for log in logs) == 1  # rank 0 only
+    for name in ("loss_vs_step.png", "loss_vs_bits.png", "summary.md"):
+        assert (results / name).stat().st_size > 100
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--nnodes", "2"], "multi-node runs start with --config-only"),
+        (["--nnodes", "0", "--config-only"], "--nnodes must be a positive integer"),
+        (["--nnodes", "3", "--config-only"], "not divisible by 6 ranks (--nnodes 3 x --nproc 2)"),
+        (["--rdzv-endpoint", "host", "--config-only"], "--rdzv-endpoint must be HOST:PORT"),
+        (["--rdzv-endpoint", "h:99999", "--config-only"], "--rdzv-endpoint must be HOST:PORT"),
+    ],
+)
+def test_bad_multinode_options_are_refused(tmp_path, capsys, extra, message):
+    args = ["train", "--workload", "fc300", "--compressor", "topk", "--out", str(tmp_path / "r"), *extra]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
