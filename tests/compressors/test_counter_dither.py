@@ -11,11 +11,10 @@ from _quant_checks import check_mean_equals, check_unbiased, draws, laplace
 from scipy import stats
 
 from gradstat.compressors import Context, create
-from gradstat.compressors.schemes.quantizers import ndqsg
 from gradstat.compressors.schemes.quantizers.dither import ScaledQuantizer
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.dqsg import conditional_error
-from gradstat.theory.kernels import counter_dither, counter_native
+from gradstat.theory.kernels import counter_dither, counter_native, nested
 from gradstat.theory.kernels.policy import can_compile
 
 needs_compiler = pytest.mark.skipif(not can_compile(), reason="no C++ compiler for torch.compile here")
@@ -221,13 +220,13 @@ def test_compiled_fused_quantizer_equals_eager_bit_for_bit(monkeypatch):
 def test_compiled_nested_kernels_equal_eager_bit_for_bit(monkeypatch):
     """NDQSG's nested worker with the counter dither: the fused encode and decode (one compile each) give the eager
     tiles' codes and reconstructions at ordinary, tiny and huge scales and for an all-zero gradient (kappa = 0)."""
-    for kernel in ndqsg.NESTED_KERNELS:
+    for kernel in nested.NESTED_KERNELS:
         monkeypatch.setattr(kernel, "_compiled", None)
         monkeypatch.setattr(kernel, "_broken", False)
     _no_c_loops(monkeypatch)
     monkeypatch.setattr(counter_dither, "CHUNK_ELEMENTS", 1000)  # eager tiles split the vector
     for scale, runs in _nested_round_trips(monkeypatch, "ndqsg:alpha=0.7", ("1", "0"), 5001, 0.05, seed=2):
-        assert all(k._compiled is not None and not k._broken for k in ndqsg.NESTED_KERNELS)
+        assert all(k._compiled is not None and not k._broken for k in nested.NESTED_KERNELS)
         (codes, out), (ref_codes, ref_out) = runs
         assert torch.equal(codes, ref_codes) and torch.equal(out, ref_out), scale
 
@@ -360,7 +359,7 @@ def test_c_nested_encode_at_exact_ties_equals_the_plain_arithmetic(k):
     assert ties[:4096].float().mean() > 0.2 and ties[4096:].any()  # in the 8-wide steps and in the scalar tail
     one = torch.ones(1, 1)
     want = torch.empty(1, n, dtype=torch.int8)
-    ndqsg.nested_rows_into(want, g.view(1, -1), one, torch.tensor(0, dtype=torch.int32), key, 1.0, delta1, k)
+    nested.nested_rows_into(want, g.view(1, -1), one, torch.tensor(0, dtype=torch.int32), key, 1.0, delta1, k)
     got = counter_native.nested_rows_into(torch.empty(n, dtype=torch.int8), g, 1.0, key, 1.0, delta1, k)
     assert torch.equal(got, want[0])
 

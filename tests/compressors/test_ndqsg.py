@@ -9,8 +9,9 @@ from _quant_checks import check_mean_equals, laplace
 
 from gradstat.compressors import Context, create
 from gradstat.compressors.schemes.quantizers.dqsg import DQSG
-from gradstat.compressors.schemes.quantizers.ndqsg import NDQSG, nested_decode, nested_encode
+from gradstat.compressors.schemes.quantizers.ndqsg import NDQSG
 from gradstat.theory import dqsg as theory_dqsg
+from gradstat.theory.kernels.nested import nested_decode, nested_encode
 
 F64 = torch.float64
 
@@ -134,7 +135,7 @@ def test_spec_strings_may_write_one_third_approximately():
 def test_the_small_remainder_is_torch_s_remainder_over_its_whole_range(k):
     """The fused encode's modulo (two conditional additions and subtractions) equals ``torch.remainder`` on every
     integer of [-2k, 3k), the range the nested index can reach after rounding."""
-    from gradstat.compressors.schemes.quantizers.ndqsg import _small_remainder
+    from gradstat.theory.kernels.nested import _small_remainder
 
     v = torch.arange(-2 * k, 3 * k, dtype=torch.float32)
     assert torch.equal(_small_remainder(v, k), torch.remainder(v, k))

@@ -101,7 +101,7 @@ def reconstruct_rows_into(
 def nests(g: torch.Tensor, k: int, delta1: float) -> bool:
     """Whether :func:`nested_rows_into` and :func:`nested_estimate_into` run: float32 values on a CPU, int8 codes
     (k <= 255), the small remainder's range (``1 / delta1 + 1 < 2^22``,
-    :data:`gradstat.compressors.schemes.quantizers.ndqsg.SMALL_T`) and the C extension in use."""
+    :data:`gradstat.theory.kernels.nested.SMALL_T`) and the C extension in use."""
     ok = cpu_contiguous(g, (torch.float32,)) and k <= 255 and 1.0 / delta1 + 1.0 < 2.0**22
     return ok and native.extension() is not None
 
@@ -109,7 +109,7 @@ def nests(g: torch.Tensor, k: int, delta1: float) -> bool:
 def nested_rows_into(
     out: torch.Tensor, g: torch.Tensor, kappa: float, key: torch.Tensor, alpha: float, delta1: float, k: int
 ) -> torch.Tensor:
-    """:func:`gradstat.compressors.schemes.quantizers.ndqsg.nested_rows_into` of the flat float32 ``g`` (first index 0)
+    """:func:`gradstat.theory.kernels.nested.nested_rows_into` of the flat float32 ``g`` (first index 0)
     with the nonzero scale ``kappa``: the int8 nested codes into ``out`` (see :func:`nests`); split across torch's
     threads on a long vector."""
     ext = _extension()
@@ -130,7 +130,7 @@ def nested_estimate_into(
     out: torch.Tensor, s: torch.Tensor, side: torch.Tensor, kappa: float, key: torch.Tensor, alpha: float,
     delta1: float, k: int,
 ) -> torch.Tensor:  # fmt: skip
-    """:func:`gradstat.compressors.schemes.quantizers.ndqsg.nested_reconstruct_rows_in_place` of the flat int8 codes
+    """:func:`gradstat.theory.kernels.nested.nested_reconstruct_rows_in_place` of the flat int8 codes
     ``s`` with the float32 side information (first index 0, scale ``kappa``, possibly 0), into the float32 ``out``;
     split across torch's threads on a long vector."""
     ext = _extension()
