@@ -12,10 +12,13 @@ compressor's state (SIDCo's stage count, PowerSGD's warm-start factor). States a
 index.
 
 DDP rebuilds its buckets after the first iteration of every DDP instance (and a bucket index may then hold other
-parameters). A bucket with a new signature gets a fresh compressor state (a stage count or a low-rank factor of
-another bucket means nothing for it), counted in ``rebuilds``, while its error-feedback residual is carried over
-exactly: the residual is a per-coordinate memory, so each parameter's slice is taken from the state that last
-held that parameter. States not used for two steps are dropped.
+parameters). A bucket with a new signature is counted in ``rebuilds``; its error-feedback residual (and DGC's
+velocity) is carried over exactly: a per-coordinate memory, so each parameter's slice is taken from the state that
+last held that parameter. Layer-wise, a block is one parameter, so its whole state travels with it, the
+compressor's included (SIDCo's stage count, PowerSGD's warm start): a rebuild, or a resume whose first step runs
+DDP's initial buckets, changes nothing of what is computed. With one block per bucket the new bucket's compressor
+state starts fresh (a stage count or a low-rank factor of another set of parameters means nothing for it). States
+not used for two steps are dropped.
 
 ``state_dict()`` holds only tensors and plain Python values (``torch.save(..., weights_only=True)`` can read it);
 ``load_state_dict()`` restores it into a state built with the same compressor and feedback.
@@ -24,6 +27,7 @@ held that parameter. States not used for two steps are dropped.
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import functools
 import math
@@ -247,16 +251,25 @@ class BucketMemories:
         carried over per parameter, compressor state new)."""
         key = _key(signature)
         current = self.buckets.get(key)
+        if current is not None and self._superseded(current):
+            current = None  # e.g. a resumed run's saved buckets, after a first step on DDP's initial ones
         if current is not None and len(current.blocks) == blocks and current.signature != signature:
             self._reorder(current, signature, list(shapes), granularity_layer)
         if current is None or len(current.blocks) != blocks:
             if any(b.last_step < step for b in self.buckets.values()):  # DDP used other buckets before
                 self.rebuilds += 1
             current = BucketState(signature, list(shapes), [self.new_worker_state() for _ in range(blocks)])
-            self._carry_residuals(current, granularity_layer)
+            self._carry(current, granularity_layer)
             self.buckets[key] = current
         current.last_step = step
         return current
+
+    def _superseded(self, state: BucketState) -> bool:
+        """Whether a later step's state holds one of ``state``'s parameters (then ``state``'s memories are old)."""
+        if not isinstance(state.signature[0], int):
+            return False
+        mine = set(state.signature)
+        return any(b.last_step > state.last_step and not mine.isdisjoint(b.signature) for b in self.buckets.values())
 
     def _reorder(self, state: BucketState, signature: tuple, shapes: list[tuple[int, ...]], layer: bool) -> None:
         old = {pos: j for j, pos in enumerate(state.signature)}
@@ -273,19 +286,17 @@ class BucketMemories:
         """Drop bucket states unused in steps ``step - 1`` and ``step``."""
         self.buckets = {k: b for k, b in self.buckets.items() if b.last_step >= step - 1}
 
-    def _carry_residuals(self, fresh: BucketState, layer: bool) -> None:
-        """Fill a fresh bucket state's memories, parameter by parameter, from the states that last held them."""
+    def _carry(self, fresh: BucketState, layer: bool) -> None:
+        """Fill a fresh bucket state's memories, parameter by parameter, from the states that last held them;
+        layer-wise also each parameter's compressor state (a copy)."""
         if self.param_index is None or not isinstance(fresh.signature[0], int):
             return
         donors = sorted(self.buckets.values(), key=lambda b: b.last_step, reverse=True)
+        holders = [next((d for d in donors if _holds(d, pos)), None) for pos in fresh.signature]
         for name in MEMORIES:
             slices: list[torch.Tensor | None] = []
-            for pos in fresh.signature:
-                found = None
-                for d in donors:
-                    if isinstance(d.signature[0], int) and pos in d.signature:
-                        found = d.memory_of(d.signature.index(pos), name)
-                        break
+            for pos, d in zip(fresh.signature, holders, strict=True):
+                found = None if d is None else d.memory_of(d.signature.index(pos), name)
                 slices.append(None if found is None else found.detach().clone())
             if all(x is None for x in slices):
                 continue
@@ -299,6 +310,10 @@ class BucketMemories:
                     set_memory(w, name, r)
             else:
                 set_memory(fresh.blocks[0], name, torch.cat([r.reshape(-1) for r in filled]))
+        if layer:
+            for w, pos, d in zip(fresh.blocks, fresh.signature, holders, strict=True):
+                if d is not None and len(d.blocks) == len(d.shapes):  # the holder's blocks are its parameters
+                    w.compressor = copy.deepcopy(d.blocks[d.signature.index(pos)].compressor)
 
     def new_worker_state(self) -> WorkerState:
         return WorkerState(compressor=self.compressor.new_state() if self.compressor is not None else None)
@@ -373,6 +388,11 @@ class CompressionHookState:
                 raise ValueError(f"hook state was saved with {key}={state.get(key)!r}, this hook uses {value!r}")
         self.memory.load_state_dict(state)
         self.settings = dataclasses.replace(self.settings, seed=int(state["seed"]))
+
+
+def _holds(state: BucketState, pos: int) -> bool:
+    """Whether a bucket state of a bound model holds parameter ``pos``."""
+    return isinstance(state.signature[0], int) and pos in state.signature
 
 
 def _key(signature: tuple) -> tuple:

@@ -146,14 +146,21 @@ def failures(rank: int, world: int) -> dict:
 
 
 def checkpoint(
-    rank: int, world: int, spec: str, feedback: str, iterations: int, split: int, caps: list[int] | None
+    rank: int,
+    world: int,
+    spec: str,
+    feedback: str,
+    iterations: int,
+    split: int,
+    caps: list[int] | None,
+    granularity: str = "bucket",
 ) -> dict:
     """Straight training vs. training interrupted at ``split``: hook state, model and optimizer saved
     (``torch.save``), everything rebuilt in fresh objects, state loaded (``weights_only=True``), training resumed.
     Returns both final parameter vectors, the bucket signatures seen and the hook's rebuild count."""
 
     def run(stop: int | None, resume: bytes | None):
-        wl, model, ddp, state, opt = _setup(spec, feedback, bucket_caps=caps)
+        wl, model, ddp, state, opt = _setup(spec, feedback, bucket_caps=caps, granularity=granularity)
         if resume is not None:
             saved = torch.load(io.BytesIO(resume), weights_only=True)
             model.load_state_dict(saved["model"])
@@ -180,14 +187,17 @@ def checkpoint(
     return {"straight": straight, "resumed": resumed, "sigs": sigs, "rebuilds": rebuilds, "buckets": buckets}
 
 
-def record_and_keep(rank: int, world: int, runs: list[tuple[str, str, str]], iterations: int) -> dict:
-    """For each (spec, feedback, dump): train with a layer-wise hook and per-rank recording of every step (residual
-    included); return what the receivers decoded of every rank's message per (step, rank, block): bits, tensor."""
+def record_and_keep(
+    rank: int, world: int, runs: list[tuple[str, str, str]], iterations: int, caps: list[int] | None = None
+) -> dict:
+    """For each (spec, feedback, dump): train with a layer-wise hook (DDP's per-bucket caps ``caps``) and per-rank
+    recording of every step (residual included); return what the receivers decoded of every rank's message per
+    (step, rank, block): bits, tensor."""
     from gradstat.analysis.training.recorder import RankRecorder
 
     out = {}
     for spec, feedback, dump in runs:
-        wl, model, ddp, state, opt = _setup(spec, feedback, granularity="layer", seed=5)
+        wl, model, ddp, state, opt = _setup(spec, feedback, granularity="layer", seed=5, bucket_caps=caps)
         rec = RankRecorder.create(dump, model, rank, world, every=1, residual=True, workload=wl.name)
         rec.attach(state, opt)
         batches = _batches(wl, rank, world)
