@@ -6,6 +6,10 @@ steps, after backward and before the optimizer step (through an optimizer step p
 
 :func:`record` trains a built-in workload with P simulated workers (:mod:`gradstat.analysis.training.parallel`),
 optionally with a compressor and error feedback in the loop, and records it.
+
+Under DDP, :func:`record_ranks` (one call on every rank) records each rank's local gradient as ``worker = rank``
+through :class:`RankRecorder`; the single-process :class:`Recorder` refuses a distributed run
+(:func:`refuse_under_ddp`).
 """
 
 from __future__ import annotations
@@ -53,7 +57,9 @@ class Recorder:
         **manifest: Any,
     ) -> "Recorder":
         """A recorder writing a new dump at ``path`` of ``model``'s trainable parameters (model order).
-        ``manifest`` keywords (optimizer, seeds, metadata, extras, compression) go to :class:`DumpWriter`."""
+        ``manifest`` keywords (optimizer, seeds, metadata, extras, compression) go to :class:`DumpWriter`.
+        Refused inside a distributed run (:func:`refuse_under_ddp`): use :func:`record_ranks` there."""
+        refuse_under_ddp(model, "Recorder.create")
         params = [(n, tuple(p.shape)) for n, p in model.named_parameters() if p.requires_grad]
         writer = DumpWriter(
             path, workload=workload, params=params, workers=workers, dtype=dtype, every=every, **manifest
@@ -75,7 +81,9 @@ class Recorder:
         self, model: nn.Module, optimizer: torch.optim.Optimizer, start: int = 0
     ) -> torch.utils.hooks.RemovableHandle:
         """Record ``model``'s gradients (one worker) before every ``optimizer.step()``, counting steps from
-        ``start``. Returns the hook handle (``.remove()`` detaches)."""
+        ``start``. Returns the hook handle (``.remove()`` detaches). Refused inside a distributed run
+        (:func:`refuse_under_ddp`): use :func:`record_ranks` there."""
+        refuse_under_ddp(model, "Recorder.attach")
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self._step = start
 
@@ -88,6 +96,23 @@ class Recorder:
                 self.record(step, [{n: p.grad for n, p in named if p.grad is not None}])  # none missing (checked)
 
         return optimizer.register_step_pre_hook(hook)
+
+
+def refuse_under_ddp(model: nn.Module, where: str) -> None:
+    """Raise ValueError when ``model`` is wrapped by ``DistributedDataParallel`` or ``torch.distributed`` runs
+    with more than one rank: the single-process :class:`Recorder` would write every rank into the same one-worker
+    dump (ranks overwriting each other's manifest) or, on rank 0 only, the gradient after the hook averaged it."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    ranks = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if isinstance(model, DistributedDataParallel) or ranks > 1:
+        inside = "a DistributedDataParallel model" if ranks == 1 else f"a distributed run of {ranks} ranks"
+        raise ValueError(
+            f"{where}: the single-process Recorder inside {inside} would record the averaged gradient or clash "
+            "between ranks; use gradstat.analysis.training.recorder.record_ranks(path, ddp_model, optimizer, "
+            "workload=...), the DDP recorder (RankRecorder), which writes each rank's local gradient as its worker"
+        )
 
 
 def record(
@@ -195,6 +220,7 @@ class RankRecorder:
         self._pending: int | None = None
         self._grads: dict[str, torch.Tensor] = {}
         self._residuals: dict[str, torch.Tensor] = {}
+        self._step = 0
 
     @classmethod
     def create(
@@ -232,6 +258,32 @@ class RankRecorder:
         hook_state.taps.observers.append(self.observe)
         return optimizer.register_step_pre_hook(lambda opt, args, kwargs: self.flush())
 
+    def attach_local(self, model: nn.Module, optimizer: torch.optim.Optimizer, start: int = 0) -> list[Any]:
+        """Record each parameter's local gradient as autograd computes it (a tensor hook on the parameter runs
+        before DDP's reducer sees it, so it is this rank's gradient whatever hook averages it; gradients of
+        several backward passes before one step, as with ``no_sync``, are summed), and write before every
+        ``optimizer.step()``, counting steps from ``start``. Returns the handles (``.remove()`` each detaches)."""
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if [n for n, _ in named] != self.names:
+            raise ValueError("attach_local: the model's trainable parameters are not the dump's")
+        self._step = start
+
+        def keep(name: str) -> Any:
+            def hook(grad: torch.Tensor) -> None:
+                if self._step % self.every == 0:
+                    self._pending = self._step
+                    held = self._grads.get(name)
+                    self._grads[name] = grad.detach().clone() if held is None else held + grad.detach()
+
+            return hook
+
+        def before_step(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            self.flush()
+            self._step += 1
+
+        handles = [p.register_hook(keep(n)) for n, p in named]
+        return [*handles, optimizer.register_step_pre_hook(before_step)]
+
     def observe(self, step: int, view: Any) -> None:
         """Copy one bucket's local gradients (and residuals) when ``step`` is recorded."""
         if step % self.every:
@@ -261,3 +313,53 @@ class RankRecorder:
         dist.barrier(group=self.group)
         if self.writer is not None:
             self.writer.commit_rank_parts(step)
+
+
+def record_ranks(
+    path: str | Path,
+    model: nn.Module,
+    optimizer: Any,
+    workload: str,
+    every: int = 1,
+    hook_state: Any = None,
+    residual: bool = False,
+    group: Any = None,
+    **manifest: Any,
+) -> RankRecorder:
+    """Record a DDP run from its own script: call it on every rank after ``init_process_group`` and after wrapping
+    the model, before training; every K-th ``optimizer.step()`` then writes each rank's *local* gradient (before
+    any hook averages or compresses it) as ``worker = rank`` of a new dump at ``path`` (rank 0 creates it).
+
+    Parameters
+    ----------
+    model : the ``DistributedDataParallel`` model (its ``.module`` is recorded) or the module it wraps.
+    optimizer : the torch optimizer, or a wrapper holding it as ``.optimizer`` (Accelerate's).
+    workload : the name the dump's manifest gives the model.
+    hook_state : gradstat's compression hook state (:func:`gradstat.compressors.ddp.make_hook` with
+        ``model=``), when one is registered: the recorder then observes the hook, which also shows the
+        error-feedback residual (``residual=True``). Without it the gradients come from tensor hooks on the
+        parameters (:meth:`RankRecorder.attach_local`), under any communication hook or none.
+    manifest : further :class:`DumpWriter` keywords (optimizer, seeds, metadata, compression).
+    """
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError("record_ranks records a distributed run: call torch.distributed.init_process_group first")
+    if residual and hook_state is None:
+        raise ValueError("residual=True needs gradstat's hook state (hook_state=...): only its hook keeps a residual")
+    module = model.module if isinstance(model, DistributedDataParallel) else model
+    torch_optimizer = (
+        optimizer if hasattr(optimizer, "register_step_pre_hook") else getattr(optimizer, "optimizer", None)
+    )
+    if not isinstance(torch_optimizer, torch.optim.Optimizer):
+        raise ValueError(
+            f"optimizer must be a torch optimizer or wrap one as .optimizer, got {type(optimizer).__name__}"
+        )
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    rec = RankRecorder.create(path, module, rank, world, every, residual, group, workload=workload, **manifest)
+    if hook_state is None:
+        rec.attach_local(module, torch_optimizer)
+    else:
+        rec.attach(hook_state, torch_optimizer)
+    return rec

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from gradstat.analysis.training.recorder import RankRecorder
+from gradstat.analysis.training.recorder import record_ranks
 from gradstat.compressors.ddp import make_hook
 
 
@@ -41,15 +41,14 @@ def steps(ddp, optimizer, state, first: int, count: int, seed: int) -> list[dict
 
 
 def run(out: str | Path, seed: int = 0) -> list[dict]:
-    out, rank, world = Path(out), dist.get_rank(), dist.get_world_size()
+    out, rank = Path(out), dist.get_rank()
 
     # --8<-- [start:record]
     # 1. train 3 steps with Top-k and error feedback, recording each rank's local gradient and residual
     ddp, optimizer = build(seed)
     state, hook = make_hook("topk:ratio=0.1", "ef", model=ddp.module, seed=seed)
     ddp.register_comm_hook(state, hook)
-    recorder = RankRecorder.create(out / "dump", ddp.module, rank, world, every=1, residual=True, workload="mlp")
-    recorder.attach(state, optimizer)
+    record_ranks(out / "dump", ddp, optimizer, workload="mlp", every=1, hook_state=state, residual=True)
     rows = steps(ddp, optimizer, state, 0, 3, seed)
     # --8<-- [end:record]
 
