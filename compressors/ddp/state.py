@@ -17,8 +17,10 @@ velocity) is carried over exactly: a per-coordinate memory, so each parameter's 
 last held that parameter. Layer-wise, a block is one parameter, so its whole state travels with it, the
 compressor's included (SIDCo's stage count, PowerSGD's warm start): a rebuild, or a resume whose first step runs
 DDP's initial buckets, changes nothing of what is computed. With one block per bucket the new bucket's compressor
-state starts fresh (a stage count or a low-rank factor of another set of parameters means nothing for it). States
-not used for two steps are dropped.
+state starts fresh (a stage count or a low-rank factor of another set of parameters means nothing for it), so a
+bucket-wise resume whose first step runs DDP's initial buckets on other parameters than the saved ones compresses
+that step over other blocks than an uninterrupted run: the hook says so (a ``RuntimeWarning``). States not used for
+two steps are dropped.
 
 ``state_dict()`` holds only tensors and plain Python values (``torch.save(..., weights_only=True)`` can read it);
 ``load_state_dict()`` restores it into a state built with the same compressor and feedback.
@@ -31,6 +33,7 @@ import copy
 import dataclasses
 import functools
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
@@ -220,7 +223,8 @@ class BucketMemories:
 
     compressor : the compressor whose ``new_state()`` starts a block's compressor state (None: no compression).
     step : the next step's number; buckets : bucket states by key (see :func:`_key`); rebuilds : how often DDP
-    changed its buckets; param_index : ``id(parameter) -> position`` once bound to a model (:meth:`bind`).
+    changed its buckets; param_index : ``id(parameter) -> position`` once bound to a model (:meth:`bind`);
+    resumed : the keys of the buckets loaded by :meth:`load_state_dict`, until the first step after it ends.
     """
 
     compressor: Compressor | None = None
@@ -228,6 +232,7 @@ class BucketMemories:
     buckets: dict[tuple, BucketState] = field(default_factory=dict)
     rebuilds: int = 0
     param_index: dict[int, int] | None = None
+    resumed: set[tuple] | None = None
 
     def bind(self, model: nn.Module) -> None:
         """Name parameters by their position among ``model``'s trainable parameters (stable across processes and
@@ -250,6 +255,8 @@ class BucketMemories:
         (the residual is re-sliced to the new order); a bucket with other parameters gets a fresh one (residual
         carried over per parameter, compressor state new)."""
         key = _key(signature)
+        if self.resumed is not None and not granularity_layer and key not in self.resumed:
+            self._warn_resumed_buckets()
         current = self.buckets.get(key)
         if current is not None and self._superseded(current):
             current = None  # e.g. a resumed run's saved buckets, after a first step on DDP's initial ones
@@ -282,8 +289,22 @@ class BucketMemories:
                     set_memory(state.blocks[0], name, torch.cat([r.reshape(-1) for r in slices]))  # type: ignore[union-attr]
         state.signature, state.shapes = signature, shapes
 
+    def _warn_resumed_buckets(self) -> None:
+        """Say once that a bucket-wise resume runs its first step on other blocks than the saved run did."""
+        warnings.warn(
+            f"the hook state was saved with {len(self.resumed or ())} DDP bucket(s), and DDP's first step after the "
+            "restart runs its initial buckets, which hold other parameters: with granularity='bucket' that step "
+            "compresses other blocks than an uninterrupted run would (their compressor states start anew; the "
+            "error-feedback residuals carry over per parameter), so the resumed run is not bit-identical to it. "
+            "granularity='layer' resumes identically with any buckets.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        self.resumed = None
+
     def end_step(self, step: int) -> None:
-        """Drop bucket states unused in steps ``step - 1`` and ``step``."""
+        """Drop bucket states unused in steps ``step - 1`` and ``step``; end the first step after a resume."""
+        self.resumed = None
         self.buckets = {k: b for k, b in self.buckets.items() if b.last_step >= step - 1}
 
     def _carry(self, fresh: BucketState, layer: bool) -> None:
@@ -351,6 +372,7 @@ class BucketMemories:
             signature = tuple(tuple(x) if isinstance(x, list) else x for x in b["signature"])
             shapes = [tuple(x) for x in b["shapes"]]
             self.buckets[_key(signature)] = BucketState(signature, shapes, blocks, int(b["last_step"]))
+        self.resumed = set(self.buckets)
 
 
 class CompressionHookState:

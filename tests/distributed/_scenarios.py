@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -183,8 +184,18 @@ def checkpoint(
 
     straight, _, sigs, rebuilds, buckets = run(None, None)
     _, saved, _, _, _ = run(split, None)
-    resumed, _, _, _, _ = run(None, saved)
-    return {"straight": straight, "resumed": resumed, "sigs": sigs, "rebuilds": rebuilds, "buckets": buckets}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed, _, _, _, _ = run(None, saved)
+    warned = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    return {
+        "straight": straight,
+        "resumed": resumed,
+        "sigs": sigs,
+        "rebuilds": rebuilds,
+        "buckets": buckets,
+        "warned": warned,
+    }
 
 
 def record_and_keep(

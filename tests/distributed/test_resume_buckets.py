@@ -20,6 +20,7 @@ RUN = {"feedback": "ef", "iterations": 6, "split": 3, "caps": [1, 1]}
 SCENARIOS = {
     "layer_sidco": ("checkpoint", {**RUN, "spec": "sidco:ratio=0.05,period=1", "granularity": "layer"}),
     "layer_qsgd": ("checkpoint", {**RUN, "spec": "qsgd", "granularity": "layer"}),
+    "bucket_sidco": ("checkpoint", {**RUN, "spec": "sidco:ratio=0.05,period=1", "granularity": "bucket"}),
 }
 
 
@@ -41,3 +42,14 @@ def test_layerwise_resume_with_several_buckets_is_identical(resumed, name):
         # the run did use two buckets first and one after the rebuild
         assert res["sigs"][0] == [[0, 1, 2], [3, 4, 5]] and res["sigs"][-1] == [[0, 1, 2, 3, 4, 5]]
         assert torch.equal(res["straight"], res["resumed"])
+        assert res["warned"] == []
+
+
+def test_a_bucketwise_resume_on_other_buckets_warns_that_it_is_not_identical(resumed):
+    for res in resumed["bucket_sidco"]:
+        assert res["sigs"][0] == [[0, 1, 2], [3, 4, 5]] and res["sigs"][-1] == [[0, 1, 2, 3, 4, 5]]
+        (message,) = res["warned"]
+        assert "saved with 1 DDP bucket(s)" in message and "granularity='layer' resumes identically" in message
+        # what the warning says: the first resumed step compressed {0, 1, 2} and {3, 4, 5}, the straight run
+        # {0, ..., 5}, so the models differ
+        assert not torch.equal(res["straight"], res["resumed"])
