@@ -1,0 +1,292 @@
+"""The kernels' equivalence battery: every form of every kernel present here, on every device present, against its
+eager reference (theory/kernels/catalog.py), bit for bit or within the rounding the kernel declares.
+
+Inputs span the cases the forms treat differently: lengths around the C loops' 16-element steps and their
+thread pieces, both float dtypes, zeros, ties at the threshold, values at 1e-30 and 1e30, subnormals, and NaN
+where the kernel defines what NaN does. A form that does not exist for an input (no extension built, no compiler,
+another device) is skipped, and the test says which forms ran.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from gradstat.theory.kernels import catalog, counter_dither, nested
+
+Case = Callable[[torch.device], tuple[Any, ...]]
+"""A case builds fresh arguments on a device (kernels write into their ``out`` argument)."""
+
+
+def _laplace(n: int, seed: int, scale: float = 1.0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    u = torch.rand(n, generator=g, dtype=torch.float64) - 0.5
+    return (-scale * torch.sign(u) * torch.log1p(-2 * u.abs())).to(dtype)
+
+
+def _with_specials(x: torch.Tensor, ties: float) -> torch.Tensor:
+    """Zeros, exact ties at ``ties`` (both signs) and a subnormal, spread over the vector."""
+    x = x.clone()
+    n = x.numel()
+    if n >= 8:
+        x[:: max(1, n // 7)] = 0.0
+        x[1 :: max(2, n // 5)] = ties
+        x[2 :: max(3, n // 3)] = -ties
+        x[-1] = torch.finfo(x.dtype).tiny / 4
+    return x
+
+
+SIZES = (1, 15, 16, 17, 1000, 70_001)
+"""Around the C loops' 16-element step, one short and one long vector (the long one also runs in thread pieces)."""
+
+
+def _selection_cases() -> dict[str, Case]:
+    cases: dict[str, Case] = {}
+    for n in SIZES:
+        for dtype in (torch.float32, torch.float64):
+            for scale in (1.0, 1e-30, 1e30):
+                for signed in (True, False):
+                    name = f"n={n}-{str(dtype)[6:]}-scale={scale:g}-{'signed' if signed else 'magnitudes'}"
+
+                    def make(device, n=n, dtype=dtype, scale=scale, signed=signed):
+                        x = _with_specials(_laplace(n, 7, scale, dtype), 1.5 * scale)
+                        x = x if signed else x.abs()
+                        return x.to(device), 1.5 * scale, signed
+
+                    cases[name] = make
+    cases["threshold-0-selects-every-nonzero"] = lambda device: (
+        _with_specials(_laplace(999, 1), 1.0).to(device),
+        0.0,
+        True,
+    )
+    cases["threshold-inf-selects-nothing"] = lambda device: (_laplace(999, 2).to(device), math.inf, True)
+    cases["nan-never-selected"] = lambda device: (
+        torch.tensor([1.0, math.nan, -3.0, math.nan, 0.5] * 9, device=device),
+        0.75,
+        True,
+    )
+    return cases
+
+
+def _f64(v: float, device: torch.device) -> torch.Tensor:
+    return torch.tensor(v, dtype=torch.float64, device=device)
+
+
+def _statistics_cases() -> dict[str, dict[str, Case]]:
+    summary: dict[str, Case] = {}
+    tails: dict[str, Case] = {}
+    excess: dict[str, Case] = {}
+    for n in (1, 17, 1000, 70_001):
+        for dtype in (torch.float32, torch.float64):
+            for scale in (1.0, 1e-30, 1e30):
+                tag = f"n={n}-{str(dtype)[6:]}-scale={scale:g}"
+
+                def x_of(device, n=n, dtype=dtype, scale=scale):
+                    return _with_specials(_laplace(n, 11, scale, dtype), scale).to(device)
+
+                for absolute in (True, False):
+                    for extremes, squares in ((True, True), (False, True), (True, False)):
+                        if not extremes and not absolute:
+                            continue
+                        summary[f"{tag}-abs={absolute}-ext={extremes}-sq={squares}"] = (
+                            lambda device, f=x_of, a=absolute, e=extremes, s=squares: (f(device), a, e, s)
+                        )
+                for logs in (False, True):
+                    tails[f"{tag}-logs={logs}"] = lambda device, f=x_of, logs=logs, scale=scale: (
+                        f(device),
+                        _f64(0.5 * scale, device),
+                        _f64(0.0 if logs else 0.5 * scale, device),
+                        _f64(1.0 / scale, device),
+                        logs,
+                    )
+                excess[tag] = lambda device, f=x_of, scale=scale: (f(device), _f64(0.7 * scale, device))
+    return {"summary": summary, "tail_moments": tails, "count_excess": excess}
+
+
+def _block_cases() -> dict[str, Case]:
+    cases: dict[str, Case] = {}
+    for rows in (1, 3, 1000):
+        for absolute in (True, False):
+            cases[f"rows={rows}-abs={absolute}"] = lambda device, r=rows, a=absolute: (
+                _laplace(r * 64, 5).reshape(r, 64).to(device),
+                a,
+            )
+    return cases
+
+
+def _sign_split_cases() -> dict[str, Case]:
+    return {
+        f"n={n}-scale={s:g}": (lambda device, n=n, s=s: (_with_specials(_laplace(n, 3, s), s).to(device),))
+        for n in (1, 1000, 70_001)
+        for s in (1.0, 1e-30, 1e30)
+    }
+
+
+def _key(device: torch.device, seed: int = 5) -> torch.Tensor:
+    return counter_dither.keys(seed, 1, device)
+
+
+def _base(value: int, device: torch.device) -> torch.Tensor:
+    return torch.tensor(value, dtype=torch.int32, device=device)
+
+
+ROW_SHAPES = ((1, 1), (1, 17), (3, 64), (1, 70_001), (40, 512))
+
+
+def _rows_cases() -> dict[str, dict[str, Case]]:
+    quantize: dict[str, Case] = {}
+    reconstruct: dict[str, Case] = {}
+    signed: dict[str, Case] = {}
+    for rows, size in ROW_SHAPES:
+        for scale in (1.0, 1e-30, 1e30):
+            tag = f"{rows}x{size}-scale={scale:g}"
+
+            def block(device, rows=rows, size=size, scale=scale):
+                x = _laplace(rows * size, 9, scale).reshape(rows, size).to(device)
+                return x, x.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
+
+            for gain, lo, hi, shift in ((2.0, -2, 2, 0.0), (127.0, -127, 127, 0.5)):
+                quantize[f"{tag}-levels={hi}-shift={shift}"] = lambda device, b=block, g=gain, lo=lo, hi=hi, sh=shift: (
+                    torch.empty(b(device)[0].shape, dtype=torch.int8, device=device),
+                    *b(device),
+                    _base(3, device),
+                    _key(device),
+                    g,
+                    lo,
+                    hi,
+                    sh,
+                    torch.int8,
+                )
+            for subtract in (True, False):
+                reconstruct[f"{tag}-subtract={subtract}"] = lambda device, b=block, s=subtract: (
+                    torch.empty(b(device)[0].shape, dtype=torch.float32, device=device),
+                    torch.randint(-127, 128, b(device)[0].shape, generator=torch.Generator().manual_seed(4))
+                    .to(torch.int8)
+                    .to(device),
+                    b(device)[1],
+                    _base(5, device),
+                    _key(device),
+                    127.0,
+                    0.0,
+                    s,
+                )
+            for divide in (True, False):
+                signed[f"{tag}-divide={divide}"] = lambda device, b=block, dv=divide: (
+                    torch.empty(b(device)[0].shape, dtype=torch.float32, device=device),
+                    *b(device),
+                    _base(0, device),
+                    _key(device),
+                    dv,
+                )
+    return {"quantize_rows": quantize, "reconstruct_rows": reconstruct, "signed_rows": signed}
+
+
+def _nested_cases() -> dict[str, dict[str, Case]]:
+    encode: dict[str, Case] = {}
+    estimate: dict[str, Case] = {}
+    for n in (1, 17, 70_001):
+        for alpha, delta1, k in ((1.0, 1 / 3, 3), (0.7, 0.25, 5), (1.0, 0.2, 7)):
+            tag = f"n={n}-alpha={alpha}-delta1={delta1:.3g}-k={k}"
+
+            def parts(device, n=n, alpha=alpha, delta1=delta1, k=k):
+                g = _laplace(n, 21).reshape(1, n).to(device)
+                kappa = g.abs().amax(dim=1, keepdim=True).clamp_min(1e-30)
+                codes = torch.empty(g.shape, dtype=torch.int8, device=device)
+                nested.NESTED_KERNELS[0].reference(codes, g, kappa, _base(0, device), _key(device), alpha, delta1, k)
+                side = g + 0.05 * _laplace(n, 22).reshape(1, n).to(device) * kappa
+                return g, kappa, codes, side
+
+            encode[tag] = lambda device, p=parts, alpha=alpha, delta1=delta1, k=k: (
+                torch.empty((1, p(device)[0].shape[1]), dtype=torch.int8, device=device),
+                p(device)[0],
+                p(device)[1],
+                _base(0, device),
+                _key(device),
+                alpha,
+                delta1,
+                k,
+            )
+            estimate[tag] = lambda device, p=parts, alpha=alpha, delta1=delta1, k=k: (
+                p(device)[2].to(torch.float32),
+                p(device)[3],
+                p(device)[1],
+                _base(0, device),
+                _key(device),
+                alpha,
+                delta1,
+                k,
+            )
+    return {"nested_rows": encode, "nested_estimate": estimate}
+
+
+def _fwht_cases() -> dict[str, Case]:
+    return {
+        f"{rows}x{n}": (lambda device, rows=rows, n=n: (_laplace(rows * n, 8).reshape(rows, n).to(device),))
+        for rows, n in ((1, 1), (3, 4), (5, 64), (2, 256))
+    }
+
+
+CASES: dict[str, dict[str, Case]] = {
+    "select": _selection_cases(),
+    "gather": _selection_cases(),
+    **_statistics_cases(),
+    "block_max": _block_cases(),
+    "sign_split_sums": _sign_split_cases(),
+    **_rows_cases(),
+    **_nested_cases(),
+    "fwht": _fwht_cases(),
+}
+
+PARAMS = [pytest.param(kernel, case, id=f"{kernel}-{case}") for kernel, cases in CASES.items() for case in cases]
+
+
+def test_every_kernel_of_the_catalog_has_cases_and_every_case_a_kernel():
+    assert set(CASES) == set(catalog.KERNELS)
+    assert all(CASES[name] for name in CASES)
+
+
+def _equal(got: Any, want: Any, rtol: float, where: str, bound: torch.Tensor | None = None) -> None:
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want), where
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
+            _equal(a, b, rtol, f"{where}[{i}]")
+        return
+    assert got.dtype == want.dtype and got.shape == want.shape, f"{where}: {got.dtype}{tuple(got.shape)}"
+    assert got.device == want.device, f"{where}: on {got.device}, the reference on {want.device}"
+    if bound is not None:
+        both_nan = torch.isnan(got) & torch.isnan(want)
+        close = ((got - want).abs() <= bound) | both_nan | (got == want)
+        assert bool(close.all()), f"{where}: {got.tolist()} vs {want.tolist()}, allowed {bound.tolist()}"
+    elif rtol == 0.0 or not want.is_floating_point():
+        assert torch.equal(got, want) or (want.is_floating_point() and _nan_equal(got, want)), where
+    else:
+        torch.testing.assert_close(got, want, rtol=rtol, atol=0.0, equal_nan=True, msg=where)
+
+
+def _nan_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool(torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)))
+
+
+def _result(out: Any, args: tuple[Any, ...]) -> Any:
+    """What a call produced: its return value (kernels that write ``out`` also return it)."""
+    return out.clone() if isinstance(out, torch.Tensor) else out
+
+
+@pytest.mark.parametrize(("kernel", "case"), PARAMS)
+def test_every_form_present_equals_the_reference(kernel, case, device):
+    k = catalog.KERNELS[kernel]
+    make = CASES[kernel][case]
+    args = make(device)
+    want = _result(k.reference(*args), ())
+    bound = None if k.bound is None else k.bound(args, want)
+    ran = []
+    for name, form in k.present(*make(device)):
+        got = _result(form.run(*make(device)), ())
+        _equal(got, want, k.rtol, f"{kernel} {case}: form {name!r}", bound)
+        ran.append(name)
+    if not ran:
+        pytest.skip(f"no accelerated form of {kernel} exists here for this input (device {device})")
