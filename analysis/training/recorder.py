@@ -344,22 +344,21 @@ def record_ranks(
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
+    from gradstat.compressors.ddp.launchers import torch_optimizer
+
     if not (dist.is_available() and dist.is_initialized()):
         raise ValueError("record_ranks records a distributed run: call torch.distributed.init_process_group first")
     if residual and hook_state is None:
         raise ValueError("residual=True needs gradstat's hook state (hook_state=...): only its hook keeps a residual")
     module = model.module if isinstance(model, DistributedDataParallel) else model
-    torch_optimizer = (
-        optimizer if hasattr(optimizer, "register_step_pre_hook") else getattr(optimizer, "optimizer", None)
-    )
-    if not isinstance(torch_optimizer, torch.optim.Optimizer):
-        raise ValueError(
-            f"optimizer must be a torch optimizer or wrap one as .optimizer, got {type(optimizer).__name__}"
-        )
+    try:
+        inner = torch_optimizer(optimizer)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     rec = RankRecorder.create(path, module, rank, world, every, residual, group, workload=workload, **manifest)
     if hook_state is None:
-        rec.attach_local(module, torch_optimizer)
+        rec.attach_local(module, inner)
     else:
-        rec.attach(hook_state, torch_optimizer)
+        rec.attach(hook_state, inner)
     return rec
