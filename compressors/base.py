@@ -130,6 +130,18 @@ class Compressor(ABC):
             d += 1
         return d
 
+    def compresses(self, shape: tuple[int, ...]) -> bool:
+        """Whether a DDP hook sends a tensor of ``shape`` with this compressor: here, whether it holds at least
+        :meth:`min_numel` elements. A hook sends the others dense (:mod:`gradstat.compressors.schemes.dense`)."""
+        return math.prod(shape) >= self.min_numel()
+
+    @property
+    def per_parameter(self) -> bool:
+        """Whether a DDP hook compresses a bucket one parameter at a time (each in its own shape) even when it
+        compresses bucket by bucket: a scheme whose method is per layer (PowerSGD's matrices). False here: the flat
+        bucket is one tensor."""
+        return False
+
     def new_state(self, like: torch.Tensor | None = None) -> Any:
         """Fresh per-worker state (None for stateless compressors)."""
         return None

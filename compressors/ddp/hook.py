@@ -7,8 +7,11 @@ Usage (torch's ``ddp_comm_hooks`` style: a small function plus an explicit state
 
 One call of :func:`compression_hook` per bucket and step, on every rank:
 
-1. split the bucket into blocks (the whole bucket, or each parameter's slice with ``granularity="layer"``) and
-   show the local gradient to the observers (the per-rank recorder);
+1. split the bucket into blocks (the whole bucket, or each parameter's slice with ``granularity="layer"`` or a
+   compressor whose method is per parameter, :attr:`Compressor.per_parameter`: PowerSGD's matrices) and show the
+   local gradient to the observers (the per-rank recorder); a block the compressor does not compress (fewer
+   elements than ``dense_below`` or than it can compress, or a shape it leaves alone:
+   :meth:`Compressor.compresses`) is sent dense at the gradient's width;
 2. per block, the first half of the send step (:mod:`gradstat.compressors.memory.send`): ``z = g + compensation
    * h`` (error feedback, over DGC's velocity when set), ``payload = C.encode(z, ctx)`` with
    ``ctx = (seed, step, worker = rank, block)``, serialised to bytes (:meth:`Payload.to_bytes`);
@@ -102,10 +105,12 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
     if offsets[-1] != buffer.numel():
         raise RuntimeError(f"bucket {bucket.index()}: parameters hold {offsets[-1]} elements, buffer {buffer.numel()}")
     positions = memory.positions(params)
-    blocks = _blocks(settings.granularity, bucket.index(), positions, offsets)
+    comp = settings.codec
+    layerwise = settings.granularity == "layer" or (comp is not None and comp.per_parameter)
+    blocks = _blocks(layerwise, bucket.index(), positions, offsets)
     signature = tuple(positions) if positions is not None else (bucket.index(), tuple(shapes))
     step = memory.step
-    bstate = memory.bucket_state(signature, shapes, len(blocks), step, settings.granularity == "layer")
+    bstate = memory.bucket_state(signature, shapes, len(blocks), step, layerwise)
     if bucket.is_last():
         memory.end_step(step)
         memory.step += 1
@@ -114,12 +119,11 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
         for observe in state.taps.observers:
             observe(step, view)
     state.metrics.buckets += 1
-    comp = settings.codec
     if comp is None:
         return _plain_allreduce(state, buffer, world, start)
-    block_shapes: list[tuple[int, ...]] = shapes if settings.granularity == "layer" else [(buffer.numel(),)]
+    block_shapes: list[tuple[int, ...]] = shapes if layerwise else [(buffer.numel(),)]
     grads = [buffer[b.start : b.end].view(shape) for b, shape in zip(blocks, block_shapes, strict=True)]
-    state.metrics.dense_blocks += sum(comp.sends_dense(b.end - b.start) for b in blocks)
+    state.metrics.dense_blocks += sum(comp.sends_dense(shape) for shape in block_shapes)
     ctxs = [
         Context(seed=settings.seed, step=step, worker=rank, block=b.block, state=w.compressor)
         for b, w in zip(blocks, bstate.blocks, strict=True)
@@ -191,8 +195,8 @@ def _failed(exc: Exception) -> torch.futures.Future:
     return done.then(fail)
 
 
-def _blocks(granularity: Granularity, index: int, positions: list[int] | None, offsets: list[int]) -> list[Block]:
-    if granularity == "bucket":
+def _blocks(layerwise: bool, index: int, positions: list[int] | None, offsets: list[int]) -> list[Block]:
+    if not layerwise:
         return [Block(index, 0, offsets[-1])]
     keys = positions if positions is not None else [index * LAYER_KEY + j for j in range(len(offsets) - 1)]
     return [Block(k, offsets[j], offsets[j + 1]) for j, k in enumerate(keys)]

@@ -152,7 +152,8 @@ class HookSettings:
         2018, Sec. 3.2-3.3; :class:`~gradstat.compressors.memory.send.Memory`).
     process_group : the group to communicate in (None: the default group).
     seed : base seed of the compressors' randomness (the same on every rank; ranks differ by ``worker = rank``).
-    granularity : ``bucket`` (one block per bucket) or ``layer`` (one block per parameter slice).
+    granularity : ``bucket`` (one block per bucket, or per parameter slice for a compressor whose method is per
+        parameter: PowerSGD) or ``layer`` (one block per parameter slice).
     exchange : ``gather`` (serialised payloads, padded all-gather; every compressor) or ``allreduce`` (each rank
         all-reduces its own decoded message densely; not for side-information schemes).
     dense_below : blocks (a bucket, or a parameter's slice layer-wise) of fewer elements are sent dense, at the

@@ -8,12 +8,15 @@ sends 1-D tensors uncompressed, such a tensor is sent dense:
 - :class:`Dense`: the identity codec, every value at the gradient's own width (16 bits for bf16 and fp16, 32 for
   float32, 64 for float64), ``numel * width`` bits, decoded exactly;
 - :class:`SmallDense`: a compressor that sends a tensor with :class:`Dense` when it holds fewer than
-  ``max(dense_below, inner.min_numel())`` elements and with ``inner`` otherwise. Sender and receiver know every
-  tensor's size, so the choice is not sent; the bits count what is sent either way.
+  ``max(dense_below, inner.min_numel())`` elements or ``inner`` does not compress its shape
+  (:meth:`~gradstat.compressors.base.Compressor.compresses`: PowerSGD's vectors, as torch's hook), and with
+  ``inner`` otherwise. Sender and receiver know every tensor's shape, so the choice is not sent; the bits count
+  what is sent either way.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -50,7 +53,8 @@ class Dense(Compressor):
 
 
 class SmallDense(Compressor):
-    """``inner`` for tensors of at least :attr:`threshold` elements, :class:`Dense` for smaller ones.
+    """``inner`` for tensors of at least :attr:`threshold` elements whose shape ``inner`` compresses, :class:`Dense`
+    for the others.
 
     threshold : ``max(dense_below, inner.min_numel())``; ``dense_below`` is the caller's declared size (0: only
     the tensors ``inner`` cannot compress). Everything else (properties, state, spec) is ``inner``'s."""
@@ -62,31 +66,35 @@ class SmallDense(Compressor):
         self.threshold = max(self.dense_below, inner.min_numel())
         self.properties = inner.properties
 
-    def sends_dense(self, numel: int) -> bool:
-        """Whether a tensor of ``numel`` elements is sent dense."""
-        return numel < self.threshold
+    def sends_dense(self, shape: tuple[int, ...]) -> bool:
+        """Whether a tensor of ``shape`` is sent dense."""
+        return math.prod(shape) < self.threshold or not self.inner.compresses(tuple(shape))
 
-    def _pick(self, numel: int) -> Compressor:
-        return self.dense if self.sends_dense(numel) else self.inner
+    @property
+    def per_parameter(self) -> bool:
+        return self.inner.per_parameter
+
+    def _pick(self, shape: tuple[int, ...]) -> Compressor:
+        return self.dense if self.sends_dense(shape) else self.inner
 
     def encode(self, g: torch.Tensor, ctx: Context | None = None) -> Payload:
-        return self._pick(g.numel()).encode(g, ctx)
+        return self._pick(tuple(g.shape)).encode(g, ctx)
 
     def decode(self, payload: Payload, ctx: Context | None = None, side: torch.Tensor | None = None) -> torch.Tensor:
         if not isinstance(payload, Payload):
             raise TypeError(f"{self.inner.name}: decode expects a Payload, got {type(payload).__name__}")
-        codec = self._pick(payload.numel)
+        codec = self._pick(tuple(payload.shape))
         return codec.decode(payload, ctx, side if codec is self.inner else None)
 
     def decode_all(self, payloads: Sequence[Payload], ctx: Context | None = None) -> list[torch.Tensor]:
-        if payloads and self.sends_dense(payloads[0].numel):
+        if payloads and self.sends_dense(tuple(payloads[0].shape)):
             return self.dense.decode_all(payloads, ctx)
         return self.inner.decode_all(payloads, ctx)
 
     def round(
         self, grads: Sequence[torch.Tensor], ctx: Context | None = None, states: Sequence[Any] | None = None
     ) -> RoundResult:
-        return self._pick(grads[0].numel()).round(grads, ctx, states)
+        return self._pick(tuple(grads[0].shape)).round(grads, ctx, states)
 
     def new_state(self, like: torch.Tensor | None = None) -> Any:
         return self.inner.new_state(like)

@@ -83,6 +83,7 @@ def train_each(rank: int, world: int, specs: list[str], feedback: str, iteration
                     "expected_wire": wire[rank],
                     "expected_sent": max(wire.values()) + SIZE_EXCHANGE_BYTES * m.buckets,
                     "buckets": m.buckets,
+                    "blocks": len(m.blocks),
                 }
             )
         out[spec] = {"before": before, "after": _eval_loss(wl, model), "steps": steps}
@@ -327,16 +328,41 @@ def tiny_tensors(
             losses.append(float(loss.detach()))
             dense.append(state.take_metrics().dense_blocks)
         sizes = {pos: p.numel() for pos, p in enumerate(model.parameters())}
+        shapes = {pos: tuple(p.shape) for pos, p in enumerate(model.parameters())}
         sent = {b: (p.numel, p.bits) for (r, b), (p, _d) in state.taps.last.items() if r == rank}
         decoded = {b: d for (r, b), (_p, d) in state.taps.last.items() if r == rank}
         out[spec] = {
             "losses": losses,
             "dense": dense,
             "sizes": sizes,
+            "shapes": shapes,
             "sent": sent,
             "local": {b: seen[b] for b in seen if granularity == "layer"},
             "decoded": decoded,
             "params_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters()),
             "final": torch.cat([p.detach().reshape(-1) for p in model.parameters()]),
         }
+    return out
+
+
+def powersgd_against_torch(rank: int, world: int, workload: str, runs: list[str], iterations: int) -> dict:
+    """Train ``workload`` on one DDP bucket (torch's PowerSGD hook can deadlock on gloo with several) from the same
+    initial model and batches with each of ``runs``: ``torch-powersgd`` (torch's hook: rank 1, error feedback, warm
+    start, compression from iteration 2), ``allreduce``, or a gradstat spec with error feedback. Per run: the
+    training losses and the evaluation loss after training."""
+    from gradstat.compressors.ddp import baseline_hook
+
+    wl = get_workload(workload)
+    out = {}
+    for run in runs:
+        model = wl.model(0)
+        ddp = DDP(model, bucket_cap_mb=1000)
+        if run == "torch-powersgd":
+            ddp.register_comm_hook(*baseline_hook(run))
+        elif run != "allreduce":
+            ddp.register_comm_hook(*make_hook(run, "ef", model=model, seed=1))
+        opt = wl.optimizer(model)
+        batches = _batches(wl, rank, world)
+        losses = [_step(wl, ddp, opt, *next(batches)) for _ in range(iterations)]
+        out[run] = {"losses": losses, "eval": _eval_loss(wl, model)}
     return out

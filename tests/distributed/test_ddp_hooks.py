@@ -86,7 +86,7 @@ def test_bytes_sent_are_the_payload_bits_rounded_up_plus_headers(every_compresso
             assert s["bits"] == s["expected_bits"]
             assert s["wire_bytes"] == s["expected_wire"]
             assert s["sent_bytes"] == s["expected_sent"]
-            assert s["wire_bytes"] * 8 < s["bits"] + 8 * s["buckets"] + 8 * 28 * 8 * s["buckets"] + 96 * s["buckets"]
+            assert s["wire_bytes"] * 8 < s["bits"] + 8 * s["blocks"] + 8 * 28 * 8 * s["blocks"] + 96 * s["blocks"]
 
 
 @pytest.fixture(scope="module")

@@ -43,8 +43,10 @@ def test_a_model_with_tiny_tensors_trains_layerwise_with_every_compressor(layerw
         run = res[name]
         assert len(run["losses"]) == ITERATIONS and all(math.isfinite(x) for x in run["losses"]), run["losses"]
         assert run["params_finite"], f"rank {rank}: a parameter is not finite"
-        small = [pos for pos, n in run["sizes"].items() if n < comp.min_numel()]
-        # every step sends exactly the tensors the compressor cannot compress dense, and says how many
+        # what the compressor cannot compress (fewer than min_numel elements) or does not (powersgd: vectors)
+        small = [pos for pos, shape in run["shapes"].items() if not comp.compresses(shape)]
+        assert all(run["sizes"][pos] < comp.min_numel() for pos in small) or name == "powersgd"
+        # every step sends exactly those tensors dense, and says how many
         assert run["dense"] == [len(small)] * ITERATIONS
         for pos in small:
             numel, bits = run["sent"][pos]
@@ -77,9 +79,13 @@ def test_sparsifiers_send_the_papers_ratio_on_the_larger_tensors(layerwise):
 def test_small_dense_picks_by_size_and_declared_threshold():
     topk = compressors.create("topk:ratio=0.01")
     codec = SmallDense(topk)
-    assert codec.threshold == 100 and codec.sends_dense(99) and not codec.sends_dense(100)
+    assert codec.threshold == 100 and codec.sends_dense((99,)) and not codec.sends_dense((10, 10))
     assert SmallDense(compressors.create("qsgd")).threshold == 1
-    assert SmallDense(compressors.create("qsgd"), dense_below=256).sends_dense(255)
+    assert SmallDense(compressors.create("qsgd"), dense_below=256).sends_dense((5, 51))
+    # PowerSGD as torch's hook: vectors dense, and matrices whose rank-r factors are not 2 times smaller
+    power = SmallDense(compressors.create("powersgd:rank=2"))
+    assert power.sends_dense((1000,)) and power.sends_dense((8, 8)) and not power.sends_dense((9, 9, 1))
+    assert not SmallDense(compressors.create("powersgd:matrices=bucket")).sends_dense((1000,))
     with pytest.raises(ValueError, match="dense_below must be an integer >= 0"):
         SmallDense(topk, dense_below=-1)
     g = torch.randn(64, dtype=torch.bfloat16)

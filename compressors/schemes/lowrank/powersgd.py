@@ -21,13 +21,21 @@ error feedback (``--feedback ef``, as in the paper) and sent by the DDP hooks li
 
 Matrix shape: a tensor of 2 or more dimensions is read as ``(shape[0], prod(shape[1:]))`` (the paper's reshape of
 convolution kernels); a vector of d elements as a near-square ``ceil(sqrt d) x ceil(d / ceil(sqrt d))`` matrix,
-zero-padded (padding is not sent). The effective rank is ``min(rank, n, m)``. Bits: ``32 r (n + m)``.
+zero-padded (padding is not sent). The effective rank is ``min(rank, n, m)``. Bits: ``w r (n + m)``, w the
+gradient's wire width (32, or 16 for a bf16 or fp16 gradient).
+
+In a DDP bucket (``matrices=parameter``, the default) the hook compresses each parameter's gradient as its own
+matrix and sends vectors, and matrices whose factors would not be :data:`MIN_COMPRESSION_RATE` times smaller, dense
+(:meth:`PowerSGD.compresses`), as torch's PowerSGD hook does; ``matrices=bucket`` reads the flat bucket as one
+near-square matrix, which mixes unrelated layers into one low-rank factor (on fc300, 2 ranks, 20 iterations: an
+evaluation loss of 1.81 against 1.21 per parameter and 1.09 with torch's hook; tests/distributed/test_powersgd.py).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -44,6 +52,10 @@ from gradstat.theory.kernels.primitives import (
     scale_by_pow2,
     scratch,
 )
+
+MIN_COMPRESSION_RATE = 2
+"""torch's PowerSGD hook's default ``min_compression_rate``: a matrix is compressed only when its factors are more
+than this many times smaller."""
 
 
 @dataclass
@@ -65,10 +77,15 @@ def matrix_shape(shape: tuple[int, ...], d: int) -> tuple[int, int]:
 @dataclass
 class PowerSGD(Compressor):
     """rank: r >= 1, columns of the factors (effective rank min(r, n, m)). warm_start: start the power
-    iteration from the worker's previous Q (needs a per-worker state, ``new_state``)."""
+    iteration from the worker's previous Q (needs a per-worker state, ``new_state``). matrices: what a DDP hook
+    compresses in a bucket: ``parameter`` (default), each parameter's gradient as its own matrix, as torch's
+    PowerSGD hook does (vectors, and matrices whose factors would not be at least :data:`MIN_COMPRESSION_RATE`
+    times smaller, sent dense: :meth:`compresses`); ``bucket``, the flat bucket as one near-square matrix. A tensor
+    compressed on its own is its own matrix either way."""
 
     rank: int = 1
     warm_start: bool = True
+    matrices: Literal["parameter", "bucket"] = "parameter"
 
     properties = Properties(
         kind="sketch",
@@ -79,6 +96,23 @@ class PowerSGD(Compressor):
 
     def __post_init__(self) -> None:
         check_int("powersgd rank", self.rank, 1)
+        if self.matrices not in ("parameter", "bucket"):
+            raise ValueError(f"powersgd matrices must be 'parameter' or 'bucket', got {self.matrices!r}")
+
+    @property
+    def per_parameter(self) -> bool:
+        return self.matrices == "parameter"
+
+    def compresses(self, shape: tuple[int, ...]) -> bool:
+        """With ``matrices=parameter``, as torch's PowerSGD hook (``_should_compress``): a tensor of 2 or more
+        dimensions whose n x m matrix is more than :data:`MIN_COMPRESSION_RATE` times the r (n + m) values of its
+        factors; vectors are sent dense. With ``matrices=bucket``, every tensor."""
+        if self.matrices == "bucket":
+            return True
+        if len(shape) < 2:
+            return False
+        n, m = matrix_shape(shape, math.prod(shape))
+        return MIN_COMPRESSION_RATE * min(self.rank, n, m) * (n + m) < n * m
 
     def new_state(self, like: torch.Tensor | None = None) -> PowerSGDState:
         return PowerSGDState()
