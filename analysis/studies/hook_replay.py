@@ -43,6 +43,7 @@ from gradstat.analysis.studies.replay import ReplayWarning
 from gradstat.compressors import Compressor, Context, Memory, WorkerState
 from gradstat.compressors.base import RoundResult
 from gradstat.compressors.memory.send import feedback_round
+from gradstat.compressors.schemes.dense import SmallDense
 
 LABELS = ("compressor", "feedback", "seed")
 
@@ -57,8 +58,9 @@ class HookRound:
 
     @classmethod
     def parse(cls, compressor: str, feedback: str) -> "HookRound":
-        """``feedback`` as the hook takes it: none | ef | qcs:beta=B | ecq:alpha=A,beta=B | dgc:momentum=M."""
-        return cls(compressors.create(compressor), compressors.parse_memory(feedback))
+        """``feedback`` as the hook takes it: none | ef | qcs:beta=B | ecq:alpha=A,beta=B | dgc:momentum=M; the
+        compressor as the hook runs it (tensors it does not compress sent dense: SmallDense)."""
+        return cls(SmallDense(compressors.create(compressor)), compressors.parse_memory(feedback))
 
     def new_states(self, workers: int) -> list[WorkerState]:
         return self.memory.new_states(self.compressor, workers)

@@ -31,6 +31,7 @@ from gradstat.analysis.dumps import open_dump
 from gradstat.compressors.context import Context
 from gradstat.compressors.memory.momentum import LocalMomentumCorrection
 from gradstat.compressors.memory.send import feedback_round, new_worker_states
+from gradstat.compressors.schemes.dense import SmallDense
 
 ITERATIONS = 4
 SEED = 5  # the seed _scenarios.record_and_keep trains with
@@ -41,6 +42,8 @@ RUNS = [
     ("ndqsg", "none"),
     ("dgc:ratio=0.1", "dgc:momentum=0.9"),
     ("sidco:ratio=0.1,period=1", "ef"),  # its stage count adapts every step: a state that must survive the rebuild
+    ("topk:ratio=0.05", "ef"),  # keeps < 1 of the 10-element bias: sent dense
+    ("powersgd", "ef"),  # each matrix by its factors, the vectors dense
 ]
 PER_BUCKET_CAPS = "bucket_cap_mb_list" in inspect.signature(torch.nn.parallel.DistributedDataParallel).parameters
 CAPS = [1, 1] if PER_BUCKET_CAPS else None
@@ -52,7 +55,7 @@ per-bucket caps, one bucket throughout)."""
 @pytest.fixture(scope="module")
 def online(tmp_path_factory):
     root = tmp_path_factory.mktemp("parity")
-    runs = [(spec, fb, str(root / f"{spec.split(':')[0]}-{fb.split(':')[0]}")) for spec, fb in RUNS]
+    runs = [(spec, fb, str(root / f"{i}-{spec.split(':')[0]}-{fb.split(':')[0]}")) for i, (spec, fb) in enumerate(RUNS)]
     kept = run_ranks(_scenarios.record_and_keep, runs=runs, iterations=ITERATIONS, caps=CAPS, timeout_s=300)
     return {spec: (dump, kept[0][spec], kept[1][spec]) for spec, _, dump in runs}
 
@@ -66,7 +69,7 @@ def test_hook_payloads_equal_the_offline_replay_of_the_recorded_dump(online, spe
         assert seen0[key][0] == seen1[key][0] and torch.equal(seen0[key][1], seen1[key][1])
     dump = open_dump(dump_path)
     assert dump.workers == 2 and dump.steps == list(range(ITERATIONS))
-    comp = compressors.create(spec)
+    comp = SmallDense(compressors.create(spec))  # as the hook runs it: what it does not compress goes dense
     dgc = LocalMomentumCorrection(comp, momentum=0.9) if feedback.startswith("dgc") else None
     fb = compressors.parse_feedback("ef" if dgc else feedback)
     names = dump.params
