@@ -115,7 +115,13 @@ class Compressor(ABC):
                 f"{self.name}: the reconstruction holds NaN/Inf (a part's values overflow float32's range once "
                 "decoded); the payload is corrupt or its gradient was too close to float32's limit"
             )
-        return out.reshape(payload.shape).to(payload.dtype)
+        result = out.reshape(payload.shape).to(payload.dtype)
+        if payload.dtype == torch.float16 and not all_finite(result):  # float16 ends at 65504, the checks above not
+            raise PayloadError(
+                f"{self.name}: the reconstruction exceeds float16's range (65504) (a dithered reconstruction reaches "
+                "beyond its scale); scale the gradient down (e.g. by a power of two) before compressing"
+            )
+        return result
 
     def min_numel(self) -> int:
         """The fewest elements a tensor must hold for this compressor to encode it: 1, or for a compressor with a

@@ -11,6 +11,7 @@ import torch
 
 from gradstat import compressors
 from gradstat.compressors.context import Context
+from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.floats import to_wire, wire_float
 from gradstat.compressors.wire.payload import Payload, header_bits
 
@@ -46,11 +47,11 @@ def _encode(name: str, g: torch.Tensor) -> tuple[Payload, torch.Tensor]:
 
 @pytest.mark.parametrize("name", compressors.names())
 @pytest.mark.parametrize("dtype", HALF)
-def test_a_16_bit_gradient_sends_every_floating_part_at_16_bits(name, dtype):
-    g = _laplace16(3000, 1).reshape(60, 50)
+def test_a_16_bit_gradient_sends_every_floating_part_at_16_bits(name, dtype, device):
+    g = _laplace16(3000, 1).reshape(60, 50).to(device)
     p32, _ = _encode(name, g)
     p16, out = _encode(name, g.to(dtype))
-    assert out.dtype == dtype and out.shape == g.shape
+    assert out.dtype == dtype and out.shape == g.shape and out.device == g.device
     floats = 0
     assert list(p16.parts) == list(p32.parts)
     for key, part in p16.parts.items():
@@ -92,9 +93,9 @@ positive class). Not here: ``qcs`` (its scales are norms of Hadamard-mixed vecto
 
 @pytest.mark.parametrize("name", sorted(EXACT))
 @pytest.mark.parametrize("dtype", HALF)
-def test_where_the_math_is_exact_16_bits_carry_the_float32_payload(name, dtype):
+def test_where_the_math_is_exact_16_bits_carry_the_float32_payload(name, dtype, device):
     for vector in EXACT[name]:
-        g = VECTORS[vector]()
+        g = VECTORS[vector]().to(device)
         p32, out32 = _encode(name, g)
         p16, out16 = _encode(name, g.to(dtype))
         for key, part in p16.parts.items():
@@ -141,3 +142,13 @@ def test_a_value_a_16_bit_dtype_cannot_carry_is_refused_clearly():
     big = torch.full((4096,), 60000.0, dtype=torch.float16)  # each fits fp16, the bucket's l2 norm does not
     with pytest.raises(ValueError, match="float16's range"):
         compressors.create("qsgd").encode(big)
+
+
+@pytest.mark.parametrize("name", ["dqsg", "ndqsg"])
+def test_a_reconstruction_beyond_float16s_range_is_refused_not_sent_as_inf(name):
+    # values up to 65000: dithered reconstructions reach half a step beyond the l_inf scale, past 65504
+    g = (torch.rand(4096, generator=torch.Generator().manual_seed(0)) * 2 - 1).mul(65000).half()
+    c = compressors.create(name)
+    ctx = Context(seed=1)
+    with pytest.raises(PayloadError, match="exceeds float16's range"):
+        c.decode(c.encode(g, ctx), ctx, side=g if c.properties.needs_side else None)
