@@ -12,9 +12,10 @@ bytes, the bytes handed to the collectives, the time in the hook and the step ti
 ``<results>/steps.rank-<r>.csv``, and per step, rank and block (each parameter in layer-wise mode, each bucket
 otherwise) its payload's exact bits and serialised bytes into ``blocks.rank-<r>.csv``; a run whose step fails on
 every rank alike (a compressor refusing a NaN gradient after divergence, a diverged all-reduce baseline) stops with
-its error in the ``error`` column, and the next run starts; rank 0 merges them into ``steps.csv`` and ``blocks.csv``
-at the end. With recording on (:class:`~gradstat.analysis.training.recorder.RankRecorder`), the recorded run writes
-a dump holding each rank's local gradient as ``worker = rank``.
+its error in the ``error`` column, and the next run starts; at the end the ranks send them to rank 0 through the
+process group, which writes ``steps.csv`` and ``blocks.csv`` (no shared folder needed for them). With recording on
+(:class:`~gradstat.analysis.training.recorder.RankRecorder`), the recorded run writes a dump holding each rank's
+local gradient as ``worker = rank``.
 """
 
 from __future__ import annotations
@@ -178,10 +179,9 @@ def train_rank(config: TrainConfig) -> None:
             block_log.writerows(blocks)
             fh.flush()
             bh.flush()
-    dist.barrier()
-    if rank == 0:
-        merge_rank_logs(results, world)
-        merge_rank_logs(results, world, "blocks")
+    gather_rank_logs(
+        results, rank, world, dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=config.timeout_s))
+    )
     dist.barrier()  # leave together: a rank tearing gloo down while another still works can abort (SIGABRT)
 
 
@@ -361,22 +361,55 @@ def _recorder(
     return rec
 
 
+def gather_rank_logs(results: Path, rank: int, world: int, group: Any = None) -> None:
+    """Every rank sends its ``steps``/``blocks`` tables to rank 0 through the process group ``group`` (gloo; so
+    that nodes need no shared folder for them), rank 0 writes the merged ``steps.csv`` and ``blocks.csv``, and every
+    rank removes its own rank files. The tables travel as UTF-8 bytes, never pickled."""
+    for stem in ("steps", "blocks"):
+        own = results / f"{stem}.rank-{rank}.csv"
+        texts = _all_gather_text(own.read_text(), world, group)
+        if rank == 0:
+            _write_merged(results, stem, texts)
+        own.unlink()
+
+
+def _all_gather_text(text: str, world: int, group: Any) -> list[str]:
+    """Every rank's ``text``, in rank order (all-gather of the lengths, then of the bytes padded to the longest)."""
+    raw = bytearray(text.encode("utf-8"))
+    data = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(sizes, torch.tensor([data.numel()]), group=group)
+    longest = max(int(n.item()) for n in sizes)
+    padded = torch.zeros(longest, dtype=torch.uint8)
+    padded[: data.numel()] = data
+    out = [torch.empty(longest, dtype=torch.uint8) for _ in range(world)]
+    dist.all_gather(out, padded, group=group)
+    return [o[: int(n.item())].numpy().tobytes().decode("utf-8") for o, n in zip(out, sizes, strict=True)]
+
+
 def merge_rank_logs(results: Path, world: int, stem: str = "steps") -> Path:
     """Concatenate ``<stem>.rank-<r>.csv`` into ``<stem>.csv`` (atomically: a failed write, a full disk included,
-    leaves no temporary file and names the file) and remove the rank files."""
+    leaves no temporary file and names the file) and remove the rank files (after a failed launch, on the machine
+    where every rank ran)."""
+    files = [results / f"{stem}.rank-{r}.csv" for r in range(world)]
+    out = _write_merged(results, stem, [f.read_text() for f in files])
+    for f in files:
+        f.unlink()
+    return out
+
+
+def _write_merged(results: Path, stem: str, texts: list[str]) -> Path:
+    """``<stem>.csv`` from the ranks' CSV texts in rank order: one header, every rank's rows."""
     rows: list[str] = []
     header = None
-    for r in range(world):
-        lines = (results / f"{stem}.rank-{r}.csv").read_text().splitlines()
+    for text in texts:
+        lines = text.splitlines()
         if not lines:  # a rank stopped before its first row was flushed (a failed launch)
             continue
         header = lines[0]
         rows += lines[1:]
     columns = STEP_COLUMNS if stem == "steps" else BLOCK_COLUMNS
-    out = atomic_write_text(results / f"{stem}.csv", "\n".join([header or ",".join(columns), *rows]) + "\n")
-    for r in range(world):
-        (results / f"{stem}.rank-{r}.csv").unlink()
-    return out
+    return atomic_write_text(results / f"{stem}.csv", "\n".join([header or ",".join(columns), *rows]) + "\n")
 
 
 if __name__ == "__main__":

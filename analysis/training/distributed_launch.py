@@ -8,8 +8,9 @@ summary table (``summary.csv``/``.md``) and the figures beside the per-step tabl
 Multi-node: ``gradstat train ... --nnodes N --rdzv-endpoint HOST:PORT --config-only`` (with ``--interface IFNAME``
 to bind the ranks' collectives to that interface) writes the configuration and prints the one command to run on
 each node (:func:`torchrun_command`: torchrun with a c10d rendezvous at HOST:PORT, the rendezvous numbering the
-nodes as they join). The configuration's paths must exist on every node (copy it; the results and dump folders
-should be on a shared file system); rank 0 merges the ranks' tables and writes the summary and figures. torch's
+nodes as they join). The configuration's paths must exist on every node (copy it; the dump folder, when
+recording, on a file system the nodes share); the ranks send their tables to rank 0 through the process group, and
+rank 0 writes the merged tables, the summary and the figures. torch's
 rendezvous store listens on every interface of the node at HOST and has no authentication: its port must be
 reachable only from the training hosts.
 """
