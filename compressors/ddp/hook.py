@@ -42,6 +42,7 @@ from torch import nn
 from gradstat.compressors.base import Compressor
 from gradstat.compressors.context import Context
 from gradstat.compressors.ddp.exchange import RemoteError, allreduce_sum, encode_error, gather_messages
+from gradstat.compressors.ddp.resume import regrouped, regroups
 from gradstat.compressors.ddp.state import (
     Block,
     BucketState,
@@ -53,7 +54,7 @@ from gradstat.compressors.ddp.state import (
     HookTaps,
 )
 from gradstat.compressors.memory.feedback import ErrorFeedback
-from gradstat.compressors.memory.send import Memory, send_locally
+from gradstat.compressors.memory.send import Memory, WorkerState, send_locally
 from gradstat.compressors.registry import create
 from gradstat.compressors.wire.payload import Payload
 
@@ -108,9 +109,13 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
     comp = settings.codec
     layerwise = settings.granularity == "layer" or (comp is not None and comp.per_parameter)
     blocks = _blocks(layerwise, bucket.index(), positions, offsets)
+    if comp is not None and not layerwise and regroups(state, positions):
+        assert positions is not None
+        return regrouped(state, positions, buffer, offsets, bucket.is_last(), rank, start, send_blocks)
     signature = tuple(positions) if positions is not None else (bucket.index(), tuple(shapes))
     step = memory.step
     bstate = memory.bucket_state(signature, shapes, len(blocks), step, layerwise)
+    bstate.index = bucket.index()
     if bucket.is_last():
         memory.end_step(step)
         memory.step += 1
@@ -130,38 +135,66 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
     ]
     if settings.exchange == "allreduce":
         return _decoded_allreduce(state, buffer, blocks, grads, bstate, ctxs, world, start)
+
+    def write(b: int, mean: torch.Tensor) -> None:
+        buffer[blocks[b].start : blocks[b].end].copy_(mean.reshape(-1))
+
+    keys = [b.block for b in blocks]
     try:
-        flight = settings.memory.begin(grads, bstate.blocks)
-        payloads = [comp.encode(z, ctx) for z, ctx in zip(flight.compensated, ctxs, strict=True)]
-        message, failed = torch.cat([p.to_bytes(buffer.device) for p in payloads]), False
-        state.metrics.bits += sum(p.bits for p in payloads)
-        state.metrics.wire_bytes += message.numel()
-        state.metrics.blocks.update({b.block: (p.bits, p.wire_bytes) for b, p in zip(blocks, payloads, strict=True)})
-    except Exception as exc:  # tell every rank, then every rank raises (never a hang)
-        message, failed = encode_error(exc, buffer.device), True
-    try:
-        gathered = gather_messages(message, failed, group)
+        return send_blocks(state, grads, bstate.blocks, ctxs, keys, write, buffer, start)
     except RemoteError as exc:
         return _failed(exc)
+
+
+def send_blocks(
+    state: CompressionHookState,
+    grads: list[torch.Tensor],
+    workers: list[WorkerState],
+    ctxs: list[Context],
+    keys: list[int],
+    write: Callable[[int, torch.Tensor], None],
+    result: torch.Tensor,
+    start: float,
+) -> torch.futures.Future[torch.Tensor]:
+    """Steps 2-4 of the module docstring for the blocks ``grads`` (with their worker states and contexts; ``keys``
+    name them in metrics and taps): encode, serialise, exchange (waited for: the lengths), and in the future's
+    callback decode every rank's payloads, land this rank's send step and ``write(b, mean)`` each block's average
+    (flat); the future's value is ``result``. Raises :class:`RemoteError` on every rank when any rank failed."""
+    settings = state.settings
+    comp = settings.codec
+    assert comp is not None
+    group = settings.process_group
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    block_shapes = [tuple(g.shape) for g in grads]
+    device = result.device
+    try:
+        flight = settings.memory.begin(grads, workers)
+        payloads = [comp.encode(z, ctx) for z, ctx in zip(flight.compensated, ctxs, strict=True)]
+        message, failed = torch.cat([p.to_bytes(device) for p in payloads]), False
+        state.metrics.bits += sum(p.bits for p in payloads)
+        state.metrics.wire_bytes += message.numel()
+        state.metrics.blocks.update({k: (p.bits, p.wire_bytes) for k, p in zip(keys, payloads, strict=True)})
+    except Exception as exc:  # tell every rank, then every rank raises (never a hang)
+        message, failed = encode_error(exc, device), True
+    gathered = gather_messages(message, failed, group)
     state.metrics.sent_bytes += gathered.sent_bytes
     state.metrics.hook_seconds += time.perf_counter() - start
 
     def combine(fut: torch.futures.Future) -> torch.Tensor:
         t0 = time.perf_counter()
         fut.value()  # re-raises a failed collective
-        per_rank = [split_payloads(gathered.message(r), block_shapes, buffer.dtype) for r in range(world)]
+        per_rank = [split_payloads(gathered.message(r), block_shapes, grads[0].dtype) for r in range(world)]
         decoded = [
-            comp.decode_all([per_rank[r][b] for r in range(world)], ctxs[b].but(state=None)) for b in range(len(blocks))
+            comp.decode_all([per_rank[r][b] for r in range(world)], ctxs[b].but(state=None)) for b in range(len(keys))
         ]
         flight.land([d[rank] for d in decoded])  # before the buffer is overwritten: z may be a view of it
-        for b, blk in enumerate(blocks):
-            mean = torch.stack([d.float() for d in decoded[b]]).mean(0)
-            buffer[blk.start : blk.end].copy_(mean.reshape(-1))
+        for b, key in enumerate(keys):
+            write(b, torch.stack([d.float() for d in decoded[b]]).mean(0))
             if state.taps.keep_payloads:
                 for r in range(world):
-                    state.taps.last[(r, blk.block)] = (per_rank[r][b], decoded[b][r].detach().clone())
+                    state.taps.last[(r, key)] = (per_rank[r][b], decoded[b][r].detach().clone())
         state.metrics.hook_seconds += time.perf_counter() - t0
-        return buffer
+        return result
 
     return gathered.future.then(combine)
 

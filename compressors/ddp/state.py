@@ -17,10 +17,11 @@ velocity) is carried over exactly: a per-coordinate memory, so each parameter's 
 last held that parameter. Layer-wise, a block is one parameter, so its whole state travels with it, the
 compressor's included (SIDCo's stage count, PowerSGD's warm start): a rebuild, or a resume whose first step runs
 DDP's initial buckets, changes nothing of what is computed. With one block per bucket the new bucket's compressor
-state starts fresh (a stage count or a low-rank factor of another set of parameters means nothing for it), so a
+state starts fresh (a stage count or a low-rank factor of another set of parameters means nothing for it). A
 bucket-wise resume whose first step runs DDP's initial buckets on other parameters than the saved ones compresses
-that step over other blocks than an uninterrupted run: the hook says so (a ``RuntimeWarning``). States not used for
-two steps are dropped.
+that step over the saved buckets (:mod:`gradstat.compressors.ddp.resume`), so it too resumes identically; where it
+cannot (``exchange="allreduce"``), that step compresses other blocks than an uninterrupted run, and the hook says so
+(a ``RuntimeWarning``). States not used for two steps are dropped.
 
 ``state_dict()`` holds only tensors and plain Python values (``torch.save(..., weights_only=True)`` can read it);
 ``load_state_dict()`` restores it into a state built with the same compressor and feedback.
@@ -96,12 +97,14 @@ class BucketView:
 @dataclass
 class BucketState:
     """signature : bucket key (parameter positions, or (index, shapes) when no model is bound); shapes : the
-    parameters' shapes; blocks : one worker state per block; last_step : the last step that used it."""
+    parameters' shapes; blocks : one worker state per block; last_step : the last step that used it; index : DDP's
+    index of the bucket that last used it (a whole bucket's seed key), None before."""
 
     signature: tuple
     shapes: list[tuple[int, ...]]
     blocks: list[WorkerState]
     last_step: int = -1
+    index: int | None = None
 
     def residual_of(self, j: int) -> torch.Tensor | None:
         """Parameter j's slice of the residual (its own shape), or None."""
@@ -225,7 +228,9 @@ class BucketMemories:
     compressor : the compressor whose ``new_state()`` starts a block's compressor state (None: no compression).
     step : the next step's number; buckets : bucket states by key (see :func:`_key`); rebuilds : how often DDP
     changed its buckets; param_index : ``id(parameter) -> position`` once bound to a model (:meth:`bind`);
-    resumed : the keys of the buckets loaded by :meth:`load_state_dict`, until the first step after it ends.
+    resumed : the keys of the buckets loaded by :meth:`load_state_dict`, until the first step after it ends;
+    regroup : that step's regrouping onto the loaded buckets while it runs
+    (:class:`~gradstat.compressors.ddp.resume.Regroup`).
     """
 
     compressor: Compressor | None = None
@@ -234,6 +239,7 @@ class BucketMemories:
     rebuilds: int = 0
     param_index: dict[int, int] | None = None
     resumed: set[tuple] | None = None
+    regroup: Any = None
 
     def bind(self, model: nn.Module) -> None:
         """Name parameters by their position among ``model``'s trainable parameters (stable across processes and
@@ -294,10 +300,11 @@ class BucketMemories:
         """Say once that a bucket-wise resume runs its first step on other blocks than the saved run did."""
         warnings.warn(
             f"the hook state was saved with {len(self.resumed or ())} DDP bucket(s), and DDP's first step after the "
-            "restart runs its initial buckets, which hold other parameters: with granularity='bucket' that step "
+            "restart runs its initial buckets, which hold other parameters; this step cannot be compressed over the "
+            "saved buckets (that needs exchange='gather' and a checkpoint that records their DDP indices), so it "
             "compresses other blocks than an uninterrupted run would (their compressor states start anew; the "
-            "error-feedback residuals carry over per parameter), so the resumed run is not bit-identical to it. "
-            "granularity='layer' resumes identically with any buckets.",
+            "error-feedback residuals carry over per parameter) and the resumed run is not bit-identical to it. "
+            "granularity='layer', or exchange='gather', resumes identically with any buckets.",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -350,6 +357,7 @@ class BucketMemories:
                     "signature": list(b.signature),
                     "shapes": [list(x) for x in b.shapes],
                     "last_step": b.last_step,
+                    "index": b.index,
                     "blocks": [
                         {"residual": w.feedback.residual, "velocity": w.velocity, "compressor": _plain(w.compressor)}
                         for w in b.blocks
@@ -372,7 +380,10 @@ class BucketMemories:
                 blocks.append(w)
             signature = tuple(tuple(x) if isinstance(x, list) else x for x in b["signature"])
             shapes = [tuple(x) for x in b["shapes"]]
-            self.buckets[_key(signature)] = BucketState(signature, shapes, blocks, int(b["last_step"]))
+            index = b.get("index")
+            self.buckets[_key(signature)] = BucketState(
+                signature, shapes, blocks, int(b["last_step"]), None if index is None else int(index)
+            )
         self.resumed = set(self.buckets)
 
 

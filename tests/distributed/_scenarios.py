@@ -156,13 +156,16 @@ def checkpoint(
     split: int,
     caps: list[int] | None,
     granularity: str = "bucket",
+    exchange: str = "gather",
 ) -> dict:
     """Straight training vs. training interrupted at ``split``: hook state, model and optimizer saved
     (``torch.save``), everything rebuilt in fresh objects, state loaded (``weights_only=True``), training resumed.
     Returns both final parameter vectors, the bucket signatures seen and the hook's rebuild count."""
 
     def run(stop: int | None, resume: bytes | None):
-        wl, model, ddp, state, opt = _setup(spec, feedback, bucket_caps=caps, granularity=granularity)
+        wl, model, ddp, state, opt = _setup(
+            spec, feedback, bucket_caps=caps, granularity=granularity, exchange=exchange
+        )
         if resume is not None:
             saved = torch.load(io.BytesIO(resume), weights_only=True)
             model.load_state_dict(saved["model"])
@@ -365,4 +368,30 @@ def powersgd_against_torch(rank: int, world: int, workload: str, runs: list[str]
         batches = _batches(wl, rank, world)
         losses = [_step(wl, ddp, opt, *next(batches)) for _ in range(iterations)]
         out[run] = {"losses": losses, "eval": _eval_loss(wl, model)}
+    return out
+
+
+def resume_then_fail(rank: int, world: int, spec: str, caps: list[int], split: int) -> dict:
+    """Train ``split`` steps bucket-wise, save, resume in fresh objects and feed rank 1 a NaN on the first resumed
+    step (compressed over the saved buckets): what each rank sees of that step, and whether the next batch trains."""
+    wl, model, ddp, state, opt = _setup(spec, "ef", bucket_caps=caps)
+    batches = _batches(wl, rank, world)
+    for _ in range(split):
+        _step(wl, ddp, opt, *next(batches))
+    saved = {"model": model.state_dict(), "opt": opt.state_dict(), "hook": state.state_dict()}
+    wl, model, ddp, state, opt = _setup(spec, "ef", bucket_caps=caps)
+    model.load_state_dict(saved["model"])
+    opt.load_state_dict(saved["opt"])
+    state.load_state_dict(saved["hook"])
+    x, y = next(batches)
+    bad = x.clone()
+    if rank == 1:
+        bad[0, 0] = float("nan")
+    out: dict = {}
+    try:
+        _step(wl, ddp, opt, bad, y)
+        out["nan"] = None
+    except Exception as exc:
+        out["nan"] = f"{type(exc).__name__}: {exc}"
+    out["next_loss"] = _step(wl, ddp, opt, x, y)
     return out

@@ -4,6 +4,7 @@ not on the rebuilt ones the checkpoint was saved with."""
 from __future__ import annotations
 
 import inspect
+import math
 
 import _scenarios
 import pytest
@@ -21,6 +22,11 @@ SCENARIOS = {
     "layer_sidco": ("checkpoint", {**RUN, "spec": "sidco:ratio=0.05,period=1", "granularity": "layer"}),
     "layer_qsgd": ("checkpoint", {**RUN, "spec": "qsgd", "granularity": "layer"}),
     "bucket_sidco": ("checkpoint", {**RUN, "spec": "sidco:ratio=0.05,period=1", "granularity": "bucket"}),
+    "bucket_qsgd": ("checkpoint", {**RUN, "spec": "qsgd", "granularity": "bucket"}),
+    "bucket_allreduce": (
+        "checkpoint",
+        {**RUN, "spec": "sidco:ratio=0.05,period=1", "granularity": "bucket", "exchange": "allreduce"},
+    ),
 }
 
 
@@ -36,20 +42,28 @@ def resumed() -> dict:
     return out
 
 
-@pytest.mark.parametrize("name", ["layer_sidco", "layer_qsgd"])
-def test_layerwise_resume_with_several_buckets_is_identical(resumed, name):
+@pytest.mark.parametrize("name", ["layer_sidco", "layer_qsgd", "bucket_sidco", "bucket_qsgd"])
+def test_resume_with_several_buckets_is_identical(resumed, name):
     for res in resumed[name]:
-        # the run did use two buckets first and one after the rebuild
+        # the run did use two buckets first and one after the rebuild; bucket-wise, the resumed first step was
+        # compressed over the saved bucket {0, ..., 5}, not over DDP's initial two
         assert res["sigs"][0] == [[0, 1, 2], [3, 4, 5]] and res["sigs"][-1] == [[0, 1, 2, 3, 4, 5]]
         assert torch.equal(res["straight"], res["resumed"])
         assert res["warned"] == []
 
 
-def test_a_bucketwise_resume_on_other_buckets_warns_that_it_is_not_identical(resumed):
-    for res in resumed["bucket_sidco"]:
+def test_a_resume_that_cannot_regroup_warns_that_it_is_not_identical(resumed):
+    for res in resumed["bucket_allreduce"]:
         assert res["sigs"][0] == [[0, 1, 2], [3, 4, 5]] and res["sigs"][-1] == [[0, 1, 2, 3, 4, 5]]
         (message,) = res["warned"]
-        assert "saved with 1 DDP bucket(s)" in message and "granularity='layer' resumes identically" in message
+        assert "saved with 1 DDP bucket(s)" in message and "resumes identically" in message
         # what the warning says: the first resumed step compressed {0, 1, 2} and {3, 4, 5}, the straight run
         # {0, ..., 5}, so the models differ
         assert not torch.equal(res["straight"], res["resumed"])
+
+
+def test_a_failure_in_the_regrouped_first_step_fails_every_rank_and_training_goes_on():
+    results = run_ranks(_scenarios.resume_then_fail, spec="topk:ratio=0.01", caps=[1, 1], split=2, timeout_s=200)
+    for res in results:
+        assert res["nan"] is not None and "rank 1" in res["nan"] and "NaN" in res["nan"], res["nan"]
+        assert isinstance(res["next_loss"], float) and math.isfinite(res["next_loss"])
