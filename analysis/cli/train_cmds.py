@@ -115,9 +115,12 @@ def train_cmd(
     """Train WORKLOAD for real on NPROC ranks (DDP over gloo/NCCL) with each compressor as a DDP
     communication hook, beside plain all-reduce; per step: loss, exact bits, bytes sent, hook and step time.
 
-    On one machine nothing listens beyond the loopback interface. Multi-node: --config-only writes the ranks'
-    configuration and prints the torchrun command to start on every node (the README's command table gives the
-    rendezvous options; the rendezvous port must be reachable only from the training hosts).
+    On one machine nothing listens beyond the loopback interface. Multi-node: --nnodes N --rdzv-endpoint
+    HOST:PORT --config-only writes the ranks' configuration and prints the torchrun command to start on every node;
+    rank 0 writes the summary and figures (the rendezvous port must be reachable only from the training hosts).
+
+    Without --feedback each compressor trains with its own paper's feedback; a feedback whose residual grows
+    without bound at the compressor's error factor, measured on the workload's initial gradients, is refused.
 
     Exit status 1 when a run diverged or stopped (its status in the table says where and why; the first line of
     the output names every such run), 2 for bad input (a feedback known to diverge included)."""
@@ -152,8 +155,13 @@ def train_cmd(
         nnodes=nnodes,
     )
     said: list[str] = []  # printed after the first line, which says whether every run trained
-    with output_folder(config.results, "train", said.append):
-        result = train(config, nproc, launch=not config_only)
+    try:
+        with output_folder(config.results, "train", said.append):
+            result = train(config, nproc, launch=not config_only)
+    except BaseException:
+        for line in said:
+            click.echo(line)
+        raise
     failed = [] if config_only else failed_runs(result.summary)
     if failed:
         click.echo(f"gradstat: {len(failed)} of {len(result.summary)} runs diverged or stopped: {'; '.join(failed)}")
