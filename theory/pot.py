@@ -241,7 +241,7 @@ def multistage_threshold(
     done = [_Stage(deltas[0], eta, est, count, ok, mags.n_zeros, method, first, note)]
 
     # shifted exceedances, reused by every stage (the fused kernel needs none)
-    fused_stages = signed or tail_moments.compiled_for(x)
+    fused_stages = signed or tail_moments.fast_for(x, None, None, None, False)
     workspace = torch.empty_like(x) if len(deltas) > 1 and not fused_stages else None
     candidates = None
     for m, delta in enumerate(deltas[1:], start=2):

@@ -139,7 +139,8 @@ def _sidco_phases(g: torch.Tensor, ratio: float, repeats: int, dev: torch.device
 
     comp = compressors.create("sidco:dist=exp,stages=3", ratio=ratio)  # its own methods: the phases of its encode
     assert isinstance(comp, SIDCo)
-    signed = tail_moments.compiled_for(g)  # where SIDCo's signed path runs (SIDCo._signed_threshold)
+    # where SIDCo exp's signed path runs (SIDCo._signed_threshold): a one-pass form of its stage statistics
+    signed = tail_moments.fast_for(g, None, None, None, False)
     x = g if signed else g.abs()
     stats = comp._summary(g) if signed else None
 

@@ -104,6 +104,24 @@ def _statistics_cases() -> dict[str, dict[str, Case]]:
                         logs,
                     )
                 excess[tag] = lambda device, f=x_of, scale=scale: (f(device), _f64(0.7 * scale, device))
+    for name, special in (("nan", math.nan), ("inf", math.inf), ("minus-inf", -math.inf)):
+        for n in (17, 70_001):
+
+            def with_special(device, n=n, special=special):
+                x = _laplace(n, 12)
+                x[n // 2] = special
+                return x.to(device)
+
+            for absolute in (True, False):
+                summary[f"n={n}-{name}-abs={absolute}"] = lambda device, f=with_special, a=absolute: (f(device), a)
+            excess[f"n={n}-{name}"] = lambda device, f=with_special: (f(device), _f64(0.7, device))
+            tails[f"n={n}-{name}"] = lambda device, f=with_special: (
+                f(device),
+                _f64(0.5, device),
+                _f64(0.5, device),
+                _f64(1.0, device),
+                False,
+            )
     return {"summary": summary, "tail_moments": tails, "count_excess": excess}
 
 

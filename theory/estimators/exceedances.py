@@ -116,8 +116,9 @@ class Exceedances:
         return self._cache["y"]
 
     def _fused(self, logs: bool = False) -> torch.Tensor | None:
-        """``[n, sum z, sum z^2 (, sum log z)]`` from one fused pass where that kernel runs compiled, else None."""
-        if not (self.signed or tail_moments.compiled_for(self.x)):
+        """``[n, sum z, sum z^2 (, sum log z)]`` from one pass where that kernel reads ``x`` once (its C loop or its
+        compiled form, :meth:`gradstat.theory.kernels.fused.Fused.fast_for`), else None."""
+        if not (self.signed or tail_moments.fast_for(self.x, None, None, None, logs)):
             return None
         if "fused_log" in self._cache:
             return self._cache["fused_log"]

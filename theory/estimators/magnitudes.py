@@ -128,8 +128,8 @@ def check_magnitudes(
     if t.numel() == 0:
         raise ValueError(f"{name} is empty; need at least one |g| value")
     sums, fused_min_nonzero = None, None
-    if stats is not None or signed or summary.compiled_for(t):
-        if stats is None:  # one fused pass where compiled; the minima only where they are used
+    if stats is not None or signed or summary.fast_for(t, signed):
+        if stats is None:  # one pass (C loop or compiled); the minima only where they are used
             stats = summary(t, signed, spread or not signed)
         lo_f, hi_f, n_nonzero, sum_sq, fused_min_nonzero = stats[[0, 1, 2, 4, 5]].tolist()
         if spread and math.isinf(fused_min_nonzero) and n_nonzero > 0:

@@ -7,6 +7,8 @@ before it reads or writes, then releases the GIL for its loop: the callers split
 
 - select_f32 / select_f64: threshold compaction (compaction.py): the increasing indices of v >= t (v = |x| or x),
   with the largest v and a NaN flag kept in the same read; 16 float32 elements per AVX2 step.
+- summary_f32 / tail_f32: the stage statistics of stage_stats.py (extremes, nonzero count and float64 sums of |x|,
+  and count and sums over |x| > t), one read of a float32 piece.
 - quantize_rows, reconstruct_rows, nested_rows, nested_estimate: the counter-dither loops of counter_dither.py and
   NDQSG's nested worker (counter_native.py), float32 values and int8 codes, 8 elements per AVX2 step.
 
@@ -596,6 +598,211 @@ fail:
     return NULL;
 }
 
+/* ---------------------------------------------------------------------------------------------------------------
+   Stage statistics (stage_stats.py): one read of a float32 piece, every sum accumulated in float64 (four partial
+   sums per quantity, so the additions overlap; the order differs from torch's, within the rounding the catalog
+   declares). NaN propagates as in torch's reductions: the caller is told and sets the affected results. */
+
+typedef struct {
+    double sum, sumsq;
+    int64_t count;
+    float lo, hi, lonz;
+    int nan;
+} gs_summary;
+
+/* the scalar loop, from i to end; NaN elements count as nonzero and are left out of every other result */
+static void summary_scalar(const float* x, int64_t i, int64_t end, int absolute, int extremes, int squares,
+                           gs_summary* r) {
+    double s[4] = {0, 0, 0, 0}, q[4] = {0, 0, 0, 0};
+    for (; i < end; i++) {
+        float e = absolute ? fabsf(x[i]) : x[i];
+        if (e != e) {
+            r->nan = 1;
+            r->count++;
+            continue;
+        }
+        double w = (double)e;
+        s[i & 3] += w;
+        if (squares) q[i & 3] += w * w;
+        r->count += e != 0.0f;
+        if (e > r->hi) r->hi = e;
+        if (extremes) {
+            if (e < r->lo) r->lo = e;
+            if (e != 0.0f && e < r->lonz) r->lonz = e;
+        }
+    }
+    r->sum += (s[0] + s[1]) + (s[2] + s[3]);
+    r->sumsq += (q[0] + q[1]) + (q[2] + q[3]);
+}
+
+#ifdef GS_AVX2
+__attribute__((target("avx2"))) static inline double gs_hsum(__m256d v) {
+    double l[4];
+    _mm256_storeu_pd(l, v);
+    return (l[0] + l[1]) + (l[2] + l[3]);
+}
+
+/* 8 float32 per step: |x| by a mask, NaN lanes flagged, counted as nonzero and blended to 0 (sums) and to the
+   neutral values of the extremes; the sums in two float64 accumulators of 4 lanes each */
+__attribute__((target("avx2"))) static int64_t summary_avx2(const float* x, int64_t i, int64_t end, int absolute,
+                                                           int extremes, int squares, gs_summary* r) {
+    const __m256 keep = _mm256_castsi256_ps(_mm256_set1_epi32(absolute ? 0x7fffffff : -1));
+    const __m256 zero = _mm256_setzero_ps(), inf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(), q0 = _mm256_setzero_pd(), q1 = _mm256_setzero_pd();
+    __m256 lo = inf, hi = ninf, lonz = inf, bad = zero;
+    int64_t count = 0;
+    for (; i + 8 <= end; i += 8) {
+        __m256 e = _mm256_and_ps(_mm256_loadu_ps(x + i), keep);
+        __m256 isnan = _mm256_cmp_ps(e, e, _CMP_UNORD_Q);
+        bad = _mm256_or_ps(bad, isnan);
+        count += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(e, zero, _CMP_NEQ_UQ)));
+        __m256 ok = _mm256_blendv_ps(e, zero, isnan);
+        __m256d w0 = _mm256_cvtps_pd(_mm256_castps256_ps128(ok)), w1 = _mm256_cvtps_pd(_mm256_extractf128_ps(ok, 1));
+        s0 = _mm256_add_pd(s0, w0);
+        s1 = _mm256_add_pd(s1, w1);
+        if (squares) {
+            q0 = _mm256_add_pd(q0, _mm256_mul_pd(w0, w0));
+            q1 = _mm256_add_pd(q1, _mm256_mul_pd(w1, w1));
+        }
+        hi = _mm256_max_ps(hi, _mm256_blendv_ps(e, ninf, isnan));
+        if (extremes) {
+            lo = _mm256_min_ps(lo, _mm256_blendv_ps(e, inf, isnan));
+            __m256 nz = _mm256_blendv_ps(ok, inf, _mm256_cmp_ps(ok, zero, _CMP_EQ_OQ));
+            lonz = _mm256_min_ps(lonz, nz);
+        }
+    }
+    float l[8], h[8], z[8];
+    _mm256_storeu_ps(l, lo);
+    _mm256_storeu_ps(h, hi);
+    _mm256_storeu_ps(z, lonz);
+    for (int j = 0; j < 8; j++) {
+        if (h[j] > r->hi) r->hi = h[j];
+        if (l[j] < r->lo) r->lo = l[j];
+        if (z[j] < r->lonz) r->lonz = z[j];
+    }
+    if (_mm256_movemask_ps(bad)) r->nan = 1;
+    r->count += count;
+    r->sum += gs_hsum(_mm256_add_pd(s0, s1));
+    r->sumsq += gs_hsum(_mm256_add_pd(q0, q1));
+    return i;
+}
+#endif
+
+/* summary_f32(x, start, end, absolute, extremes, squares)
+   -> (min v, max v, #(v != 0), sum v, sum v^2, min of the nonzero v, any NaN) of v = |x| (absolute) or x over
+   x[start:end); without extremes the minima are not read (returned as 0 and +inf); without squares the sum of
+   squares is not formed (returned as 0). NaN elements count as nonzero and are left out of every other result. */
+static PyObject* gs_summary_f32(PyObject* self, PyObject* args) {
+    (void)self;
+    PyObject* xo;
+    long long start, end;
+    int absolute, extremes, squares;
+    if (!PyArg_ParseTuple(args, "OLLppp", &xo, &start, &end, &absolute, &extremes, &squares)) return NULL;
+    gs_views v = {.held = 0};
+    Py_ssize_t n;
+    void* data;
+    if (gs_take(&v, xo, GS_F32, 0, "summary_f32", &n, &data)) return NULL;
+    if (start < 0 || start > end || end > (long long)n) {
+        PyErr_Format(PyExc_ValueError, "summary_f32: range [%lld, %lld) of %zd elements", start, end, n);
+        gs_release(&v);
+        return NULL;
+    }
+    gs_summary r = {0.0, 0.0, 0, INFINITY, -INFINITY, INFINITY, 0};
+    Py_BEGIN_ALLOW_THREADS;
+    int64_t i = start;
+#ifdef GS_AVX2
+    if (gs_wide()) i = summary_avx2((const float*)data, i, end, absolute, extremes, squares, &r);
+#endif
+    summary_scalar((const float*)data, i, end, absolute, extremes, squares, &r);
+    Py_END_ALLOW_THREADS;
+    gs_release(&v);
+    return Py_BuildValue("ddLdddO", extremes ? (double)r.lo : 0.0, (double)r.hi, (long long)r.count, r.sum,
+                         r.sumsq, extremes ? (double)r.lonz : INFINITY, r.nan ? Py_True : Py_False);
+}
+
+typedef struct {
+    double sum, sumsq;
+    int64_t count;
+} gs_tail;
+
+static void tail_scalar(const float* x, int64_t i, int64_t end, double above, double shift, double inv_unit,
+                        int squares, gs_tail* r) {
+    double s[4] = {0, 0, 0, 0}, q[4] = {0, 0, 0, 0};
+    for (; i < end; i++) {
+        double a = (double)fabsf(x[i]);
+        int used = a > above;
+        double z = used ? (a - shift) * inv_unit : 0.0;
+        r->count += used;
+        s[i & 3] += z;
+        if (squares) q[i & 3] += z * z;
+    }
+    r->sum += (s[0] + s[1]) + (s[2] + s[3]);
+    r->sumsq += (q[0] + q[1]) + (q[2] + q[3]);
+}
+
+#ifdef GS_AVX2
+/* 8 float32 per step, compared and shifted in float64 (two groups of 4 lanes); unused lanes (NaN among them)
+   blended to 0 before they reach the sums */
+__attribute__((target("avx2"))) static int64_t tail_avx2(const float* x, int64_t i, int64_t end, double above,
+                                                        double shift, double inv_unit, int squares, gs_tail* r) {
+    const __m256 keep = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256d va = _mm256_set1_pd(above), vs = _mm256_set1_pd(shift), vu = _mm256_set1_pd(inv_unit);
+    const __m256d zero = _mm256_setzero_pd();
+    __m256d s0 = zero, s1 = zero, q0 = zero, q1 = zero;
+    int64_t count = 0;
+    for (; i + 8 <= end; i += 8) {
+        __m256 e = _mm256_and_ps(_mm256_loadu_ps(x + i), keep);
+        __m256d a0 = _mm256_cvtps_pd(_mm256_castps256_ps128(e)), a1 = _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1));
+        __m256d u0 = _mm256_cmp_pd(a0, va, _CMP_GT_OQ), u1 = _mm256_cmp_pd(a1, va, _CMP_GT_OQ);
+        count += __builtin_popcount((unsigned)_mm256_movemask_pd(u0)) +
+                 __builtin_popcount((unsigned)_mm256_movemask_pd(u1));
+        __m256d z0 = _mm256_and_pd(_mm256_mul_pd(_mm256_sub_pd(a0, vs), vu), u0);
+        __m256d z1 = _mm256_and_pd(_mm256_mul_pd(_mm256_sub_pd(a1, vs), vu), u1);
+        s0 = _mm256_add_pd(s0, z0);
+        s1 = _mm256_add_pd(s1, z1);
+        if (squares) {
+            q0 = _mm256_add_pd(q0, _mm256_mul_pd(z0, z0));
+            q1 = _mm256_add_pd(q1, _mm256_mul_pd(z1, z1));
+        }
+    }
+    r->count += count;
+    r->sum += gs_hsum(_mm256_add_pd(s0, s1));
+    r->sumsq += gs_hsum(_mm256_add_pd(q0, q1));
+    return i;
+}
+#endif
+
+/* tail_f32(x, start, end, above, shift, inv_unit, squares) -> (n, sum z, sum z^2) over the elements of
+   x[start:end) with a = |x| > above (float64 comparisons; NaN never used), z = (a - shift) * inv_unit in float64;
+   without squares the sum of squares is not formed (returned as 0). */
+static PyObject* gs_tail_f32(PyObject* self, PyObject* args) {
+    (void)self;
+    PyObject* xo;
+    long long start, end;
+    double above, shift, inv_unit;
+    int squares;
+    if (!PyArg_ParseTuple(args, "OLLdddp", &xo, &start, &end, &above, &shift, &inv_unit, &squares)) return NULL;
+    gs_views v = {.held = 0};
+    Py_ssize_t n;
+    void* data;
+    if (gs_take(&v, xo, GS_F32, 0, "tail_f32", &n, &data)) return NULL;
+    if (start < 0 || start > end || end > (long long)n) {
+        PyErr_Format(PyExc_ValueError, "tail_f32: range [%lld, %lld) of %zd elements", start, end, n);
+        gs_release(&v);
+        return NULL;
+    }
+    gs_tail r = {0.0, 0.0, 0};
+    Py_BEGIN_ALLOW_THREADS;
+    int64_t i = start;
+#ifdef GS_AVX2
+    if (gs_wide()) i = tail_avx2((const float*)data, i, end, above, shift, inv_unit, squares, &r);
+#endif
+    tail_scalar((const float*)data, i, end, above, shift, inv_unit, squares, &r);
+    Py_END_ALLOW_THREADS;
+    gs_release(&v);
+    return Py_BuildValue("Ldd", (long long)r.count, r.sum, r.sumsq);
+}
+
 static PyObject* gs_avx2(PyObject* self, PyObject* unused) {
     (void)self;
     (void)unused;
@@ -618,6 +825,8 @@ static PyMethodDef gs_methods[] = {
     {"reconstruct_rows", gs_reconstruct_rows, METH_VARARGS, "Counter-dither float32 reconstruction of int8 rows."},
     {"nested_rows", gs_nested_rows, METH_VARARGS, "NDQSG's nested int8 codes of float32 values."},
     {"nested_estimate", gs_nested_estimate, METH_VARARGS, "NDQSG's float32 estimate from nested codes."},
+    {"summary_f32", gs_summary_f32, METH_VARARGS, "Stage statistics: extremes, nonzeros and sums of a float32 piece."},
+    {"tail_f32", gs_tail_f32, METH_VARARGS, "Stage statistics: count and sums over |x| > above of a float32 piece."},
     {"avx2", gs_avx2, METH_NOARGS, "Whether the AVX2 loops run (the CPU has AVX2, and set_avx2 allows them)."},
     {"set_avx2", gs_set_avx2, METH_VARARGS, "Allow or forbid the AVX2 loops; returns the previous setting."},
     {NULL, NULL, 0, NULL},

@@ -96,6 +96,12 @@ def _compiled(kernel: Fused) -> Form:
     return Form(run, lambda *args: compiler_for(args[0].device))
 
 
+def _native(kernel: Fused) -> Form:
+    """The C loop of a fused kernel that has one, where it applies."""
+    assert kernel.native is not None
+    return Form(kernel.native, kernel.native_for)
+
+
 def _eager_policy(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` under the policy ``never`` (no C loop, nothing compiled)."""
 
@@ -259,14 +265,14 @@ KERNELS: dict[str, Kernel] = {
             "summary",
             "stage statistics: min, max, nonzero count, sums of |x| and |x|^2 (stage_stats.summary)",
             stage_stats.summary.reference,
-            {"compiled": _compiled(stage_stats.summary)},
+            {"native": _native(stage_stats.summary), "compiled": _compiled(stage_stats.summary)},
             rtol=1e-12,
         ),
         Kernel(
             "tail_moments",
             "stage statistics over |x| > t: count, sums of z, z^2, log z (stage_stats.tail_moments)",
             stage_stats.tail_moments.reference,
-            {"compiled": _compiled(stage_stats.tail_moments)},
+            {"native": _native(stage_stats.tail_moments), "compiled": _compiled(stage_stats.tail_moments)},
             bound=_tail_bound,
         ),
         Kernel(

@@ -47,7 +47,8 @@ def recompile_limit() -> contextlib.AbstractContextManager[None]:
 
 
 class Fused:
-    """A pure torch function ``fn(x, *args)`` run compiled (one fused pass) or eagerly (its own reference).
+    """A pure torch function ``fn(x, *args)`` run compiled (one fused pass) or eagerly (its own reference), or by
+    its C loop ``native`` (same arguments) where ``native_applies(x, *args)`` says one exists.
 
     ``x`` is the large vector whose size and device decide (:meth:`compiled_for`); the other arguments are tensors
     (more vectors of its length, or small ones such as 0-d scalars) or Python constants that select a variant
@@ -55,19 +56,44 @@ class Fused:
     (a dimension of 0 or 1, each dtype and each constant build a variant of their own, up to
     :data:`RECOMPILE_LIMIT`)."""
 
-    def __init__(self, fn: Callable[..., torch.Tensor]) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., torch.Tensor],
+        native: Callable[..., torch.Tensor] | None = None,
+        native_applies: Callable[..., bool] | None = None,
+    ) -> None:
         self.fn = fn
         self.name = fn.__name__
+        self.native = native
+        self._native_applies = native_applies
         self._compiled: Callable[..., torch.Tensor] | None = None
         self._broken = False
         self._lock = threading.Lock()
 
+    def native_for(self, x: torch.Tensor, *args: object) -> bool:
+        """Whether this kernel has a C loop for these arguments (whatever the policy)."""
+        return self.native is not None and self._native_applies is not None and self._native_applies(x, *args)
+
+    def form_for(self, x: torch.Tensor, *args: object) -> str:
+        """The form a call with these arguments runs in: ``native``, ``compiled`` or ``eager``
+        (:func:`gradstat.theory.kernels.policy.choose`)."""
+        return policy.choose(x, native=self.native_for(x, *args), compiled=not self._broken)
+
+    def fast_for(self, x: torch.Tensor, *args: object) -> bool:
+        """Whether a call with these arguments reads ``x`` once (its C loop or its compiled kernel), not the
+        several passes of the eager reference."""
+        return self.form_for(x, *args) != "eager"
+
     def compiled_for(self, x: torch.Tensor) -> bool:
-        """Whether a call on ``x`` runs compiled under the current policy."""
+        """Whether a call on ``x`` runs compiled under the current policy (no C loop considered)."""
         return not self._broken and policy.choose(x, compiled=True) == "compiled"
 
     def __call__(self, x: torch.Tensor, *args: object) -> torch.Tensor:
-        if self.compiled_for(x):
+        form = self.form_for(x, *args)
+        if form == "native":
+            assert self.native is not None
+            return self.native(x, *args)
+        if form == "compiled":
             try:
                 with recompile_limit():
                     return self._kernel()(x, *args)
@@ -96,3 +122,12 @@ class Fused:
 def fused(fn: Callable[..., torch.Tensor]) -> Fused:
     """Decorator: ``@fused def kernel(x, ...)`` (see :class:`Fused`)."""
     return Fused(fn)
+
+
+def with_native(native: Callable[..., torch.Tensor], applies: Callable[..., bool]) -> Callable[..., Fused]:
+    """Decorator: ``@with_native(loop, applies) def kernel(x, ...)``, a :class:`Fused` kernel with a C loop."""
+
+    def wrap(fn: Callable[..., torch.Tensor]) -> Fused:
+        return Fused(fn, native, applies)
+
+    return wrap

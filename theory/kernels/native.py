@@ -124,3 +124,15 @@ def run_all(calls: Sequence[Callable[[], T]]) -> list[T]:
     futures = [pool.submit(c) for c in calls[1:]]
     first = calls[0]()
     return [first, *(f.result() for f in futures)]
+
+
+def reads_float32(x: torch.Tensor) -> bool:
+    """Whether the C loops can read ``x``'s own memory as float32: a contiguous float32 CPU tensor, not needing
+    grad (a plain buffer), and the extension in use (see :func:`extension`)."""
+    return (
+        x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and x.is_contiguous()
+        and not x.requires_grad
+        and extension() is not None
+    )

@@ -9,18 +9,77 @@ and Cor. 2.1 (10)-(11); gamma: mean and mean log, Cor. 1.2 (16)). Every sum is a
 elements as read (float32 or float64), so no square, sum or logarithm over- or underflows at any scale of a finite
 float32 vector, and the elements are never rewritten.
 
-Compiled, each is one read of ``x`` (see :mod:`gradstat.theory.kernels.fused`); eagerly, the same functions are the
-plain reference (several passes and float64 temporaries).
+Each is one read of ``x`` by gradstat's C loop (``summary_f32``/``tail_f32`` of the extension: a contiguous float32
+CPU vector, logarithms aside) or by its compiled kernel (:mod:`gradstat.theory.kernels.fused`), as
+:mod:`gradstat.theory.kernels.policy` chooses; eagerly, the same functions are the plain reference (several passes
+and float64 temporaries). The forms agree within the rounding of float64 sums taken in another order.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+
 import torch
 
-from gradstat.theory.kernels.fused import fused
+from gradstat.theory.kernels import native
+from gradstat.theory.kernels.fused import with_native
 
 
-@fused
+def _native_summary(x: torch.Tensor, absolute: bool, extremes: bool = True, squares: bool = True) -> torch.Tensor:
+    """:func:`summary` by the C loop over torch's threads, the pieces joined (NaN set where torch propagates it)."""
+    if not extremes and not absolute:
+        raise ValueError("summary without extremes needs magnitudes (absolute=True): the minimum checks signs")
+    ext = native.extension()
+    assert ext is not None
+    data = x.detach().reshape(-1).numpy()
+    parts = native.run_all(
+        [
+            functools.partial(ext.summary_f32, data, a, b, absolute, extremes, squares)
+            for a, b in native.pieces(data.size)
+        ]
+    )
+    nan = any(p[6] for p in parts)
+    lo = min(p[0] for p in parts)
+    hi = max(p[1] for p in parts)
+    count = float(sum(p[2] for p in parts))
+    total = math.fsum(p[3] for p in parts) if len(parts) > 1 else parts[0][3]
+    sum_sq = (math.fsum(p[4] for p in parts) if len(parts) > 1 else parts[0][4]) if squares else math.nan
+    smallest = min(p[5] for p in parts)
+    if nan:
+        hi, total, sum_sq = math.nan, math.nan, math.nan
+        if extremes:
+            lo, smallest = math.nan, math.nan
+    return torch.tensor((lo, hi, count, total, sum_sq, smallest), dtype=torch.float64)
+
+
+def _native_tail(
+    x: torch.Tensor, above: torch.Tensor, shift: torch.Tensor, inv_unit: torch.Tensor, logs: bool, squares: bool = True
+) -> torch.Tensor:
+    """:func:`tail_moments` (without logarithms) by the C loop over torch's threads, the pieces' sums joined."""
+    ext = native.extension()
+    assert ext is not None
+    data = x.detach().reshape(-1).numpy()
+    a, s, u = float(above), float(shift), float(inv_unit)
+    parts = native.run_all(
+        [functools.partial(ext.tail_f32, data, lo, hi, a, s, u, squares) for lo, hi in native.pieces(data.size)]
+    )
+    count = float(sum(p[0] for p in parts))
+    total = math.fsum(p[1] for p in parts) if len(parts) > 1 else parts[0][1]
+    sum_sq = (math.fsum(p[2] for p in parts) if len(parts) > 1 else parts[0][2]) if squares else math.nan
+    return torch.tensor((count, total, sum_sq), dtype=torch.float64)
+
+
+def _summary_applies(x: torch.Tensor, *args: object) -> bool:
+    return x.numel() > 0 and native.reads_float32(x)
+
+
+def _tail_applies(x: torch.Tensor, above: torch.Tensor, shift: torch.Tensor, inv_unit: torch.Tensor, logs: bool,
+                  squares: bool = True) -> bool:  # fmt: skip
+    return not logs and native.reads_float32(x)
+
+
+@with_native(_native_summary, _summary_applies)
 def summary(x: torch.Tensor, absolute: bool, extremes: bool = True, squares: bool = True) -> torch.Tensor:
     """``[min v, max v, #(v != 0), sum v, sum v^2, min of the nonzero v]`` of ``v = |x|`` (``absolute``) or ``v = x``,
     as a float64 tensor of 6 (NaN propagates into min and max; the last is +inf when all are zero). The sums are
@@ -43,7 +102,7 @@ def summary(x: torch.Tensor, absolute: bool, extremes: bool = True, squares: boo
     )
 
 
-@fused
+@with_native(_native_tail, _tail_applies)
 def tail_moments(
     x: torch.Tensor, above: torch.Tensor, shift: torch.Tensor, inv_unit: torch.Tensor, logs: bool, squares: bool = True
 ) -> torch.Tensor:

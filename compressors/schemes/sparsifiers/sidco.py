@@ -126,7 +126,7 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
     def _signed_threshold(
         self, g: torch.Tensor, ctx: Context, payload: Payload, stats: torch.Tensor | None = None
     ) -> torch.Tensor | Narrowed | None:
-        if not tail_moments.compiled_for(g):
+        if not tail_moments.fast_for(g, None, None, None, self.dist == "gamma"):  # (gamma: stage 1 reads logs)
             return None
         pot = self._fit(g, ctx, payload, signed=True, stats=stats, narrow=selects_signed(g))
         if pot.candidates is None or pot.candidate_magnitudes is None:

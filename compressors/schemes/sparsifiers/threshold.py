@@ -217,7 +217,7 @@ class ThresholdSparsifier(SparseMessage):
     gradient's finiteness check and gives the largest magnitude, so the encode reads ``g`` once less."""
 
     def _validates_finite(self, flat: torch.Tensor) -> bool:
-        return self.reads_summary and summary.compiled_for(flat)
+        return self.reads_summary and summary.fast_for(flat, True)
 
     def _summary(self, g: torch.Tensor) -> torch.Tensor:
         """The fused summary of ``|g|`` the rule reads first (:attr:`reads_summary`); with its minima here."""
