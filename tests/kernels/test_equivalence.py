@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from gradstat.theory.kernels import catalog, counter_dither, nested
+from gradstat.theory.kernels import catalog, counter_dither, native, nested
 
 Case = Callable[[torch.device], tuple[Any, ...]]
 """A case builds fresh arguments on a device (kernels write into their ``out`` argument)."""
@@ -306,5 +306,13 @@ def test_every_form_present_equals_the_reference(kernel, case, device):
         got = _result(form.run(*make(device)), ())
         _equal(got, want, k.rtol, f"{kernel} {case}: form {name!r}", bound)
         ran.append(name)
+        if name == "native" and (ext := native.extension()) is not None and ext.avx2():
+            before = ext.set_avx2(False)  # the portable scalar loops too, on this machine
+            try:
+                got = _result(form.run(*make(device)), ())
+            finally:
+                ext.set_avx2(before)
+            _equal(got, want, k.rtol, f"{kernel} {case}: form 'native' without AVX2", bound)
+            ran.append("native (scalar)")
     if not ran:
         pytest.skip(f"no accelerated form of {kernel} exists here for this input (device {device})")
