@@ -281,3 +281,23 @@ def test_half_precision_input_is_evaluated_in_float32():
     got = Gamma(0.5, 1.0).sf(x)
     assert got.dtype == torch.float32
     assert_close(got.double().numpy(), stats.gamma(0.5).sf(x.double().numpy()), rtol=1e-6)
+
+
+def test_the_host_form_of_one_value_on_a_cpu_agrees_with_the_torch_solver():
+    """One value on a CPU: the quantile comes from scipy on host floats (incgamma.host_form); it agrees with the
+    torch solver (the reference, the policy ``never``) to 1e-9 relative over the whole grid, both inverses."""
+    from gradstat.theory.kernels.policy import forced
+
+    worst = 0.0
+    for ours in (incgamma.gammaincinv, incgamma.gammainccinv):
+        for a in A_GRID:
+            for p in P_GRID:
+                at, pt = torch.tensor(a, dtype=torch.float64), torch.tensor(p, dtype=torch.float64)
+                assert incgamma.host_form(at, pt)
+                host = float(ours(at, pt))
+                with forced("never"):
+                    assert not incgamma.host_form(at, pt)
+                    solved = float(ours(at, pt))
+                if solved > 1e-290:
+                    worst = max(worst, abs(host / solved - 1))
+    assert worst < 1e-9

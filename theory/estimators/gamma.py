@@ -10,6 +10,8 @@ sufficient statistics (mean and mean log), so the MLE costs no more passes over 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from gradstat.theory.estimators.estimate import Estimate
@@ -31,6 +33,12 @@ def log_ratio_statistic(data: Exceedances) -> torch.Tensor:
     Computed on the normalised values (invariant under scaling y); rounding can make it slightly negative on
     near-constant data, which :func:`_estimate` detects."""
     return torch.log(data.mean()) - data.mean_log()
+
+
+@functools.lru_cache(maxsize=4)
+def _near_constant_warning(floor: float) -> str:
+    """The warning of a degenerate fit at the noise floor ``floor`` (written once per floor)."""
+    return NEAR_CONSTANT_WARNING.format(floor=floor, shape=float(minka_shape(torch.tensor(floor, device="cpu"))))
 
 
 def minka_shape(s: torch.Tensor) -> torch.Tensor:
@@ -55,7 +63,7 @@ def _estimate(data: Exceedances, steps: int) -> Estimate:
     shape = newton_steps(minka_shape(s), s, steps)
     residual = torch.log(shape) - torch.special.digamma(shape) - s
     converged = residual.abs() <= MLE_TOLERANCE * (1 + s) if steps >= MLE_STEPS else torch.ones_like(degenerate)
-    message = NEAR_CONSTANT_WARNING.format(floor=floor, shape=float(minka_shape(torch.tensor(floor, device="cpu"))))
+    message = _near_constant_warning(floor)
     return Estimate(
         params={"shape": shape, "scale": data.mean() / shape * data.unit},
         iterations=steps,

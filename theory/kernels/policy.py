@@ -65,11 +65,20 @@ def policy() -> str:
     override = _FORCED.get()
     if override is not None:
         return override
-    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    raw = os.environ.get(ENV)
+    known = _PARSED.get(raw)
+    if known is not None:
+        return known
+    value = (raw or "auto").strip().lower() or "auto"
     value = ALIASES.get(value, value)
     if value not in POLICIES:
         raise ValueError(f"{ENV} must be one of {', '.join(POLICIES)} (or 0/1), got {value!r}")
+    _PARSED[raw] = value
     return value
+
+
+_PARSED: dict[str | None, str] = {}
+"""Settings of ``GRADSTAT_COMPILE`` already read (the policy is asked several times per call of a kernel)."""
 
 
 @contextlib.contextmanager
