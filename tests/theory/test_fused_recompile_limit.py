@@ -38,3 +38,20 @@ def test_auto_does_not_compile_below_the_torch_whose_kernels_equal_eager(monkeyp
     finally:
         monkeypatch.undo()
         policy.can_compile.cache_clear()
+
+
+def test_auto_compiles_cuda_tensors_only_where_triton_builds_them(monkeypatch):
+    """Under ``auto`` a CUDA tensor of MIN_ELEMENTS or more runs compiled exactly when torch can build CUDA kernels
+    here (torch 2.9 or newer with Triton); smaller ones and other devices stay eager. Checked on meta tensors (the
+    decision reads only the device type and the size)."""
+    monkeypatch.setenv(policy.ENV, "auto")
+    big = torch.empty(policy.MIN_ELEMENTS, device="meta")
+    for present in (True, False):
+        monkeypatch.setattr(policy, "can_compile_cuda", lambda present=present: present)
+        assert policy.compiler_for("cuda") is present
+        monkeypatch.setattr(policy, "cache_problem", lambda: None)
+        cuda_like = type("CudaLike", (), {"device": torch.device("cuda"), "numel": lambda self: big.numel()})()
+        assert policy.compiles(cuda_like) is present
+        small = type("CudaLike", (), {"device": torch.device("cuda"), "numel": lambda self: big.numel() - 1})()
+        assert policy.compiles(small) is False
+    assert policy.compiler_for("meta") is False

@@ -71,17 +71,8 @@ class Kernel:
 
 
 def compiler_for(device: torch.device) -> bool:
-    """Whether ``torch.compile`` can build a kernel for ``device`` here: a C++ compiler for the CPU (and torch
-    :data:`gradstat.theory.kernels.policy.COMPILE_TORCH` or newer), Triton for CUDA."""
-    if device.type == "cpu":
-        return policy.can_compile()
-    if device.type == "cuda":
-        try:
-            from torch.utils._triton import has_triton
-        except ImportError:
-            return False
-        return bool(has_triton())
-    return False
+    """Whether ``torch.compile`` can build a kernel for ``device`` here (:func:`policy.compiler_for`)."""
+    return policy.compiler_for(device.type)
 
 
 def _compiled(kernel: Fused) -> Form:

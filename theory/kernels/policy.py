@@ -14,9 +14,11 @@ for a given input; :func:`choose` says which one runs, by one rule:
 The policy is the environment variable ``GRADSTAT_COMPILE`` (:func:`policy`), or :func:`forced` for the code it
 encloses:
 
-- ``auto`` (default): compiled kernels for CPU tensors of at least :data:`MIN_ELEMENTS` elements where torch can
-  compile here (torch :data:`COMPILE_TORCH` or newer and a C++ compiler on the path); the C loops wherever they
-  apply; GPU tensors on eager torch's kernels;
+- ``auto`` (default): compiled kernels for tensors of at least :data:`MIN_ELEMENTS` elements where torch can
+  compile for their device here (torch :data:`COMPILE_TORCH` or newer, and a C++ compiler on the path for a CPU,
+  Triton for CUDA: :func:`compiler_for`); the C loops wherever they apply. On CUDA the compiled kernels were
+  measured faster than eager at 26M elements on an H200 (the quantizers' encode 85-247 GB/s against 24-45 GB/s,
+  SIDCo 0.39x against 0.31x of ``torch.topk``), where each eager operation is one more launch and one more read;
 - ``always``: compiled kernels for every size and device (what the tests use to compare the forms);
 - ``never``: the eager reference everywhere (no C loop, nothing compiled).
 
@@ -124,6 +126,26 @@ def cache_problem() -> str | None:
     return None
 
 
+def compiler_for(device_type: str) -> bool:
+    """Whether ``torch.compile`` can build a kernel for this device type here: torch :data:`COMPILE_TORCH` or newer,
+    and a C++ compiler for the CPU (:func:`can_compile`), Triton for CUDA (:func:`can_compile_cuda`)."""
+    if device_type == "cpu":
+        return can_compile()
+    return device_type == "cuda" and can_compile_cuda()
+
+
+@functools.lru_cache(maxsize=1)
+def can_compile_cuda() -> bool:
+    """Whether this process builds CUDA kernels under ``auto``: torch :data:`COMPILE_TORCH` or newer with Triton."""
+    if not hasattr(torch, "compile") or torch_version() < COMPILE_TORCH:
+        return False
+    try:
+        from torch.utils._triton import has_triton
+    except ImportError:
+        return False
+    return bool(has_triton())
+
+
 def native_allowed() -> bool:
     """Whether the C loops may run under the current policy (any policy but ``never``)."""
     return policy() != "never"
@@ -134,7 +156,7 @@ def compiles(x: torch.Tensor) -> bool:
     mode = policy()
     if mode == "never":
         return False
-    if mode != "always" and not (x.device.type == "cpu" and x.numel() >= MIN_ELEMENTS and can_compile()):
+    if mode != "always" and not (x.numel() >= MIN_ELEMENTS and compiler_for(x.device.type)):
         return False
     return cache_problem() is None
 
