@@ -12,13 +12,35 @@ DEVICE_PARAMS = [pytest.param(d, marks=[pytest.mark.cuda] if d == "cuda" else []
 every device test's CUDA run (and ``-m "not cuda"`` leaves them out)."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
-    if HAS_CUDA:
-        return
-    skip = pytest.mark.skip(reason="no CUDA device")
     for item in items:
-        if "cuda" in item.keywords:
-            item.add_marker(skip)
+        if not HAS_CUDA and "cuda" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason="no CUDA device"))
+        group = shared_fixture_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def shared_fixture_group(item: pytest.Item) -> str | None:
+    """The worker group of ``item`` under ``pytest -n N --dist loadgroup`` (the README's test command): a test that
+    uses a shared fixture (a recorded dump, a DDP launch, the built site) runs on the worker that builds it. The
+    group is the folder of a session fixture's ``conftest.py`` (the widest scope), else the test's file when it
+    uses a module fixture; None (scheduled alone, wherever a worker is free) when it uses neither. pytest's own
+    fixtures and this file's (one thread per module: cheap) group nothing."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    session = module = None
+    for defs in info.name2fixturedefs.values():
+        fixture = defs[-1]
+        if fixture.scope == "function" or fixture.baseid in ("", "tests"):
+            continue
+        if fixture.scope in ("session", "package"):
+            session = session or fixture.baseid
+        else:
+            module = module or item.nodeid.split("::")[0]
+    return session or module
 
 
 @pytest.fixture(autouse=True, scope="module")
