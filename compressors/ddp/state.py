@@ -228,7 +228,8 @@ class BucketMemories:
     compressor : the compressor whose ``new_state()`` starts a block's compressor state (None: no compression).
     step : the next step's number; buckets : bucket states by key (see :func:`_key`); rebuilds : how often DDP
     changed its buckets; param_index : ``id(parameter) -> position`` once bound to a model (:meth:`bind`);
-    resumed : the keys of the buckets loaded by :meth:`load_state_dict`, until the first step after it ends;
+    resumed : the keys of the buckets the loaded state's last step used (:meth:`load_state_dict`), until the first
+    step after it ends;
     regroup : that step's regrouping onto the loaded buckets while it runs
     (:class:`~gradstat.compressors.ddp.resume.Regroup`).
     """
@@ -384,7 +385,8 @@ class BucketMemories:
             self.buckets[_key(signature)] = BucketState(
                 signature, shapes, blocks, int(b["last_step"]), None if index is None else int(index)
             )
-        self.resumed = set(self.buckets)
+        latest = max((b.last_step for b in self.buckets.values()), default=-1)
+        self.resumed = {k for k, b in self.buckets.items() if b.last_step == latest}  # the saved step's buckets
 
 
 class CompressionHookState:

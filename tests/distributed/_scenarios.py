@@ -395,3 +395,44 @@ def resume_then_fail(rank: int, world: int, spec: str, caps: list[int], split: i
         out["nan"] = f"{type(exc).__name__}: {exc}"
     out["next_loss"] = _step(wl, ddp, opt, x, y)
     return out
+
+
+def resume_deep(rank: int, world: int, spec: str, granularity: str, cap: float, iterations: int, split: int) -> dict:
+    """Six 256 x 256 linear layers with ``bucket_cap_mb=cap``: DDP's initial single bucket, rebuilt into several.
+    Straight training vs. training interrupted at ``split`` and resumed in fresh objects (state through
+    ``torch.save``/``weights_only``): both final parameter vectors, the buckets used per step, the warnings."""
+
+    def run(stop: int, resume: bytes | None):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(6)])
+        ddp = DDP(model, bucket_cap_mb=cap)
+        state, hook = make_hook(spec, "ef", model=model, seed=2, granularity=granularity)
+        ddp.register_comm_hook(state, hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        if resume is not None:
+            saved = torch.load(io.BytesIO(resume), weights_only=True)
+            model.load_state_dict(saved["model"])
+            opt.load_state_dict(saved["opt"])
+            state.load_state_dict(saved["hook"])
+        gen = torch.Generator().manual_seed(3)
+        batches = [torch.randn(16, 256, generator=gen) for _ in range(iterations)]
+        used = []
+        for t in range(0 if resume is None else split, stop):
+            x = batches[t][rank * 8 : (rank + 1) * 8]
+            opt.zero_grad(set_to_none=True)
+            ddp(x).square().mean().backward()
+            opt.step()
+            used.append(
+                sorted(list(k) for k, b in state.memory.buckets.items() if b.last_step == state.memory.step - 1)
+            )
+        buf = io.BytesIO()
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "hook": state.state_dict()}, buf)
+        return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), buf.getvalue(), used
+
+    straight, _, used = run(iterations, None)
+    _, saved, _ = run(split, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed, _, used_resumed = run(iterations, saved)
+    warned = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    return {"straight": straight, "resumed": resumed, "used": used, "used_resumed": used_resumed, "warned": warned}

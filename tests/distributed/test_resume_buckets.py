@@ -27,6 +27,16 @@ SCENARIOS = {
         "checkpoint",
         {**RUN, "spec": "sidco:ratio=0.05,period=1", "granularity": "bucket", "exchange": "allreduce"},
     ),
+    # six 256 x 256 layers, bucket_cap_mb=0.3: one initial bucket of all twelve parameters, three rebuilt ones of
+    # four (the first resumed step runs the one, the checkpoint holds the three)
+    **{
+        f"deep_{spec.split(':')[0]}": (
+            "resume_deep",
+            {"spec": spec, "granularity": "bucket", "cap": 0.3, "iterations": 5, "split": 2},
+        )
+        for spec in ("sidco:ratio=0.05,period=1", "topk:ratio=0.01")
+    },
+    "fail": ("resume_then_fail", {"spec": "topk:ratio=0.01", "caps": [1, 1], "split": 2}),
 }
 
 
@@ -62,8 +72,16 @@ def test_a_resume_that_cannot_regroup_warns_that_it_is_not_identical(resumed):
         assert not torch.equal(res["straight"], res["resumed"])
 
 
-def test_a_failure_in_the_regrouped_first_step_fails_every_rank_and_training_goes_on():
-    results = run_ranks(_scenarios.resume_then_fail, spec="topk:ratio=0.01", caps=[1, 1], split=2, timeout_s=200)
-    for res in results:
+def test_a_failure_in_the_regrouped_first_step_fails_every_rank_and_training_goes_on(resumed):
+    for res in resumed["fail"]:
         assert res["nan"] is not None and "rank 1" in res["nan"] and "NaN" in res["nan"], res["nan"]
         assert isinstance(res["next_loss"], float) and math.isfinite(res["next_loss"])
+
+
+@pytest.mark.parametrize("name", ["deep_sidco", "deep_topk"])
+def test_resume_from_one_initial_bucket_onto_three_saved_ones_is_identical(resumed, name):
+    three = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    for res in resumed[name]:
+        assert res["used"][0] == [list(range(12))] and res["used"][1:] == [three] * 4
+        assert res["used_resumed"][0] == three  # the first resumed step was compressed over the saved buckets
+        assert torch.equal(res["straight"], res["resumed"]) and res["warned"] == []
