@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Sequence
 import pandas as pd
 import torch
 
-from gradstat.analysis.bench.timing import Timing, progress, time_ms
+from gradstat.analysis.bench.timing import Timing, host_syncs, progress, time_ms
 from gradstat.analysis.measure import huge_pages
 from gradstat.theory.kernels import compaction
 from gradstat.theory.kernels.policy import can_compile, forced, policy
@@ -45,7 +45,12 @@ max_elements : int -- skip sizes above this many elements, saying so (default 0:
     a shared machine within its time.
 """
 
-EXTRA_SPARSIFIERS = ("sidco:dist=exp,stages=3", "sidco:dist=gamma,stages=3", "sidco:dist=gp,stages=3")
+EXTRA_SPARSIFIERS = (
+    "sidco:dist=exp,stages=1",
+    "sidco:dist=exp,stages=3",
+    "sidco:dist=gamma,stages=3",
+    "sidco:dist=gp,stages=3",
+)
 EAGER_TOO = ("sidco:dist=exp,stages=3", "threshold")
 """Also timed with the fused kernels and the compaction kernel off (``GRADSTAT_COMPILE=never``), rows named
 ``... (eager)``: what each costs without a compiler, measured beside what it costs with one."""
@@ -205,6 +210,7 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
                 ctx = Context(seed=seed).but(state=c.new_state(g))
                 with forced(mode):
                     t = time_ms(functools.partial(c.encode, g, ctx), repeats, dev)
+                    syncs = host_syncs(functools.partial(c.encode, g, ctx), dev)
             except ValueError as exc:  # e.g. a ratio a compressor rejects at this size
                 progress(f"  skipped: {exc}")
                 continue
@@ -219,6 +225,7 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
                     t,
                     speedup_vs_topk=topk.median / t.median,
                     read_passes=t.median / read.median,
+                    host_syncs=syncs,
                 )
             )
         progress(f"bench microbench: size {size:,}, threads {threads}, ratio {ratio}: SIDCo phases")
@@ -241,10 +248,14 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
         side = g if c.properties.needs_side else None
         ctx = Context(seed=seed, worker=1 if side is not None else 0)
         payload = c.encode(g, ctx)
-        enc = time_ms(functools.partial(c.encode, g, ctx), repeats, dev)
-        dec = time_ms(functools.partial(c.decode, payload, ctx, side=side), repeats, dev)
-        for op, t in (("encode", enc), ("decode", dec)):
-            rows.append(_row(size, threads, None, "quantizer", spec, op, t, read_passes=t.median / read.median))
+        timed = {
+            "encode": functools.partial(c.encode, g, ctx),
+            "decode": functools.partial(c.decode, payload, ctx, side=side),
+        }
+        for op, fn in timed.items():
+            t = time_ms(fn, repeats, dev)
+            row = _row(size, threads, None, "quantizer", spec, op, t, read_passes=t.median / read.median)
+            rows.append({**row, "host_syncs": host_syncs(fn, dev)})
     return rows
 
 

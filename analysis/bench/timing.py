@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -41,6 +42,28 @@ def time_ms(fn: Callable[[], object], repeats: int, device: torch.device | str =
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
     return Timing(statistics.median(times), min(times), max(times))
+
+
+SYNC_WARNING = "synchronizing"
+"""Part of the warning torch's CUDA sync debug mode gives for each operation that waits for the device."""
+
+
+def host_syncs(fn: Callable[[], object], device: torch.device | str = "cpu") -> int | None:
+    """How many times one call of ``fn`` makes the host wait for the device (torch's CUDA sync debug mode in its
+    ``warn`` setting, one warning per synchronising operation); None off CUDA, where nothing waits."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    before = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode(before)
+    return sum(1 for w in caught if SYNC_WARNING in str(w.message).lower())
 
 
 def median_ms(fn: Callable[[], object], repeats: int, device: torch.device | str = "cpu", warmup: int = 1) -> float:
