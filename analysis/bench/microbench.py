@@ -18,7 +18,7 @@ import functools
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import pandas as pd
 import torch
@@ -248,7 +248,7 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
         side = g if c.properties.needs_side else None
         ctx = Context(seed=seed, worker=1 if side is not None else 0)
         payload = c.encode(g, ctx)
-        timed = {
+        timed: dict[str, Callable[[], object]] = {
             "encode": functools.partial(c.encode, g, ctx),
             "decode": functools.partial(c.decode, payload, ctx, side=side),
         }
