@@ -24,6 +24,11 @@ def layerwise() -> list[dict]:
         "layer": ("tiny_tensors", {"specs": SPECS, "feedback": "ef", "iterations": ITERATIONS}),
         # every parameter below 100 elements dense, also for compressors that could compress them
         "declared": ("tiny_tensors", {"specs": ["qsgd"], "feedback": "ef", "iterations": 2, "dense_below": 100}),
+        # the bucket path: TinyTensors' one bucket of 5,637 elements, where ratio 1e-4 keeps < 1 element
+        "bucket": (
+            "tiny_tensors",
+            {"specs": ["topk:ratio=0.0001"], "feedback": "ef", "iterations": 2, "granularity": "bucket"},
+        ),
         "bf16": ("tiny_tensors", {"specs": ["topk", "qsgd"], "feedback": "ef", "iterations": 2, "dtype": "bfloat16"}),
     }
     results = run_ranks(_scenarios.several, calls=calls, timeout_s=400)
@@ -32,7 +37,13 @@ def layerwise() -> list[dict]:
             if "error" in out:
                 pytest.fail(f"scenario {name!r}: rank {rank} raised:\n{out['error']}")
     return [
-        {**res["layer"]["ok"], "declared": res["declared"]["ok"]["qsgd"], "bf16": res["bf16"]["ok"]} for res in results
+        {
+            **res["layer"]["ok"],
+            "declared": res["declared"]["ok"]["qsgd"],
+            "bucket": res["bucket"]["ok"]["topk:ratio=0.0001"],
+            "bf16": res["bf16"]["ok"],
+        }
+        for res in results
     ]
 
 
@@ -128,3 +139,13 @@ def test_a_bf16_model_sends_its_values_and_scales_at_16_bits(layerwise):
             numel, bits = qsgd["sent"][pos]
             # qsgd (s=4, buckets of 512): codes of ceil(log2 9) = 4 bits, one 16-bit scale per bucket
             assert bits == 4 * n + 16 * math.ceil(n / 512), (pos, n, bits)
+
+
+def test_a_bucket_the_compressor_cannot_compress_goes_dense(layerwise):
+    for res in layerwise:
+        run = res["bucket"]
+        total = sum(run["sizes"].values())
+        assert total == 5637 and run["dense"] == [1, 1]
+        ((numel, bits),) = run["sent"].values()
+        assert numel == total and bits == 32 * total
+        assert all(math.isfinite(x) for x in run["losses"])
