@@ -28,6 +28,10 @@ With ``exchange="allreduce"`` each rank instead decodes its own message and the 
 by one all-reduce (no saving on the wire; useful to separate compression error from transport). With
 ``compressor=None`` the hook is plain all-reduce, instrumented like the others (the baseline).
 
+Checkpoints: ``state.state_dict()`` / ``load_state_dict()``. A resumed run's first step, on DDP's initial buckets,
+is compressed over the buckets the checkpoint was saved with (:mod:`gradstat.compressors.ddp.resume`), so a resumed
+run computes what an uninterrupted one does, with any number of buckets.
+
 Per step, ``state.metrics`` (:class:`StepMetrics`) accumulates exact bits, serialised bytes, bytes handed to the
 collectives and time spent in the hook; the training loop reads them with ``state.take_metrics()``.
 """
