@@ -1,8 +1,12 @@
 """Accelerate's own hook option with gradstat's hook (run under torchrun by test_launchers.py): the hook given to
 ``DistributedDataParallelKwargs(comm_hook=..., comm_state_option=...)`` is dropped; ``expect_hook`` says so at the
-first optimizer step. Prints ``HookNeverRan: <message>`` or ``hook ran`` on each rank."""
+first optimizer step. Each rank writes ``HookNeverRan: <message>`` or ``hook ran`` to ``<OUT>/rank-<r>.txt``
+(``OUT``: the first argument; the ranks' prints would interleave)."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import torch
 from accelerate import Accelerator, DistributedDataParallelKwargs
@@ -23,6 +27,7 @@ optimizer.zero_grad()
 accelerator.backward(nn.functional.mse_loss(model(x), y))
 try:
     optimizer.step()
-    print("hook ran", flush=True)
+    said = "hook ran"
 except HookNeverRan as exc:
-    print(f"HookNeverRan: {exc}", flush=True)
+    said = f"HookNeverRan: {exc}"
+(Path(sys.argv[1]) / f"rank-{accelerator.process_index}.txt").write_text(said)
