@@ -96,14 +96,21 @@ def case(pattern: str):
     return register
 
 
+SOUND = "a sound dump"
+"""The key of :func:`outcomes`' last entry: ``gradstat info`` on a sound dump, after every hostile case."""
+
+
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> dict[str, list[dict]]:
-    """Set up every case in its own directory, run all their commands in one limited subprocess."""
+    """Set up every case in its own directory, run all their commands in one limited subprocess, then ``info`` on a
+    sound dump (key :data:`SOUND`) in the same subprocess."""
     commands, owners = [], []
     for name, (setup, _) in CASES.items():
         for argv in setup(tmp_path_factory.mktemp(name)):
             commands.append(argv)
             owners.append(name)
+    commands.append(["info", str(small_dump(tmp_path_factory.mktemp("sound")))])
+    owners.append(SOUND)
     results = run_limited(commands)
     grouped: dict[str, list[dict]] = {}
     for name, result in zip(owners, results, strict=True):
@@ -369,8 +376,9 @@ def test_no_space_left_names_the_file(tmp_path, monkeypatch):
     assert not target.exists() and not [f for f in tmp_path.iterdir() if f.name.endswith(".tmp")]
 
 
-def test_a_sound_dump_still_reads_under_the_same_limit(tmp_path):
-    (result,) = run_limited([["info", str(small_dump(tmp_path))]])
+def test_a_sound_dump_still_reads_under_the_same_limit(outcomes):
+    """In the same limited subprocess, after every hostile case (no second interpreter start-up)."""
+    (result,) = outcomes[SOUND]
     assert result["code"] == 0 and result["crash"] is None, result
 
 
