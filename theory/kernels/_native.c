@@ -688,6 +688,22 @@ __attribute__((target("avx2"))) static int64_t summary_avx2(const float* x, int6
 }
 #endif
 
+/* The float32 piece x[start:end) of a stage-statistics call: the buffer taken into v and checked, its data in
+   *x; on failure an exception is set, nothing is held, and -1 is returned. */
+static int gs_float_piece(PyObject* xo, long long start, long long end, const char* fn, gs_views* v,
+                          const float** x) {
+    Py_ssize_t n;
+    void* data;
+    if (gs_take(v, xo, GS_F32, 0, fn, &n, &data)) return -1;
+    if (start < 0 || start > end || end > (long long)n) {
+        PyErr_Format(PyExc_ValueError, "%s: range [%lld, %lld) of %zd elements", fn, start, end, n);
+        gs_release(v);
+        return -1;
+    }
+    *x = (const float*)data;
+    return 0;
+}
+
 /* summary_f32(x, start, end, absolute, extremes, squares)
    -> (min v, max v, #(v != 0), sum v, sum v^2, min of the nonzero v, any NaN) of v = |x| (absolute) or x over
    x[start:end); without extremes the minima are not read (returned as 0 and +inf); without squares the sum of
@@ -699,21 +715,15 @@ static PyObject* gs_summary_f32(PyObject* self, PyObject* args) {
     int absolute, extremes, squares;
     if (!PyArg_ParseTuple(args, "OLLppp", &xo, &start, &end, &absolute, &extremes, &squares)) return NULL;
     gs_views v = {.held = 0};
-    Py_ssize_t n;
-    void* data;
-    if (gs_take(&v, xo, GS_F32, 0, "summary_f32", &n, &data)) return NULL;
-    if (start < 0 || start > end || end > (long long)n) {
-        PyErr_Format(PyExc_ValueError, "summary_f32: range [%lld, %lld) of %zd elements", start, end, n);
-        gs_release(&v);
-        return NULL;
-    }
+    const float* data;
+    if (gs_float_piece(xo, start, end, "summary_f32", &v, &data)) return NULL;
     gs_summary r = {0.0, 0.0, 0, INFINITY, -INFINITY, INFINITY, 0};
     Py_BEGIN_ALLOW_THREADS;
     int64_t i = start;
 #ifdef GS_AVX2
-    if (gs_wide()) i = summary_avx2((const float*)data, i, end, absolute, extremes, squares, &r);
+    if (gs_wide()) i = summary_avx2(data, i, end, absolute, extremes, squares, &r);
 #endif
-    summary_scalar((const float*)data, i, end, absolute, extremes, squares, &r);
+    summary_scalar(data, i, end, absolute, extremes, squares, &r);
     Py_END_ALLOW_THREADS;
     gs_release(&v);
     return Py_BuildValue("ddLdddO", extremes ? (double)r.lo : 0.0, (double)r.hi, (long long)r.count, r.sum,
@@ -783,21 +793,15 @@ static PyObject* gs_tail_f32(PyObject* self, PyObject* args) {
     int squares;
     if (!PyArg_ParseTuple(args, "OLLdddp", &xo, &start, &end, &above, &shift, &inv_unit, &squares)) return NULL;
     gs_views v = {.held = 0};
-    Py_ssize_t n;
-    void* data;
-    if (gs_take(&v, xo, GS_F32, 0, "tail_f32", &n, &data)) return NULL;
-    if (start < 0 || start > end || end > (long long)n) {
-        PyErr_Format(PyExc_ValueError, "tail_f32: range [%lld, %lld) of %zd elements", start, end, n);
-        gs_release(&v);
-        return NULL;
-    }
+    const float* data;
+    if (gs_float_piece(xo, start, end, "tail_f32", &v, &data)) return NULL;
     gs_tail r = {0.0, 0.0, 0};
     Py_BEGIN_ALLOW_THREADS;
     int64_t i = start;
 #ifdef GS_AVX2
-    if (gs_wide()) i = tail_avx2((const float*)data, i, end, above, shift, inv_unit, squares, &r);
+    if (gs_wide()) i = tail_avx2(data, i, end, above, shift, inv_unit, squares, &r);
 #endif
-    tail_scalar((const float*)data, i, end, above, shift, inv_unit, squares, &r);
+    tail_scalar(data, i, end, above, shift, inv_unit, squares, &r);
     Py_END_ALLOW_THREADS;
     gs_release(&v);
     return Py_BuildValue("Ldd", (long long)r.count, r.sum, r.sumsq);
