@@ -133,26 +133,32 @@ def main(argv: list[str] | None = None) -> None:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         init = args.store_file.resolve().as_uri()
         dist.init_process_group(config.backend, init_method=init, rank=rank, world_size=world, timeout=timeout)
+    failed = False
     try:
         train_rank(config)
         if args.store_file is None and dist.get_rank() == 0:  # under torchrun nobody else summarises
-            report(Path(config.results))
+            failed = report(Path(config.results))
     finally:
         dist.destroy_process_group()
+    if failed:  # rank 0 ends non-zero, so torchrun (and the node that ran rank 0) reports the failed launch
+        raise SystemExit(1)
 
 
-def report(results: Path) -> None:
+def report(results: Path) -> bool:
     """Rank 0 under torchrun: the summary table and figures of ``results`` (as the single-machine launcher writes
-    them), a first line naming every run that diverged or stopped, and where everything is."""
+    them), a first line naming every run that diverged or stopped, and where everything is. Returns whether a run
+    diverged or stopped."""
     import pandas as pd
 
     from gradstat.analysis.training.distributed_report import failed_runs, write_report
 
     files = write_report(results)
-    failed = failed_runs(pd.read_csv(results / "summary.csv"))
-    lines = [f"gradstat: {len(failed)} run(s) diverged or stopped: {'; '.join(failed)}"] if failed else []
+    table = pd.read_csv(results / "summary.csv")
+    failed = failed_runs(table)
+    lines = [f"gradstat: {len(failed)} of {len(table)} runs diverged or stopped: {'; '.join(failed)}"] if failed else []
     lines += [f"summary and figures: {', '.join(str(f) for f in files)}"]
     print("\n".join(lines), flush=True)
+    return bool(failed)
 
 
 def train_rank(config: TrainConfig) -> None:

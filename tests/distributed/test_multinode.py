@@ -71,3 +71,21 @@ def test_bad_multinode_options_are_refused(tmp_path, capsys, extra, message):
     args = ["train", "--workload", "fc300", "--compressor", "topk", "--out", str(tmp_path / "r"), *extra]
     assert main(args) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the loopback interface is named lo on Linux")
+def test_a_diverged_run_under_torchrun_ends_the_launch_non_zero(tmp_path, capsys):
+    """The printed command's launch (one node here) of runs that all diverge (lr = 10000): rank 0 says so first
+    and exits 1, so torchrun fails the launch, as gradstat's own launcher does."""
+    endpoint = f"127.0.0.1:{free_port()}"
+    args = ["train", "--workload", "fc300:lr=10000", "--nproc", "2", "--nnodes", "1", "--rdzv-endpoint", endpoint]
+    args += ["--compressor", "topk:ratio=0.01", "--iterations", "6", "--interface", "lo", "--timeout", "60"]
+    assert main([*args, "--out", str(tmp_path / "r"), "--config-only"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    command = out[out.index(next(line for line in out if line.startswith("run on each of the 1 node"))) + 1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(shlex.split(command), env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode != 0, run.stdout[-2000:] + run.stderr[-2000:]
+    said = [line for line in run.stdout.splitlines() if line.startswith("gradstat:")]
+    assert said and said[0].startswith("gradstat: 2 of 2 runs diverged or stopped"), run.stdout[-2000:]
+    assert (tmp_path / "r" / "summary.csv").is_file()
