@@ -42,3 +42,27 @@ def test_an_empty_range_gives_the_neutral_results():
         float("inf"),
         False,
     )
+
+
+@pytest.mark.parametrize("n", [1, 65_536, 65_537, 1_000_003])
+def test_the_statistics_do_not_depend_on_the_thread_count(monkeypatch, n):
+    """Fixed blocks and exactly rounded joins: one thread and five give the same bits (a recorded run and its
+    replay on another machine's thread count choose the same thresholds)."""
+    import torch
+
+    from gradstat.theory.kernels import stage_stats
+
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=g) * torch.rand(n, generator=g).pow(8) * 1e3
+    t = torch.tensor(0.5, dtype=torch.float64)
+    results = []
+    for threads in (1, 5):
+        monkeypatch.setattr(native, "PARALLEL_MIN", 64)
+        monkeypatch.setattr(native.torch, "get_num_threads", lambda threads=threads: threads)
+        results.append(
+            (
+                stage_stats._native_summary(x, True),
+                stage_stats._native_tail(x, t, t, torch.tensor(0.25, dtype=torch.float64), False),
+            )
+        )
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))

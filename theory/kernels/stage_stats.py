@@ -19,32 +19,53 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 
 from gradstat.theory.kernels import native
 from gradstat.theory.kernels.fused import with_native
 
+T = TypeVar("T")
+
+
+SUM_BLOCK = 1 << 16
+"""Elements per block of the C loops' sums: each block's partial sums are formed alike whatever the thread count,
+and the blocks' partials are added exactly rounded (``math.fsum``), so a statistic does not depend on how many
+threads read the vector (a recorded run and its replay on another thread count give the same thresholds)."""
+
+
+def _by_blocks(read: Callable[[int, int], T], n: int) -> list[T]:
+    """``read(start, stop)`` of every :data:`SUM_BLOCK`-element block of ``n`` elements, in block order; the blocks
+    shared out over torch's threads in contiguous runs (:func:`gradstat.theory.kernels.native.pieces`)."""
+    blocks = [(a, min(a + SUM_BLOCK, n)) for a in range(0, n, SUM_BLOCK)] or [(0, 0)]
+    runs: list[list[tuple[int, int]]] = [[] for _ in native.pieces(n)]
+    starts = [a for a, _ in native.pieces(n)]
+    for block in blocks:
+        runs[max(i for i, a in enumerate(starts) if a <= block[0])].append(block)
+
+    def run(part: list[tuple[int, int]]) -> list[T]:
+        return [read(a, b) for a, b in part]
+
+    return [r for part in native.run_all([functools.partial(run, part) for part in runs if part]) for r in part]
+
 
 def _native_summary(x: torch.Tensor, absolute: bool, extremes: bool = True, squares: bool = True) -> torch.Tensor:
-    """:func:`summary` by the C loop over torch's threads, the pieces joined (NaN set where torch propagates it)."""
+    """:func:`summary` by the C loop, block by block over torch's threads, the blocks joined (NaN set where torch
+    propagates it)."""
     if not extremes and not absolute:
         raise ValueError("summary without extremes needs magnitudes (absolute=True): the minimum checks signs")
     ext = native.extension()
     assert ext is not None
     data = x.detach().reshape(-1).numpy()
-    parts = native.run_all(
-        [
-            functools.partial(ext.summary_f32, data, a, b, absolute, extremes, squares)
-            for a, b in native.pieces(data.size)
-        ]
-    )
+    parts = _by_blocks(lambda a, b: ext.summary_f32(data, a, b, absolute, extremes, squares), data.size)
     nan = any(p[6] for p in parts)
     lo = min(p[0] for p in parts)
     hi = max(p[1] for p in parts)
     count = float(sum(p[2] for p in parts))
-    total = math.fsum(p[3] for p in parts) if len(parts) > 1 else parts[0][3]
-    sum_sq = (math.fsum(p[4] for p in parts) if len(parts) > 1 else parts[0][4]) if squares else math.nan
+    total = math.fsum(p[3] for p in parts)
+    sum_sq = math.fsum(p[4] for p in parts) if squares else math.nan
     smallest = min(p[5] for p in parts)
     if nan:
         hi, total, sum_sq = math.nan, math.nan, math.nan
@@ -56,17 +77,16 @@ def _native_summary(x: torch.Tensor, absolute: bool, extremes: bool = True, squa
 def _native_tail(
     x: torch.Tensor, above: torch.Tensor, shift: torch.Tensor, inv_unit: torch.Tensor, logs: bool, squares: bool = True
 ) -> torch.Tensor:
-    """:func:`tail_moments` (without logarithms) by the C loop over torch's threads, the pieces' sums joined."""
+    """:func:`tail_moments` (without logarithms) by the C loop, block by block over torch's threads, the blocks'
+    sums joined."""
     ext = native.extension()
     assert ext is not None
     data = x.detach().reshape(-1).numpy()
     a, s, u = float(above), float(shift), float(inv_unit)
-    parts = native.run_all(
-        [functools.partial(ext.tail_f32, data, lo, hi, a, s, u, squares) for lo, hi in native.pieces(data.size)]
-    )
+    parts = _by_blocks(lambda lo, hi: ext.tail_f32(data, lo, hi, a, s, u, squares), data.size)
     count = float(sum(p[0] for p in parts))
-    total = math.fsum(p[1] for p in parts) if len(parts) > 1 else parts[0][1]
-    sum_sq = (math.fsum(p[2] for p in parts) if len(parts) > 1 else parts[0][2]) if squares else math.nan
+    total = math.fsum(p[1] for p in parts)
+    sum_sq = math.fsum(p[2] for p in parts) if squares else math.nan
     return torch.tensor((count, total, sum_sq), dtype=torch.float64)
 
 
