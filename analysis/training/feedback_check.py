@@ -15,7 +15,8 @@ Karimireddy et al. 2019).
 :func:`error_factors` measures f where the ranks will compress: each of the P ranks' gradients of the workload's
 initial model on its slice of the first mini-batch, through the compressor's own round (so NDQSG decodes with its
 side information), as one flat vector (bucket mode: DDP's buckets hold the model's gradients in a few pieces) or
-parameter by parameter (layer mode), pooled over ranks, blocks and :data:`SEEDS` seeds:
+parameter by parameter (layer mode, and PowerSGD's matrices), what the hook sends dense sent dense, pooled over
+ranks, blocks and :data:`SEEDS` seeds:
 ``f = sum ||C(g) - g||^2 / sum ||g||^2``. :func:`check_feedback` refuses a combination whose growth at the measured
 f is >= 1, before anything is launched, and names the compressor's own paper's feedback
 (:func:`gradstat.compressors.memory.defaults.paper_feedback`) with its growth.
@@ -32,6 +33,7 @@ from gradstat.analysis.training.workloads import get_workload
 from gradstat.compressors import Compressor, Context, create, parse_memory
 from gradstat.compressors.context import derive_seed
 from gradstat.compressors.memory.defaults import paper_feedback
+from gradstat.compressors.schemes.dense import SmallDense
 
 SEEDS = 3
 """Independent encodes pooled into one measured error factor (step 0, seeds 0..SEEDS-1 after the run's seed)."""
@@ -69,11 +71,15 @@ def initial_gradients(workload: str, world: int, seed: int) -> list[list[torch.T
 
 
 def error_factor(comp: Compressor, grads: Sequence[Sequence[torch.Tensor]], layer: bool, seed: int = 0) -> float:
-    """``sum ||C(g) - g||^2 / sum ||g||^2`` over the ranks' gradients ``grads[rank][param]``, compressed whole
-    (``layer`` False: one flat vector per rank) or per parameter, pooled over :data:`SEEDS` seeds."""
+    """``sum ||C(g) - g||^2 / sum ||g||^2`` over the ranks' gradients ``grads[rank][param]``, compressed as the DDP
+    hook compresses them: whole (``layer`` False: one flat vector per rank) or per parameter (``layer``, or a
+    compressor that works on each parameter's matrix, such as PowerSGD), what the compressor cannot compress sent
+    dense (:class:`~gradstat.compressors.schemes.dense.SmallDense`); pooled over :data:`SEEDS` seeds."""
+    per_parameter = layer or comp.per_parameter
+    comp = SmallDense(comp)
     blocks = (
         [[g[i] for g in grads] for i in range(len(grads[0]))]
-        if layer
+        if per_parameter
         else [[torch.cat([t.reshape(-1) for t in g]) for g in grads]]
     )
     err = norm = 0.0

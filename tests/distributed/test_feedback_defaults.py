@@ -67,3 +67,15 @@ def test_unbiased_quantizers_train_with_their_papers_feedback(tmp_path):
     assert parse_feedback(table.index[2].split("+")[1]).compensation == pytest.approx(beta, rel=1e-5)
     assert (table["status"] == "ok").all() and (table["steps"] == 25).all()
     assert (table["final_loss_tail"] < table["first_loss"]).all()
+
+
+def test_layer_wise_the_factor_is_measured_as_the_hook_sends_and_a_diverging_feedback_is_refused(tmp_path, capsys):
+    """lenet's 10-element bias is below what Wangni's and random-k's sparsifiers can compress: the hook sends it
+    dense, and so does the measurement, which therefore still covers them layer-wise (it used to leave them out,
+    and their error feedback launched)."""
+    factors = error_factors("lenet", 2, ["wangni", "randk_unbiased"], layer=True)
+    assert set(factors) == {"wangni", "randk_unbiased"} and min(factors.values()) > 1
+    args = ["train", "--workload", "lenet", "--compressor", "wangni", "--feedback", "ef", "--granularity", "layer"]
+    assert main([*args, "--out", str(tmp_path)]) == 2
+    assert "wangni with feedback ef diverges" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
