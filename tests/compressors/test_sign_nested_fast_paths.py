@@ -11,10 +11,11 @@ import torch
 from gradstat import compressors
 from gradstat.compressors.context import Context
 from gradstat.compressors.schemes.quantizers.dither import DITHER_STREAM, draw_dither
+from gradstat.compressors.wire.floats import to_wire
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.kernels import counter_dither
 from gradstat.theory.kernels.hadamard import first_rows, first_rows_transpose
-from gradstat.theory.kernels.primitives import mean_abs, to_float32_wire
+from gradstat.theory.kernels.primitives import mean_abs
 
 SHAPES = [(1,), (7,), (4099,), (64, 33), (33, 64), (300, 257)]
 SCALES = [1.0, 1e-30, 1e30, 1e-40]
@@ -45,7 +46,7 @@ def _signsgd_reference(g: torch.Tensor, scale: str) -> tuple[Payload, torch.Tens
     p.add("signs", flat >= 0, 1, "code")
     s = p["signs"].float() * 2.0 - 1.0
     if scale == "l1":
-        p.add("scale", to_float32_wire(mean_abs(flat).reshape(1), "signsgd", "l1 scale"), 32, "scale")
+        p.add("scale", to_wire(mean_abs(flat).reshape(1), torch.float32, "signsgd", "l1 scale"), 32, "scale")
         s = p["scale"] * s
     return p, s.reshape(g.shape)
 

@@ -56,7 +56,6 @@ __all__ = [
     "max_abs",
     "l2_norm",
     "mean_abs",
-    "to_float32_wire",
     "scratch",
     "l2_norm_rows",
     "sum_squares_rows",
@@ -477,26 +476,6 @@ def _fused_mean_abs(x: torch.Tensor) -> torch.Tensor | None:
         return None
     total = count_excess(flat, torch.zeros((), dtype=torch.float64, device=flat.device))[1]
     return (total / flat.numel()).to(torch.float32)
-
-
-def to_float32_wire(x: torch.Tensor, who: str, what: str) -> torch.Tensor:
-    """``x`` as float32 for the wire, or a clear ValueError where float32 cannot carry it: a finite value beyond
-    float32's range (it would arrive as Inf), or a nonzero value below float32's smallest subnormal (it would
-    arrive as zero). Meant for the few values a payload sends (indices' values, scales): one check of those."""
-    out = x.float()
-    if x.dtype == torch.float32 or x.numel() == 0:
-        return out
-    if not all_finite(out):
-        raise ValueError(
-            f"{who}: a {what} of {float(max_abs(x)):.3g} exceeds float32's range (3.4e38) and would be sent as Inf; "
-            "scale the gradient down (e.g. by a power of two) before compressing"
-        )
-    if bool(((out == 0) & (x != 0)).any()):
-        raise ValueError(
-            f"{who}: a nonzero {what} below float32's smallest value (1.4e-45) would be sent as zero; "
-            "scale the gradient up (e.g. by a power of two) before compressing"
-        )
-    return out
 
 
 def l2_norm_rows(x: torch.Tensor, slot: str = "scaled") -> torch.Tensor:

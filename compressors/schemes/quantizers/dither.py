@@ -45,7 +45,6 @@ from gradstat.theory.kernels.primitives import (
     max_abs_rows,
     scratch,
     scratch_like,
-    to_float32_wire,
 )
 
 Norm = Literal["l2", "linf"]
@@ -281,7 +280,7 @@ class ScaledQuantizer:
             return scale
         if source is not None and not all_finite(scale) and not all_finite(source):
             raise nonfinite_error(source, who)
-        wire = to_float32_wire(scale, "quantizer", f"{self.norm} bucket scale")
+        wire = to_wire(scale, torch.float32, "quantizer", f"{self.norm} bucket scale")
         self._check_wire(wire, reach)
         return wire
 
