@@ -126,13 +126,18 @@ def train_cmd(
     the output names every such run), 2 for bad input (a feedback known to diverge included)."""
     from gradstat.analysis.cli.outputs import output_folder
     from gradstat.analysis.training.distributed_launch import build_config, check_endpoint, torchrun_command, train
-    from gradstat.analysis.training.distributed_report import failed_runs
+    from gradstat.analysis.training.distributed_report import failure_line
 
     if nnodes != 1 and not config_only:
         raise ValueError(
             f"--nnodes {nnodes}: multi-node runs start with --config-only, then the printed command on each node"
         )
     if rdzv_endpoint is not None:
+        if not config_only:
+            raise ValueError(
+                f"--rdzv-endpoint {rdzv_endpoint}: a rendezvous endpoint is for multi-node runs, which start with "
+                "--config-only, then the printed command on each node"
+            )
         check_endpoint(rdzv_endpoint)
     config = build_config(
         workload,
@@ -162,9 +167,9 @@ def train_cmd(
         for line in said:
             click.echo(line)
         raise
-    failed = [] if config_only else failed_runs(result.summary)
+    failed = None if config_only else failure_line(result.summary)
     if failed:
-        click.echo(f"gradstat: {len(failed)} of {len(result.summary)} runs diverged or stopped: {'; '.join(failed)}")
+        click.echo(failed)
     if config_only:
         command = " ".join(torchrun_command(result.files[0], nproc, nnodes, rdzv_endpoint))
         click.echo(f"run on each of the {nnodes} node(s) (rank 0 writes the summary and figures):\n{command}")

@@ -150,15 +150,14 @@ def report(results: Path) -> bool:
     diverged or stopped."""
     import pandas as pd
 
-    from gradstat.analysis.training.distributed_report import failed_runs, write_report
+    from gradstat.analysis.training.distributed_report import failure_line, write_report
 
     files = write_report(results)
-    table = pd.read_csv(results / "summary.csv")
-    failed = failed_runs(table)
-    lines = [f"gradstat: {len(failed)} of {len(table)} runs diverged or stopped: {'; '.join(failed)}"] if failed else []
+    failed = failure_line(pd.read_csv(results / "summary.csv"))
+    lines = [failed] if failed else []
     lines += [f"summary and figures: {', '.join(str(f) for f in files)}"]
     print("\n".join(lines), flush=True)
-    return bool(failed)
+    return failed is not None
 
 
 def train_rank(config: TrainConfig) -> None:

@@ -86,6 +86,15 @@ def failed_runs(summary: pd.DataFrame) -> list[str]:
     return out
 
 
+def failure_line(summary: pd.DataFrame) -> str | None:
+    """The first line ``gradstat train`` prints when a run diverged or stopped (naming each, as
+    :func:`failed_runs`), or None when every run trained."""
+    failed = failed_runs(summary)
+    if not failed:
+        return None
+    return f"gradstat: {len(failed)} of {len(summary)} runs diverged or stopped: {'; '.join(failed)}"
+
+
 def figures(steps: pd.DataFrame, out: Path) -> list[Path]:
     """``loss_vs_step.png`` and ``loss_vs_bits.png`` in ``out`` (mean over ranks; bits cumulative per rank)."""
     import matplotlib

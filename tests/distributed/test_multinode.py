@@ -65,6 +65,7 @@ def test_two_nodes_run_the_printed_command_and_rank_0_summarises(tmp_path, capsy
         (["--nnodes", "3", "--config-only"], "not divisible by 6 ranks (--nnodes 3 x --nproc 2)"),
         (["--rdzv-endpoint", "host", "--config-only"], "--rdzv-endpoint must be HOST:PORT"),
         (["--rdzv-endpoint", "h:99999", "--config-only"], "--rdzv-endpoint must be HOST:PORT"),
+        (["--rdzv-endpoint", "127.0.0.1:29500"], "a rendezvous endpoint is for multi-node runs"),
     ],
 )
 def test_bad_multinode_options_are_refused(tmp_path, capsys, extra, message):
