@@ -101,7 +101,7 @@ class ErrorFeedback:
 
 
 def parse_feedback(spec: str) -> ErrorFeedback:
-    """``none`` | ``ef`` | ``qcs:beta=0.3`` | ``ecq:alpha=1,beta=0.9`` | ``weighted:compensation=..,decay=..``, in
+    """``none`` | ``ef`` | ``qcs:beta=0.3`` | ``ecq:alpha=0.2,beta=0.99`` | ``weighted:compensation=..,decay=..``, in
     the one spec grammar (:mod:`gradstat.compressors.spec`). DGC's ``dgc:momentum=..`` is a momentum memory, read
     by :func:`gradstat.compressors.memory.send.parse_memory` where momentum is accepted."""
     name, raw = parse_spec(spec, "feedback")
