@@ -83,11 +83,23 @@ def test_register_hook_refuses_a_model_that_ddp_does_not_wrap():
         register_hook(nn.Linear(4, 2), "topk")
 
 
+def loopback_master() -> list[str]:
+    """torchrun's options for a rendezvous on a free loopback port (its default port, 29500, is shared by every
+    launch on the machine: two tests' launches at once would meet each other)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return ["--master-addr", "127.0.0.1", "--master-port", str(port)]
+
+
 def test_accelerates_hook_option_drops_the_hook_and_expect_hook_says_so(tmp_path):
     pytest.importorskip("accelerate")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     script = ROOT / "tests" / "distributed" / "_accelerate_kwargs.py"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script), str(tmp_path)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", *loopback_master()]
+    cmd += [str(script), str(tmp_path)]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     said = [(tmp_path / f"rank-{r}.txt").read_text() for r in range(2)]

@@ -141,6 +141,15 @@ def test_the_code_in_the_rendered_docstrings_runs(ddp_examples, tmp_path, monkey
     assert all(rank["hook_docstring_bits"] > 0 for rank in ddp_examples["rows"])
 
 
+def _free_port() -> int:
+    """A free loopback port for torchrun's rendezvous (its default, 29500, would meet another launch's)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def test_recording_under_accelerate(tmp_path):
     """The Accelerate example on 2 ranks (torchrun); skipped where Accelerate is not installed."""
     pytest.importorskip("accelerate")
@@ -149,8 +158,8 @@ def test_recording_under_accelerate(tmp_path):
     from gradstat.analysis.dumps import open_dump
 
     run = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         str(EXAMPLES / "accelerate_record.py"), str(tmp_path / "dump")],
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+         "--master-port", str(_free_port()), str(EXAMPLES / "accelerate_record.py"), str(tmp_path / "dump")],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
