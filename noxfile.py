@@ -54,13 +54,18 @@ def _show_versions(session: nox.Session) -> None:
     session.run("python", "-c", code + f"[print(n, v(n)) for n in {names.split()!r}]", silent=False)
 
 
+PARALLEL = ("-n", "2", "--dist", "loadgroup")
+"""The README's test command runs on 2 pytest-xdist workers (CI's 2 cores); tests sharing a fixture stay together."""
+
+
 def _pytest(session: nox.Session, *args: str) -> None:
-    session.run("python", "-m", "pytest", *args, *session.posargs, env=_env())
+    session.run("python", "-m", "pytest", *PARALLEL, *args, *session.posargs, env=_env())
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The README's test command: ``pip install torch==2.13.0 -e ".[test]" && python -m pytest``."""
+    """The README's test command: ``pip install torch==2.13.0 -e ".[test]" && python -m pytest -n 2 --dist
+    loadgroup``."""
     session.install(README_TORCH, "-e", ".[test]")
     _show_versions(session)
     _pytest(session)
