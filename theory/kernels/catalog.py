@@ -84,7 +84,7 @@ def _compiled(kernel: Fused) -> Form:
                 raise RuntimeError(f"{kernel.name}: the compiled form did not build (see the earlier warning)")
             return kernel(*args)
 
-    return Form(run, lambda *args: compiler_for(args[0].device))
+    return Form(run, lambda *args: compiler_for(args[0].device) and args[0].numel() >= 2)
 
 
 def _native(kernel: Fused) -> Form:
@@ -238,7 +238,7 @@ KERNELS: dict[str, Kernel] = {
             {
                 "native": Form(_native_select, _native_select_applies),
                 "numpy": Form(_numpy_select, _cpu_numpy),
-                "compiled": Form(_compiled_select, lambda x, *_: compiler_for(x.device)),
+                "compiled": Form(_compiled_select, lambda x, *_: compiler_for(x.device) and x.numel() >= 2),
                 "eager": Form(_eager_policy(_blocked_select)),
             },
         ),

@@ -80,20 +80,6 @@ def _fold(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shift_right(x, 16)
 
 
-def _top_bit(h: torch.Tensor) -> torch.Tensor:
-    """Whether bit 31 of the int32 bit patterns ``h`` is set (``h < 0``), read from the bits themselves: a compiled
-    kernel may hold the hash's wrapping products in wider integers, where only the low 32 bits are the hash, and
-    ``h < 0`` compared there picks other signs (seen for a 1 x 1 block with torch 2.13's inductor on a CPU)."""
-    return _shift_right(h, 31) == 1
-
-
-def _top_signed_24(h: torch.Tensor) -> torch.Tensor:
-    """The top 24 bits of the int32 bit patterns ``h`` read as a signed number in [-2^23, 2^23) (``h >> 8``),
-    from the low 32 bits only (see :func:`_top_bit`)."""
-    v = _shift_right(h, 8)  # 0 .. 2^24 - 1
-    return v - (_shift_right(h, 31) << 24)
-
-
 def counter_bits(rows: int, size: int, base: torch.Tensor, key: torch.Tensor, device: torch.device) -> torch.Tensor:
     """The hash (int32 bit patterns) of the elements ``base + r size + c`` of a ``(rows, size)`` block; ``base``
     a 0-d int32 tensor."""
@@ -106,13 +92,13 @@ def dither_rows(rows: int, size: int, base: torch.Tensor, key: torch.Tensor, dev
     """Counter dithers in [-1/2, 1/2) (float32, multiples of 2^-24) of the elements ``base + r size + c`` of a
     ``(rows, size)`` block; ``base`` a 0-d int32 tensor. The top 24 bits of the hash read as a signed number
     (an arithmetic shift), times 2^-24: uniform over the 2^24 multiples of 2^-24 in [-1/2, 1/2)."""
-    return _top_signed_24(counter_bits(rows, size, base, key, device)).to(torch.float32) * (2.0**-24)
+    return (counter_bits(rows, size, base, key, device) >> 8).to(torch.float32) * (2.0**-24)
 
 
 def sign_rows(rows: int, size: int, base: torch.Tensor, key: torch.Tensor, device: torch.device) -> torch.Tensor:
     """Counter Rademacher signs (float32 +-1, each with probability 1/2): -1 where the hash's top bit is set."""
     h = counter_bits(rows, size, base, key, device)
-    return torch.where(_top_bit(h), -1.0, 1.0)
+    return torch.where(h < 0, -1.0, 1.0)
 
 
 def indices(n: int, d: int, key: torch.Tensor, device: torch.device | str) -> torch.Tensor:
@@ -182,7 +168,7 @@ def signed_rows_into(
     """``out = r * x``, divided by ``row_factor`` (shape (rows, 1)) when ``divide``, of a ``(rows, size)`` block,
     ``r`` the :func:`sign_rows` of its elements (``r * x`` as a negation where r = -1: the same bits)."""
     h = counter_bits(x.shape[0], x.shape[1], base, key, x.device)
-    signed = torch.where(_top_bit(h), -x, x)
+    signed = torch.where(h < 0, -x, x)
     return out.copy_(signed / row_factor if divide else signed)
 
 
