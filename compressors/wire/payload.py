@@ -61,6 +61,7 @@ import torch
 from gradstat.compressors.wire import bitpack
 from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.floats import to_wire, wire_float
+from gradstat.theory.kernels.primitives import extremes
 
 SEED_BITS = 64
 """Width at which a payload sends the seed material its decoder needs."""
@@ -453,7 +454,7 @@ def _from_bytes(data: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> Pa
         values, base = _read_part(stream, math.prod(dims), width, part_dtype, bias, base)
         values = values.reshape(dims)
         if values.numel() and part_dtype.is_floating_point:
-            lo, hi = torch.aminmax(values.reshape(-1))
+            lo, hi = extremes(values)
             checks.append((name, "finite values (no NaN or Inf)", torch.isfinite(torch.stack((lo, hi))).all()))
         elif values.numel() and kind == "index":
             lo, hi = torch.aminmax(values.reshape(-1))

@@ -16,6 +16,8 @@ from gradstat import compressors
 from gradstat.compressors.schemes.dense import Dense, SmallDense
 
 ITERATIONS = 4
+NO_GLOO_BF16 = "RuntimeError: Invalid scalar type"
+"""What DDP's parameter broadcast raises where this torch's gloo has no bfloat16 (torch 2.1)."""
 SPECS = compressors.names()
 
 
@@ -35,7 +37,9 @@ def layerwise() -> list[dict]:
     results = run_ranks(_scenarios.several, calls=calls, timeout_s=400)
     for rank, res in enumerate(results):
         for name, out in res.items():
-            if "error" in out:
+            if name == "bf16" and "error" in out and NO_GLOO_BF16 in out["error"]:
+                out["ok"] = None  # this torch's gloo cannot broadcast bfloat16 (torch 2.1): the bf16 test skips
+            elif "error" in out:
                 pytest.fail(f"scenario {name!r}: rank {rank} raised:\n{out['error']}")
     return [
         {
@@ -143,6 +147,8 @@ def test_min_numel_is_the_smallest_vector_a_ratio_keeps_one_element_of():
 
 
 def test_a_bf16_model_sends_its_values_and_scales_at_16_bits(layerwise):
+    if any(res["bf16"] is None for res in layerwise):
+        pytest.skip(f"gloo of torch {torch.__version__} cannot broadcast bfloat16 parameters (DDP's first sync)")
     for res in layerwise:
         topk, qsgd = res["bf16"]["topk"], res["bf16"]["qsgd"]
         assert all(math.isfinite(x) for x in topk["losses"] + qsgd["losses"])

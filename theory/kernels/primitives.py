@@ -19,6 +19,7 @@ Every function has a plain reference in ``tests/compressors/test_primitives.py``
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import weakref
@@ -40,6 +41,7 @@ __all__ = [
     "flat_nonzero",
     "gather_at_least",
     "all_finite",
+    "extremes",
     "forget_extremes",
     "release_scratch",
     "count_true",
@@ -68,6 +70,29 @@ __all__ = [
 ]
 
 
+@functools.lru_cache(maxsize=None)
+def _aminmax_handles(dtype: torch.dtype, device_type: str) -> bool:
+    """Whether this torch's ``aminmax`` takes ``dtype`` on ``device_type`` (torch 2.1's CPU kernel has no float16
+    or bfloat16 form); asked once per dtype and device type."""
+    try:
+        torch.aminmax(torch.zeros(2, dtype=dtype, device=device_type))
+    except RuntimeError:
+        return False
+    return True
+
+
+def extremes(x: torch.Tensor, dim: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.aminmax`` of ``x`` (flattened, or over ``dim``): min and max in one read, NaN propagated. Where this
+    torch has no ``aminmax`` for ``x``'s 16-bit dtype, of its float32 copy (exact: every 16-bit float is one),
+    returned in ``x``'s dtype."""
+    y = x.reshape(-1) if dim is None else x
+    if x.dtype in (torch.float16, torch.bfloat16) and not _aminmax_handles(x.dtype, x.device.type):
+        lo, hi = torch.aminmax(y.float(), dim=dim)
+        return lo.to(x.dtype), hi.to(x.dtype)
+    lo, hi = torch.aminmax(y) if dim is None else torch.aminmax(y, dim=dim)
+    return lo, hi
+
+
 def all_finite(x: torch.Tensor) -> bool:
     """True iff every element of the floating tensor ``x`` is finite (no NaN, no +-Inf). One read pass.
 
@@ -75,7 +100,7 @@ def all_finite(x: torch.Tensor) -> bool:
     every element is. Syncs once (the answer is a host bool)."""
     if x.numel() == 0:
         return True
-    lo, hi = torch.aminmax(x.reshape(-1))
+    lo, hi = extremes(x)
     if not x.is_inference():  # inference tensors have no version counter: nothing is kept for them
         _EXTREMES.last = (weakref.ref(x), x._version, lo, hi)
     return bool(torch.isfinite(torch.stack((lo, hi))).all())
@@ -382,9 +407,9 @@ def max_abs(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
             lo, hi = last[2], last[3]
             _EXTREMES.last = None  # used once: the window for a change the counter does not see stays one call
         else:
-            lo, hi = torch.aminmax(x.reshape(-1))
+            lo, hi = extremes(x)
     else:
-        lo, hi = torch.aminmax(x, dim=dim)
+        lo, hi = extremes(x, dim)
     return torch.maximum(-lo, hi)
 
 
