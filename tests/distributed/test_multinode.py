@@ -25,14 +25,31 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def printed_command(out: Path, capsys, workload: str, nproc: int, nnodes: int, iterations: int) -> tuple[str, str]:
+    """``gradstat train --config-only`` for ``nnodes`` nodes of ``nproc`` ranks on a free loopback endpoint, topk
+    0.01: the command it prints to run on each node, and the endpoint."""
+    endpoint = f"127.0.0.1:{free_port()}"
+    args = [
+        "train",
+        "--workload",
+        workload,
+        "--nproc",
+        str(nproc),
+        "--nnodes",
+        str(nnodes),
+        "--rdzv-endpoint",
+        endpoint,
+    ]
+    args += ["--compressor", "topk:ratio=0.01", "--iterations", str(iterations), "--interface", "lo", "--timeout", "60"]
+    assert main([*args, "--out", str(out), "--config-only"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(line for line in lines if line.startswith(f"run on each of the {nnodes} node"))
+    return lines[lines.index(head) + 1], endpoint
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the loopback interface is named lo on Linux")
 def test_two_nodes_run_the_printed_command_and_rank_0_summarises(tmp_path, capsys):
-    endpoint = f"127.0.0.1:{free_port()}"
-    args = ["train", "--workload", "fc300", "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", endpoint]
-    args += ["--compressor", "topk:ratio=0.01", "--iterations", "3", "--interface", "lo", "--timeout", "60"]
-    assert main([*args, "--out", str(tmp_path / "r"), "--config-only"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    command = out[out.index(next(line for line in out if line.startswith("run on each of the 2 node"))) + 1]
+    command, endpoint = printed_command(tmp_path / "r", capsys, "fc300", nproc=1, nnodes=2, iterations=3)
     assert f"--nnodes 2 --rdzv-backend c10d --rdzv-endpoint {endpoint} --nproc-per-node 1" in command
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     nodes = [
@@ -78,12 +95,7 @@ def test_bad_multinode_options_are_refused(tmp_path, capsys, extra, message):
 def test_a_diverged_run_under_torchrun_ends_the_launch_non_zero(tmp_path, capsys):
     """The printed command's launch (one node here) of runs that all diverge (lr = 10000): rank 0 says so first
     and exits 1, so torchrun fails the launch, as gradstat's own launcher does."""
-    endpoint = f"127.0.0.1:{free_port()}"
-    args = ["train", "--workload", "fc300:lr=10000", "--nproc", "2", "--nnodes", "1", "--rdzv-endpoint", endpoint]
-    args += ["--compressor", "topk:ratio=0.01", "--iterations", "6", "--interface", "lo", "--timeout", "60"]
-    assert main([*args, "--out", str(tmp_path / "r"), "--config-only"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    command = out[out.index(next(line for line in out if line.startswith("run on each of the 1 node"))) + 1]
+    command, _ = printed_command(tmp_path / "r", capsys, "fc300:lr=10000", nproc=2, nnodes=1, iterations=6)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     run = subprocess.run(shlex.split(command), env=env, capture_output=True, text=True, timeout=180)
     assert run.returncode != 0, run.stdout[-2000:] + run.stderr[-2000:]
