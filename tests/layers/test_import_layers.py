@@ -70,6 +70,17 @@ def test_an_arrow_planted_from_theory_up_to_compressors_breaks_the_layers(tmp_pa
     assert "gradstat.theory.qcs -> gradstat.compressors.wire.payload" in r.stdout
 
 
+def assert_planted_arrow_breaks(tmp_path, layer: str, module: str, arrow: str) -> None:
+    """Append ``import arrow`` to ``layer/module`` in a staged copy of ``layer``: lint-imports fails, naming it."""
+    staging = stage(tmp_path, copy=(layer,))
+    planted = staging / "gradstat" / layer / module
+    planted.write_text(planted.read_text() + f"\nimport {arrow}  # planted\n")
+    r = lint_imports(staging)
+    assert r.returncode != 0
+    source = f"gradstat.{layer}." + module.removesuffix(".py").replace("/", ".")
+    assert f"{source} -> {arrow}" in " ".join(r.stdout.split())
+
+
 @pytest.mark.parametrize(
     ("module", "arrow"),
     [
@@ -81,13 +92,7 @@ def test_an_arrow_planted_from_theory_up_to_compressors_breaks_the_layers(tmp_pa
     ],
 )
 def test_an_arrow_planted_up_through_compressors_concerns_breaks_their_order(tmp_path, module, arrow):
-    staging = stage(tmp_path, copy=("compressors",))
-    planted = staging / "gradstat" / "compressors" / module
-    planted.write_text(planted.read_text() + f"\nimport {arrow}  # planted\n")
-    r = lint_imports(staging)
-    assert r.returncode != 0
-    source = "gradstat.compressors." + module.removesuffix(".py").replace("/", ".")
-    assert f"{source} -> {arrow}" in " ".join(r.stdout.split())
+    assert_planted_arrow_breaks(tmp_path, "compressors", module, arrow)
 
 
 @pytest.mark.parametrize(
@@ -99,19 +104,8 @@ def test_an_arrow_planted_up_through_compressors_concerns_breaks_their_order(tmp
     ],
 )
 def test_an_arrow_planted_from_the_kernels_up_breaks_the_bottom_layer(tmp_path, module, arrow):
-    staging = stage(tmp_path, copy=("theory",))
-    planted = staging / "gradstat" / "theory" / module
-    planted.write_text(planted.read_text() + f"\nimport {arrow}  # planted\n")
-    r = lint_imports(staging)
-    assert r.returncode != 0
-    source = "gradstat.theory." + module.removesuffix(".py").replace("/", ".")
-    assert f"{source} -> {arrow}" in " ".join(r.stdout.split())
+    assert_planted_arrow_breaks(tmp_path, "theory", module, arrow)
 
 
 def test_an_arrow_planted_down_the_kernels_own_order_breaks_it(tmp_path):
-    staging = stage(tmp_path, copy=("theory",))
-    planted = staging / "gradstat" / "theory" / "kernels" / "fused.py"
-    planted.write_text(planted.read_text() + "\nimport gradstat.theory.kernels.primitives  # planted\n")
-    r = lint_imports(staging)
-    assert r.returncode != 0
-    assert "gradstat.theory.kernels.fused -> gradstat.theory.kernels.primitives" in " ".join(r.stdout.split())
+    assert_planted_arrow_breaks(tmp_path, "theory", "kernels/fused.py", "gradstat.theory.kernels.primitives")
