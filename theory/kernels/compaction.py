@@ -28,7 +28,6 @@ import numpy as np
 import torch
 
 from gradstat.theory.kernels import native
-from gradstat.theory.kernels.scratch import scratch
 
 _FUNCTIONS = {torch.float32: "select_f32", torch.float64: "select_f64"}
 
@@ -41,10 +40,31 @@ def available(x: torch.Tensor) -> bool:
     return native.extension() is not None
 
 
+_BUFFERS = threading.local()
+_NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
+_MAX = {torch.float32: float(np.finfo(np.float32).max), torch.float64: math.inf}
+
+
+def _buffer(slot: tuple[object, str], size: int, dtype: type, keep: int) -> np.ndarray:
+    """This thread's output buffer for ``slot`` with room for ``size`` elements, its first ``keep`` kept when it
+    grows (warm memory: fresh buffers of a few MB cost more in page faults than the whole selection)."""
+    cache = getattr(_BUFFERS, "arrays", None)
+    if cache is None:
+        cache = _BUFFERS.arrays = {}
+    key = (slot, dtype)
+    buf = cache.get(key)
+    if buf is None or buf.size < size:
+        grown: np.ndarray = np.empty(max(size, 4096), dtype=dtype)
+        if buf is not None and keep:
+            grown[:keep] = buf[:keep]
+        buf = cache[key] = grown
+    return buf
+
+
 def _scan(
     fn: Callable[..., tuple[int, int, float, bool]],
     data: np.ndarray,
-    piece: str,
+    piece: tuple[str, int | None, int],
     begin: int,
     end: int,
     bound: float,
@@ -56,14 +76,11 @@ def _scan(
     thread and the piece's number: a pool thread may run two pieces of one call, or pieces of two callers' calls
     before either has joined its results): the selected indices (absolute), their values with ``gather``, the
     piece's largest value and whether it holds a NaN."""
-
-    cpu, values = torch.device("cpu"), torch.from_numpy(data[:0]).dtype
     count, top, nan = 0, -math.inf, False
     at = begin
     while True:
-        # this thread's warm buffers (fresh ones of a few MB cost more in page faults than the whole selection)
-        idx = scratch(want, torch.int64, cpu, f"compaction indices {piece}", keep=count).numpy()
-        vals = scratch(want, values, cpu, f"compaction values {piece}", keep=count).numpy() if gather else None
+        idx = _buffer((piece, "indices"), want, np.int64, count)
+        vals = _buffer((piece, "values"), want, data.dtype.type, count) if gather else None
         at, count, top, nan = fn(data, at, end, bound, absolute, idx, vals, count, top, nan)
         if at >= end:
             break
@@ -75,8 +92,20 @@ def _output(found: list[np.ndarray], dtype: torch.dtype) -> torch.Tensor:
     """The pieces' ``found`` arrays joined in a tensor of their own, from torch's allocator (which can back it with
     huge pages: with 4 KB pages the copy's page faults cost more than the selection's read at a density of 1 %)."""
     out = torch.empty(sum(f.size for f in found), dtype=dtype)
-    np.concatenate(found, out=out.numpy())
+    if len(found) == 1:
+        out.numpy()[:] = found[0]
+    else:
+        np.concatenate(found, out=out.numpy())
     return out
+
+
+def _in_dtype(t: float, dtype: torch.dtype) -> float:
+    """The threshold rounded to the elements' dtype (the comparisons are then exact); beyond the dtype's range it
+    compares as infinity, as in torch."""
+    if abs(t) <= _MAX[dtype] or math.isnan(t):
+        return float(_NUMPY[dtype](t))
+    with np.errstate(over="ignore"):
+        return float(_NUMPY[dtype](t))
 
 
 def select(
@@ -94,18 +123,19 @@ def select(
     assert ext is not None, "select() needs available(x)"
     fn = getattr(ext, _FUNCTIONS[flat.dtype])
     data = flat.detach().numpy()
-    with np.errstate(over="ignore"):  # (a threshold beyond the dtype's range compares as infinity, as in torch)
-        bound = float(data.dtype.type(t))  # the threshold in x's dtype: the comparisons are exact
+    bound = _in_dtype(t, flat.dtype)
     parts = native.pieces(n)
-    caller = threading.get_ident()
     want = max(4096, (2 * expected if expected is not None else n // 64) // len(parts))
-    found = native.run_all(
-        [
-            functools.partial(_scan, fn, data, f"{caller} {i}", a, b, bound, absolute, gather, min(b - a, want))
+    if len(parts) == 1:  # one piece, in this thread's own buffers
+        found = [_scan(fn, data, ("own", None, 0), 0, n, bound, absolute, gather, min(n, want))]
+    else:
+        caller = threading.get_ident()
+        scans = [
+            functools.partial(_scan, fn, data, ("piece", caller, i), a, b, bound, absolute, gather, min(b - a, want))
             for i, (a, b) in enumerate(parts)
         ]
-    )
+        found = native.run_all(scans)
     indices = _output([f[0] for f in found], torch.int64)
     values = _output([f[1] for f in found if f[1] is not None], flat.dtype) if gather else None
-    top = max((f[2] for f in found), default=-math.inf)
+    top = max(f[2] for f in found)
     return indices, values, math.nan if any(f[3] for f in found) else top

@@ -143,6 +143,20 @@ def positive_threshold(threshold: torch.Tensor | float, like: torch.Tensor) -> t
     return torch.clamp_min(t, tiny.to(like.device))
 
 
+_TINY = {
+    dtype: float(torch.finfo(dtype).smallest_normal) * float(torch.finfo(dtype).eps)
+    for dtype in (torch.float32, torch.float64)
+}
+
+
+def positive_float(threshold: torch.Tensor | float, dtype: torch.dtype) -> float:
+    """:func:`positive_threshold` for a CPU caller that compares on the host (the C compaction): ``threshold`` as a
+    Python float, at least the smallest positive value of ``dtype`` (NaN kept: it selects nothing)."""
+    t = float(threshold)
+    tiny = _TINY[dtype]
+    return t if t != t or t >= tiny else tiny
+
+
 @fused
 def count_excess(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """``[n, sum(|x| - t)]`` over ``|x| >= t``, as float64 (``t`` a 0-d float64 tensor): one fused read where
@@ -216,11 +230,11 @@ def select_at_least(
     to select (it sizes the compaction's first buffers); at most :data:`SPARSE_DENSITY`, on a CPU without the
     compaction kernel where the block maxima run compiled, the block search is used there too (it reads the few
     candidate blocks only; measured at 26M and delta = 1e-3: ~2.1 read passes against ~2.6)."""
-    t = positive_threshold(threshold, abs_g)
     flat = abs_g.reshape(-1)
     if compaction.available(flat):
         expected = None if density is None else math.ceil(density * flat.numel())
-        return compaction.select(flat, float(t), signed, expected=expected)[0]
+        return compaction.select(flat, positive_float(threshold, flat.dtype), signed, expected=expected)[0]
+    t = positive_threshold(threshold, abs_g)
     sparse = density is not None and density <= SPARSE_DENSITY and block_max.compiled_for(flat)
     if cpu_contiguous(flat) and not sparse:
         return _select_chunked(flat, t, signed)[0]  # (the condition of selects_signed)
@@ -347,7 +361,7 @@ def gather_at_least(
     CPU (each chunk's selected magnitudes are taken while it is in cache); elsewhere a gather after the selection."""
     flat = abs_g.reshape(-1)
     if compaction.available(flat):
-        indices, values, _ = compaction.select(flat, float(positive_threshold(threshold, abs_g)), signed, gather=True)
+        indices, values, _ = compaction.select(flat, positive_float(threshold, flat.dtype), signed, gather=True)
         assert values is not None
         return indices, values
     if cpu_contiguous(flat):
