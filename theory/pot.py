@@ -10,7 +10,9 @@ genpareto -> genpareto (the paper's labels for the last two differ between Sec. 
 
 Every stage is a masked reduction over the full vector on its device; the stages run without reading anything back
 (except the generalized Pareto MLE, which compacts its exceedances), and one synchronisation at the end reads the
-survivor counts and diagnostics. A caller that selects afterwards may pass ``narrow``: the last stage then runs on
+survivor counts and diagnostics. On a CPU the stages' scalar arithmetic runs on host numbers instead of 0-d tensors
+(:mod:`gradstat.theory.scalars`: the same expressions, without a tensor dispatch per operation); the results are
+tensors either way. A caller that selects afterwards may pass ``narrow``: the last stage then runs on
 the exceedances of eta_{M-1}, gathered once, and the caller selects among them (one pass over the whole vector in
 place of two). A degenerate stage (fewer than two survivors, zero variance, non-finite fit) keeps
 the previous threshold, ends the recursion and is reported in ``stopped_reason``.
@@ -22,8 +24,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from gradstat.theory import scalars as S
 from gradstat.theory.estimators.estimate import Estimate
 from gradstat.theory.estimators.exceedances import Exceedances, unit_for
 from gradstat.theory.estimators.fit import resolve
@@ -113,10 +117,10 @@ def _later_method(method: str) -> str:
 @dataclass
 class _Stage:
     ratio: float
-    threshold: torch.Tensor
+    threshold: S.Scalar
     estimate: Estimate
-    count: torch.Tensor  # used values (float64 0-d)
-    ok: torch.Tensor  # 0-d bool: this stage and all before it are valid
+    count: S.Scalar  # used values (float64)
+    ok: S.Flag  # this stage and all before it are valid
     n_zeros: int
     method: str
     dist: str
@@ -192,6 +196,29 @@ def multistage_threshold(
         ``threshold`` (0-d float64 tensor), the completed ``stages`` and ``stopped_reason`` (None when all M
         stages completed).
     """
+    with np.errstate(all="ignore"):  # host scalars: inf and NaN as the tensors give them, without warnings
+        return _multistage(
+            abs_g, ratio, stages, first, later, first_ratio, ratios, anchor, method, quantile, signed, final_count,
+            stats, narrow,
+        )  # fmt: skip
+
+
+def _multistage(
+    abs_g: object,
+    ratio: float,
+    stages: int,
+    first: str,
+    later: str | None,
+    first_ratio: float,
+    ratios: list[float] | None,
+    anchor: str,
+    method: str,
+    quantile: str,
+    signed: bool,
+    final_count: bool,
+    stats: torch.Tensor | None,
+    narrow: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None,
+) -> PotResult:
     ratio = check_ratio(ratio)
     _choice(first, FIRST, "first")
     later = PAPER_LATER[first] if later is None else _choice(later, LATER, "later")
@@ -204,6 +231,7 @@ def multistage_threshold(
     mags = check_magnitudes(abs_g, "abs_g", spread=first in SHAPED, signed=signed, stats=stats)
     check_length(mags.d, ratio)
     x = mags.values
+    host = S.on_host(x)
     unit = unit_for(mags.max)  # statistics normalised by a power of two near max |g| (scale-free arithmetic)
 
     # stage 1: fit the non-zeros, threshold at the conditional ratio
@@ -213,15 +241,16 @@ def multistage_threshold(
         unit=unit,
         bottom=mags.min_nonzero,
         signed=signed,
-        preset=mags.first_moments(unit),
+        preset=mags.first_moments(unit, host),
         squares=first != "exponential",
+        host=host,
     )
     est = run_first(first_data)
     tail = conditional_ratio(deltas[0], mags.d, mags.n_nonzero)
     note = None
     if tail >= 1.0:
         # stage 1 keeps every non-zero, i.e. the ratio n/d instead of delta_1: the later stages share what is left
-        eta = torch.zeros((), dtype=torch.float64, device=x.device)
+        eta = S.constant(0.0, x, host)
         achieved = mags.n_nonzero / mags.d
         note = (
             f"stage 1 ratio {deltas[0]} needs more elements than the {mags.n_nonzero} non-zeros: threshold 0 "
@@ -235,9 +264,9 @@ def multistage_threshold(
             deltas = [achieved]  # the target itself needs every non-zero element
     else:
         eta = tail_quantile(first, est.params, tail, quantile)
-    count = torch.tensor(float(mags.n_nonzero), dtype=torch.float64, device=x.device)
-    ok = est.valid() & torch.isfinite(eta) if tail < 1.0 else torch.ones((), dtype=torch.bool, device=x.device)
-    eta = torch.where(ok, eta, torch.zeros_like(eta))
+    count = S.constant(float(mags.n_nonzero), x, host)
+    ok = est.valid() & S.isfinite(eta) if tail < 1.0 else S.flag(True, x, host)
+    eta = S.where(ok, eta, 0.0)
     done = [_Stage(deltas[0], eta, est, count, ok, mags.n_zeros, method, first, note)]
 
     # shifted exceedances, reused by every stage (the fused kernel needs none)
@@ -247,15 +276,19 @@ def multistage_threshold(
     for m, delta in enumerate(deltas[1:], start=2):
         prev = done[-1].threshold
         if narrow is not None and m == len(deltas) and math.prod(deltas[:-1]) <= NARROW_FRACTION:
-            candidates, x = narrow(x, prev.to(x.dtype))  # the magnitudes: the last stage reads them unsigned
+            bound = S.as_tensor(S.in_dtype(prev, x.dtype), x.device).to(x.dtype)
+            candidates, x = narrow(x, bound)  # the magnitudes: the last stage reads them unsigned
             workspace, signed = None, False
         if anchor == "threshold":
             shift = prev
         else:
             a = x.abs() if signed else x
-            shift = torch.where(a > prev.to(x.dtype), a, math.inf).amin().to(torch.float64)
+            smallest = torch.where(a > S.as_tensor(prev, x.device).to(x.dtype), a, math.inf).amin().to(torch.float64)
+            shift = S.host_values([smallest])[0] if host else smallest
         squares = later != "exponential"  # the exponential fit reads the mean only
-        data = Exceedances(x, above=prev, shift=shift, workspace=workspace, unit=unit, signed=signed, squares=squares)
+        data = Exceedances(
+            x, above=prev, shift=shift, workspace=workspace, unit=unit, signed=signed, squares=squares, host=host
+        )
         count = data.count()
         if later_method == "mle" and int(count) < 2:  # the MLE compacts: stop before it sees < 2 values
             done.append(
@@ -264,7 +297,7 @@ def multistage_threshold(
                     prev,
                     Estimate(params={}),
                     count,
-                    torch.zeros((), dtype=torch.bool, device=x.device),
+                    S.flag(False, x, host),
                     0,
                     later_method,
                     later,
@@ -272,33 +305,30 @@ def multistage_threshold(
             )
             break
         est = run_later(data)
-        candidate = shift + tail_quantile(later, est.params, delta) if delta < 1.0 else shift.clone()
-        ok = done[-1].ok & (count >= 2) & est.valid() & torch.isfinite(candidate)
-        eta = torch.where(ok, candidate, prev)
+        candidate = shift + tail_quantile(later, est.params, delta) if delta < 1.0 else shift + 0.0
+        ok = done[-1].ok & (count >= 2) & est.valid() & S.isfinite(candidate)
+        eta = S.where(ok, candidate, prev)
         done.append(_Stage(delta, eta, est, count, ok, 0, later_method, later))
-    result = _finish(x, done, fused_stages, final_count)
+    result = _finish(x, done, fused_stages, final_count, host)
     if candidates is not None:
         result.candidates, result.candidate_magnitudes = candidates, x
     return result
 
 
-def _finish(x: torch.Tensor, done: list[_Stage], fused_stages: bool, final_count: bool) -> PotResult:
+def _finish(x: torch.Tensor, done: list[_Stage], fused_stages: bool, final_count: bool, host: bool) -> PotResult:
     """Read counts, validity and diagnostics back in one synchronisation and assemble the result."""
-    last = done[-1].threshold
+    last = S.as_tensor(done[-1].threshold, x.device)
+    final_survivors: S.Scalar
     if not final_count:
-        final_survivors = torch.full((), -1.0, dtype=torch.float64, device=x.device)  # not counted
+        final_survivors = S.constant(-1.0, x, host)  # not counted
     elif fused_stages:  # the count of one fused pass over |x| (its sums are not used)
         zero = torch.zeros((), dtype=torch.float64, device=x.device)
         final_survivors = tail_moments(x, last.to(x.dtype).double(), zero, zero + 1, False)[0]
     else:
-        final_survivors = torch.count_nonzero(x > last.to(x.dtype))
-    survivors = [s.count for s in done[1:]] + [final_survivors.double()]
-    scalars: list[torch.Tensor] = []
-    for s in done:
-        scalars += [s.count, s.ok.double()]
-    scalars += survivors
-    values = torch.stack([v.reshape(()).to(torch.float64) for v in scalars]).tolist()
+        final_survivors = torch.count_nonzero(x > last.to(x.dtype)).double()
+    values = S.read([v for s in done for v in (s.count, s.ok)] + [final_survivors])
     counts, oks = values[0 : 2 * len(done) : 2], values[1 : 2 * len(done) : 2]
+    survivors = counts[1:] + values[-1:]
 
     stages: list[StageResult] = []
     reason = None
@@ -316,16 +346,21 @@ def _finish(x: torch.Tensor, done: list[_Stage], fused_stages: bool, final_count
             if m == 1:
                 reason = "stage 1: degenerate fit (non-finite parameters); threshold 0"
             break
-        fit = resolve(s.estimate, s.dist, s.method, int(n), s.n_zeros)
+        fit = resolve(s.estimate, s.dist, s.method, int(n), s.n_zeros, x.device)
         if s.note:
             fit.warnings.append(s.note)
         stages.append(
             StageResult(
                 ratio=s.ratio,
-                threshold=s.threshold,
+                threshold=S.as_tensor(s.threshold, x.device),
                 fit=fit,
-                survivors=None if m == len(done) and not final_count else survivors[m - 1].round().to(torch.int64),
+                survivors=None if m == len(done) and not final_count else _count(survivors[m - 1], x.device),
             )
         )
     final = stages[-1].threshold if stages else torch.zeros((), dtype=torch.float64, device=x.device)
     return PotResult(threshold=final, stages=stages, stopped_reason=reason)
+
+
+def _count(value: float, device: torch.device) -> torch.Tensor:
+    """A survivor count read back as a float, as a 0-d int64 tensor."""
+    return torch.scalar_tensor(round(value), dtype=torch.int64, device=device)

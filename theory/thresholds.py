@@ -16,8 +16,10 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
 import torch
 
+from gradstat.theory import scalars as S
 from gradstat.theory.distributions.genpareto import expm1_over
 from gradstat.theory.distributions.incgamma import gammainccinv
 from gradstat.theory.estimators.result import Fit
@@ -50,14 +52,15 @@ def check_length(d: int, ratio: float, name: str = "ratio") -> None:
 
 
 def tail_quantile(
-    dist: str, params: dict[str, torch.Tensor], tail: float | torch.Tensor, quantile: str = "exact"
-) -> torch.Tensor:
+    dist: str, params: dict[str, S.Scalar], tail: float | torch.Tensor, quantile: str = "exact"
+) -> S.Scalar:
     """eta with P(|G| > eta) = tail under ``dist`` with ``params`` (location 0), on the parameters' device.
 
     Parameters
     ----------
     dist : {'exponential', 'gamma', 'genpareto'}
-    params : dict of 0-d tensors ('scale', and 'shape' for gamma / generalized Pareto)
+    params : dict of 0-d tensors ('scale', and 'shape' for gamma / generalized Pareto), or of host numbers
+        (:mod:`gradstat.theory.scalars`: the result is then a host number too)
     tail : float or one-element tensor, strictly inside (0, 1)
         Tail probability delta (validated: bool, strings, NaN, inf, 0, 1 and values outside raise; NaN
         parameters give NaN, never an exception).
@@ -76,18 +79,29 @@ def tail_quantile(
         raise ValueError(f"dist must be one of {list(_DISTS)}, got {dist!r}")
     tail = check_ratio(tail, "tail")
     scale = params["scale"]
-    q = torch.as_tensor(tail, dtype=scale.dtype, device=scale.device)
+    host = not isinstance(scale, torch.Tensor)
+    q: S.Scalar = np.float64(tail) if host else torch.as_tensor(tail, dtype=scale.dtype, device=scale.device)
     if dist == "exponential":
-        eta = scale * -torch.log(q)
+        eta = scale * -S.log(q)
     elif dist == "gamma":
         shape = params["shape"]
         if quantile == "approx":
-            eta = (-scale * (torch.log(q) + torch.lgamma(shape))).clamp_min(0)
+            eta = S.clamp_min(-scale * (S.log(q) + S.lgamma(shape)), 0.0)
+        elif host:
+            eta = scale * _host_gammainccinv(shape, q)
         else:
             eta = scale * gammainccinv(shape, q)
     else:
-        eta = scale * expm1_over(params["shape"], -torch.log(q))
-    return eta.clamp_max(torch.finfo(eta.dtype).max)  # NaN stays NaN (clamp propagates it)
+        eta = scale * expm1_over(params["shape"], -S.log(q))
+    return S.clamp_max(eta, float(np.finfo(np.float64).max) if host else torch.finfo(eta.dtype).max)  # NaN stays
+
+
+def _host_gammainccinv(a: np.float64, q: np.float64) -> np.float64:
+    """scipy's inverse of the regularized upper incomplete gamma function on host numbers (the host form of
+    :func:`gradstat.theory.distributions.incgamma.gammainccinv`, which also takes it for one value on a CPU)."""
+    from scipy import special  # (imported on first use: the command line's help loads no scipy)
+
+    return np.float64(special.gammainccinv(a, q))
 
 
 def conditional_ratio(ratio: float, d: int, n: int) -> float:

@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from gradstat.theory import scalars as S
 from gradstat.theory.distributions.base import Param, SparsityInducingDistribution, check_param, uniform_open
 
 _SMALL_SHAPE = 1e-12  # |c| below this uses the exponential limit (c -> 0) of every formula
@@ -24,8 +25,11 @@ def log1p_over(c: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.where(small, y, torch.log1p(c * y) / safe_c)
 
 
-def expm1_over(c: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """(exp(c y) - 1) / c, with its limit y at c = 0 (SIDCo (33): the GP quantile with y = -log(1 - p))."""
+def expm1_over(c: S.Scalar, y: S.Scalar) -> S.Scalar:
+    """(exp(c y) - 1) / c, with its limit y at c = 0 (SIDCo (33): the GP quantile with y = -log(1 - p)); tensors
+    or host numbers (:mod:`gradstat.theory.scalars`)."""
+    if not isinstance(c, torch.Tensor):
+        return y if abs(c) < _SMALL_SHAPE else S.expm1(c * y) / c
     small = c.abs() < _SMALL_SHAPE
     safe_c = torch.where(small, torch.ones_like(c), c)
     return torch.where(small, y, torch.expm1(c * y) / safe_c)

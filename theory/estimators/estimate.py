@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gradstat.theory import scalars as S
+
 
 @dataclass
 class Estimate:
@@ -13,8 +15,9 @@ class Estimate:
 
     Attributes
     ----------
-    params : dict[str, Tensor]
-        'scale' always, 'shape' for gamma and generalized Pareto; 0-d float64 tensors on the data's device.
+    params : dict[str, Tensor or host float64]
+        'scale' always, 'shape' for gamma and generalized Pareto; 0-d float64 tensors on the data's device, or host
+        numbers where the data's statistics are (:mod:`gradstat.theory.scalars`).
     iterations : int
         Newton (or other) iterations performed; 0 for closed forms.
     converged : Tensor or bool
@@ -27,15 +30,17 @@ class Estimate:
         Peak-over-threshold stages treat a degenerate fit as invalid (they stop and keep the previous threshold).
     """
 
-    params: dict[str, torch.Tensor]
+    params: dict[str, S.Scalar]
     iterations: int = 0
-    converged: torch.Tensor | bool = True
-    flags: list[tuple[torch.Tensor, str]] = field(default_factory=list)
-    degenerate: torch.Tensor | bool = False
+    converged: S.Flag = True
+    flags: list[tuple[S.Flag, str]] = field(default_factory=list)
+    degenerate: S.Flag = False
 
-    def valid(self) -> torch.Tensor:
-        """0-d bool tensor: every parameter finite, the scale > 0 and the fit not degenerate."""
+    def valid(self) -> S.Flag:
+        """Every parameter finite, the scale > 0 and the fit not degenerate (a bool of the parameters' kind)."""
         ok = self.params["scale"] > 0
         for value in self.params.values():
-            ok = ok & torch.isfinite(value)
-        return ok & ~torch.as_tensor(self.degenerate, device=ok.device)
+            ok = ok & S.isfinite(value)
+        if isinstance(ok, torch.Tensor):
+            return ok & ~torch.as_tensor(self.degenerate, device=ok.device)
+        return ok & S.logical_not(self.degenerate)

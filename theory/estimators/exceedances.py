@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from gradstat.theory.kernels.stage_stats import tail_moments
+from gradstat.theory import scalars as S
+from gradstat.theory.kernels.stage_stats import tail_moments, tail_values
 
 _RELATIVE_NOISE = 32.0
 
@@ -89,19 +91,32 @@ class Exceedances:
     squares : bool
         Whether the sum of squares may be asked for (:meth:`var`); without, the fused pass skips it (a mean-only
         fit such as the exponential's), a ``preset`` may hold NaN in its place, and :meth:`var` raises.
+    host : bool
+        The statistics are host numbers (numpy float64) rather than 0-d tensors on x's device
+        (:func:`gradstat.theory.scalars.on_host`); ``above``, ``shift`` and ``preset`` are then host numbers too.
     """
 
     x: torch.Tensor
-    above: torch.Tensor | None = None
-    shift: torch.Tensor | None = None
+    above: S.Scalar | None = None
+    shift: S.Scalar | None = None
     n_hint: int | None = None
     unit: float = 1.0
     bottom: float | None = None
     workspace: torch.Tensor | None = None
     signed: bool = False
-    preset: torch.Tensor | None = None
+    preset: torch.Tensor | list[S.Scalar] | None = None
     squares: bool = True
-    _cache: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    host: bool = False
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def _out(self, value: torch.Tensor) -> S.Scalar:
+        """A 0-d statistic in this object's kind of number (read back on the host when :attr:`host`)."""
+        return S.host_values([value])[0] if self.host else value
+
+    def _bound(self, value: S.Scalar) -> torch.Tensor | float:
+        """``value`` rounded to x's dtype, as the elements are compared with or shifted by it: a 0-d tensor of that
+        dtype, or a host float (exactly that rounding, which float64 holds)."""
+        return float(S.in_dtype(value, self.x.dtype)) if self.host else value.to(self.x.dtype)
 
     def _shifted(self) -> torch.Tensor:
         """max(x - shift, 0) restricted to the used elements (0 elsewhere)."""
@@ -110,12 +125,12 @@ class Exceedances:
                 y = self.x
             else:
                 # shift >= above, so every element with x <= above maps to 0 (x > a <=> x - a > 0 in IEEE floats)
-                anchor = self.above if self.shift is None else self.shift
-                y = torch.sub(self.x, anchor.to(self.x.dtype), out=self.workspace).clamp_min_(0)
+                anchor = self._bound(self.above if self.shift is None else self.shift)
+                y = torch.sub(self.x, anchor, out=self.workspace).clamp_min_(0)
             self._cache["y"] = y
         return self._cache["y"]
 
-    def _fused(self, logs: bool = False) -> torch.Tensor | None:
+    def _fused(self, logs: bool = False) -> torch.Tensor | list[S.Scalar] | None:
         """``[n, sum z, sum z^2 (, sum log z)]`` from one pass where that kernel reads ``x`` once (its C loop or its
         compiled form, :meth:`gradstat.theory.kernels.fused.Fused.fast_for`), else None."""
         if not (self.signed or tail_moments.fast_for(self.x, None, None, None, logs)):
@@ -125,6 +140,8 @@ class Exceedances:
         key = "fused_log" if logs else "fused"
         if key == "fused" and self.preset is not None:
             return self.preset
+        if key not in self._cache and self.host:
+            self._cache[key] = self._host_moments(logs)
         if key not in self._cache:
             zero = torch.zeros((), dtype=torch.float64, device=self.x.device)
             above = zero if self.above is None else self.above.to(self.x.dtype).double()
@@ -133,6 +150,19 @@ class Exceedances:
             inv_unit = torch.tensor(1.0 / self.unit, dtype=torch.float64, device=self.x.device)
             self._cache[key] = tail_moments(self.x, above, shift, inv_unit, logs, self.squares or logs)
         return self._cache[key]
+
+    def _host_moments(self, logs: bool) -> list[S.Scalar]:
+        """The fused statistics as host numbers: the C loop's own numbers where it runs, else the kernel's."""
+        dtype = self.x.dtype
+        above, shift = 0.0, 0.0
+        if self.above is not None:
+            above = float(S.in_dtype(self.above, dtype))
+            shift = float(S.in_dtype(self.above if self.shift is None else self.shift, dtype))
+        squares = self.squares or logs
+        if tail_moments.native_for(self.x, None, None, None, logs, squares):
+            return S.host_values(tail_values(self.x, above, shift, 1.0 / self.unit, squares))
+        as_0d = [torch.tensor(v, dtype=torch.float64, device=self.x.device) for v in (above, shift, 1.0 / self.unit)]
+        return S.host_values(tail_moments(self.x, *as_0d, logs, squares))
 
     def _direct(self) -> bool:
         return _direct_ok(self.unit, self.x.dtype)
@@ -151,39 +181,40 @@ class Exceedances:
             self._cache["z"] = z
         return self._cache["z"]
 
-    def _sum(self, square: bool) -> torch.Tensor:
-        """sum z (or sum z^2) as a 0-d float64 tensor, from y when that is exact arithmetic (see module doc)."""
+    def _sum(self, square: bool) -> S.Scalar:
+        """sum z (or sum z^2) as a float64 scalar, from y when that is exact arithmetic (see module doc)."""
         moments = self._fused()
         if moments is not None:
             return moments[2 if square else 1]
         if self._direct() and "y_is_z" not in self._cache:
             y = self._shifted()
             total = torch.dot(y, y) if square else y.sum()
-            return total.double() / (self.unit * self.unit if square else self.unit)
+            return self._out(total.double()) / (self.unit * self.unit if square else self.unit)
         z = self._normalised()
-        return (torch.dot(z, z) if square else z.sum()).double()
+        return self._out((torch.dot(z, z) if square else z.sum()).double())
 
-    def count(self) -> torch.Tensor:
-        """Number of used elements (0-d float64 tensor on x's device)."""
+    def count(self) -> S.Scalar:
+        """Number of used elements (float64 scalar: 0-d tensor on x's device, or host number)."""
         if "n" not in self._cache:
+            n: S.Scalar
             if self.n_hint is not None:
-                n = torch.tensor(float(self.n_hint), dtype=torch.float64, device=self.x.device)
+                n = S.constant(float(self.n_hint), self.x, self.host)
             elif (moments := self._fused()) is not None:
                 n = moments[0]
             elif self.above is None:
-                n = torch.count_nonzero(self.x).double()
+                n = self._out(torch.count_nonzero(self.x).double())
             else:
-                n = torch.count_nonzero(self.x > self.above.to(self.x.dtype)).double()  # (bool .sum() casts)
+                n = self._out(torch.count_nonzero(self.x > self._bound(self.above)).double())  # (bool .sum() casts)
             self._cache["n"] = n
         return self._cache["n"]
 
-    def mean(self) -> torch.Tensor:
-        """Mean of z = y / unit (0-d float64)."""
+    def mean(self) -> S.Scalar:
+        """Mean of z = y / unit (float64 scalar)."""
         if "mean" not in self._cache:
             self._cache["mean"] = self._sum(square=False) / self.count()
         return self._cache["mean"]
 
-    def var(self) -> torch.Tensor:
+    def var(self) -> S.Scalar:
         """Sample variance of z = y / unit with the n - 1 divisor (0-d float64; NaN-free: 0 when n < 2).
 
         Exactly 0 when the spread is within the rounding of the reductions (coefficient of variation below about
@@ -196,11 +227,11 @@ class Exceedances:
             sum_sq = self._sum(square=True)
             spread = sum_sq - n * m * m
             # below the rounding of the reductions (a few ulps of sum_sq in y's dtype) the data are constant
-            spread = torch.where(spread > noise_floor(self.x.dtype) * sum_sq, spread, torch.zeros_like(spread))
-            self._cache["var"] = spread / (n - 1).clamp_min(1)
+            spread = S.where(spread > noise_floor(self.x.dtype) * sum_sq, spread, 0.0)
+            self._cache["var"] = spread / S.clamp_min(n - 1, 1)
         return self._cache["var"]
 
-    def mean_log(self) -> torch.Tensor:
+    def mean_log(self) -> S.Scalar:
         """Mean of log z = log(y / unit) over the used elements (0-d float64); requires y > 0 on them (no shift)."""
         if "mean_log" not in self._cache and (moments := self._fused(logs=True)) is not None:
             self._cache["mean_log"] = moments[3] / self.count()
@@ -213,13 +244,13 @@ class Exceedances:
                 logs = torch.log(z) if z is not None else torch.div(y, self.unit).log_()
             if not (self.above is None and self.n_hint == y.numel()):  # else: no zero, nothing to exclude
                 logs.nan_to_num_(neginf=0.0)  # log 0 = -inf -> 0 on the excluded elements
-            self._cache["mean_log"] = logs.sum().double() / self.count()
+            self._cache["mean_log"] = self._out(logs.sum().double()) / self.count()
         return self._cache["mean_log"]
 
-    def used(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def used(self) -> tuple[torch.Tensor, S.Scalar | None]:
         """The used values of x in x's dtype (x itself when every element is used, else compacted: one host
         synchronisation for the size) and the shift to subtract from them (None for none); y = values - shift."""
         x = self.x.abs() if self.signed else self.x
         if self.above is None:
             return (x if self.n_hint == x.numel() else x[x > 0]), None
-        return x[x > self.above.to(x.dtype)], self.above if self.shift is None else self.shift
+        return x[x > self._bound(self.above)], self.above if self.shift is None else self.shift

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from gradstat.theory import scalars as S
 from gradstat.theory.estimators.estimate import Estimate
 from gradstat.theory.estimators.exceedances import Exceedances, unit_for
 from gradstat.theory.estimators.magnitudes import check_magnitudes
@@ -19,18 +20,22 @@ def resolve(
     ``device``: the data's device (default: that of the ``scale`` parameter). Every tensor of the estimate must be
     on it: a tensor made elsewhere (a flag built with ``torch.tensor(...)`` and no device lands on the CPU) is an
     estimator bug that CUDA reports only as "Expected all tensors to be on the same device"; here it is named.
+    An estimate on host numbers (:mod:`gradstat.theory.scalars`) needs ``device``; its parameters become 0-d
+    float64 tensors there, as every Fit holds.
     """
-    check_devices(estimate, dist, method, estimate.params["scale"].device if device is None else device)
-    flags = [flag for flag, _ in estimate.flags]
-    conv = estimate.converged
-    tensors = [t.reshape(()).to(torch.bool) for t in ([conv] if isinstance(conv, torch.Tensor) else []) + flags]
-    values = torch.stack(tensors).tolist() if tensors else []
-    converged = bool(values.pop(0)) if isinstance(conv, torch.Tensor) else bool(conv)
+    scale = estimate.params["scale"]
+    if device is None:
+        if not isinstance(scale, torch.Tensor):
+            raise ValueError("resolve: an estimate on host numbers needs the data's device")
+        device = scale.device
+    check_devices(estimate, dist, method, device)
+    values = S.read([estimate.converged] + [flag for flag, _ in estimate.flags])
+    converged = bool(values.pop(0))
     warnings = [message for (_, message), on in zip(estimate.flags, values, strict=True) if on]
     return Fit(
         dist=dist,
         method=method,
-        params=estimate.params,
+        params={name: S.as_tensor(value, torch.device(device)) for name, value in estimate.params.items()},
         n=n,
         n_zeros=n_zeros,
         converged=converged,

@@ -14,6 +14,7 @@ import functools
 
 import torch
 
+from gradstat.theory import scalars as S
 from gradstat.theory.estimators.estimate import Estimate
 from gradstat.theory.estimators.exceedances import Exceedances, noise_floor
 
@@ -27,12 +28,12 @@ NEAR_CONSTANT_WARNING = (
 )
 
 
-def log_ratio_statistic(data: Exceedances) -> torch.Tensor:
+def log_ratio_statistic(data: Exceedances) -> S.Scalar:
     """s = log(mean y) - mean(log y) (SIDCo (16)); >= 0 by Jensen, 0 only for constant data.
 
     Computed on the normalised values (invariant under scaling y); rounding can make it slightly negative on
     near-constant data, which :func:`_estimate` detects."""
-    return torch.log(data.mean()) - data.mean_log()
+    return S.log(data.mean()) - data.mean_log()
 
 
 @functools.lru_cache(maxsize=4)
@@ -41,16 +42,16 @@ def _near_constant_warning(floor: float) -> str:
     return NEAR_CONSTANT_WARNING.format(floor=floor, shape=float(minka_shape(torch.tensor(floor, device="cpu"))))
 
 
-def minka_shape(s: torch.Tensor) -> torch.Tensor:
+def minka_shape(s: S.Scalar) -> S.Scalar:
     """Minka's closed-form shape (SIDCo (16)/(27)): (3 - s + sqrt((s - 3)^2 + 24 s)) / (12 s)."""
-    return (3.0 - s + torch.sqrt((s - 3.0) ** 2 + 24.0 * s)) / (12.0 * s)
+    return (3.0 - s + S.sqrt((s - 3.0) ** 2 + 24.0 * s)) / (12.0 * s)
 
 
-def newton_steps(shape: torch.Tensor, s: torch.Tensor, steps: int) -> torch.Tensor:
+def newton_steps(shape: S.Scalar, s: S.Scalar, steps: int) -> S.Scalar:
     """Apply ``steps`` of Minka's generalized Newton update for psi(alpha) - log(alpha) + s = 0 (SIDCo (26))."""
     for _ in range(steps):
-        f = torch.log(shape) - torch.special.digamma(shape) - s
-        slope = 1.0 / shape - torch.special.polygamma(1, shape)  # d/dalpha f, < 0
+        f = S.log(shape) - S.digamma(shape) - s
+        slope = 1.0 / shape - S.trigamma(shape)  # d/dalpha f, < 0
         shape = 1.0 / (1.0 / shape + f / (shape * shape * slope))
     return shape
 
@@ -58,16 +59,19 @@ def newton_steps(shape: torch.Tensor, s: torch.Tensor, steps: int) -> torch.Tens
 def _estimate(data: Exceedances, steps: int) -> Estimate:
     floor = noise_floor(data.x.dtype)
     raw = log_ratio_statistic(data)
-    degenerate = ~(raw > floor)  # also catches NaN
-    s = torch.where(degenerate, torch.full_like(raw, floor), raw)
+    degenerate = S.logical_not(raw > floor)  # also catches NaN
+    s = S.where(degenerate, floor, raw)
     shape = newton_steps(minka_shape(s), s, steps)
-    residual = torch.log(shape) - torch.special.digamma(shape) - s
-    converged = residual.abs() <= MLE_TOLERANCE * (1 + s) if steps >= MLE_STEPS else torch.ones_like(degenerate)
+    if steps >= MLE_STEPS:
+        residual = S.log(shape) - S.digamma(shape) - s
+        converged = abs(residual) <= MLE_TOLERANCE * (1 + s)
+    else:
+        converged = S.flag(True, data.x, data.host)
     message = _near_constant_warning(floor)
     return Estimate(
         params={"shape": shape, "scale": data.mean() / shape * data.unit},
         iterations=steps,
-        converged=converged & ~degenerate,
+        converged=converged & S.logical_not(degenerate),
         flags=[(degenerate, message)],
         degenerate=degenerate,
     )

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gradstat.theory import scalars as S
 from gradstat.theory.estimators.estimate import Estimate
 from gradstat.theory.estimators.exceedances import Exceedances, noise_floor
 
@@ -60,13 +61,13 @@ def moment_matching(data: Exceedances) -> Estimate:
     floor = noise_floor(data.x.dtype)
     mu = data.mean()
     var = data.var()
-    degenerate = ~(var > floor * mu * mu)  # also catches NaN
-    ratio = torch.where(degenerate, torch.full_like(mu, 1.0 / floor), mu * mu / torch.where(degenerate, mu, var))
+    degenerate = S.logical_not(var > floor * mu * mu)  # also catches NaN
+    ratio = S.where(degenerate, 1.0 / floor, mu * mu / S.where(degenerate, mu, var))
     shape = 0.5 * (1.0 - ratio)
     scale = 0.5 * mu * (ratio + 1.0) * data.unit
     return Estimate(
         params={"shape": shape, "scale": scale},
-        converged=~degenerate,
+        converged=S.logical_not(degenerate),
         flags=[
             (shape >= MM_RELIABLE_SHAPE, MM_WARNING),
             (degenerate, NEAR_CONSTANT_WARNING.format(floor=floor, ratio=1.0 / floor)),
@@ -220,6 +221,15 @@ def mle(data: Exceedances) -> Estimate:
     """
     raw, shift = data.used()
     denom = data.mean() * data.unit  # the mean of y in raw units: theta dimensionless, y of mean about 1
+    if not float(denom) > 0:  # every used value sits at the shift (ties at the smallest survivor): no spread at all
+        nan = S.constant(math.nan, raw, data.host)
+        message = "the used values are all equal to the shift (zero mean excess): no generalized Pareto MLE"
+        return Estimate(
+            params={"shape": nan, "scale": nan},
+            converged=False,
+            flags=[(S.flag(True, raw, data.host), message)],
+            degenerate=S.flag(True, raw, data.host),
+        )
     values = _Values(raw, shift, denom)
     top = raw.max().double()
     y_max = float(top if shift is None else (top - shift).clamp_min(0)) / float(denom)
@@ -236,7 +246,7 @@ def mle(data: Exceedances) -> Estimate:
     result = _newton(values, theta, lower, MLE_TOLERANCE, work)
     theta, k, converged = result.theta, result.k, result.converged
     iterations += result.iterations
-    shape = torch.tensor(k, dtype=torch.float64, device=raw.device)
+    shape = S.constant(k, raw, data.host)
     scale = (k / theta) * denom
     at_boundary = k <= -1.0 + _BOUNDARY
     return Estimate(
@@ -245,6 +255,6 @@ def mle(data: Exceedances) -> Estimate:
         converged=converged and not at_boundary,
         flags=[
             (shape <= -0.5, "generalized Pareto MLE shape <= -1/2: the estimator is not regular there"),
-            (torch.tensor(at_boundary, device=raw.device), BOUNDARY_WARNING),
+            (S.flag(at_boundary, raw, data.host), BOUNDARY_WARNING),
         ],
     )

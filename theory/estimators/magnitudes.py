@@ -48,12 +48,18 @@ class Magnitudes:
     sums: torch.Tensor | None = None
     """``[sum |g|, sum |g|^2]`` (float64, on the device) from the validation pass, where it ran fused on float32
     values (exact at every scale there); None otherwise."""
+    host_sums: tuple[float, float] | None = None
+    """The same two sums as read back on the host (with the validation's other numbers), where ``sums`` is set."""
 
-    def first_moments(self, unit: float) -> torch.Tensor | None:
+    def first_moments(self, unit: float, host: bool = False) -> torch.Tensor | list[np.float64] | None:
         """``[n, sum z, sum z^2]`` of the non-zeros with ``z = |g| / unit`` (``unit`` a power of two: exact), the
-        statistics of a fit of all non-zeros, when the validation pass computed them; else None."""
+        statistics of a fit of all non-zeros, when the validation pass computed them; else None. ``host``: as
+        host numbers (:mod:`gradstat.theory.scalars`)."""
         if self.sums is None:
             return None
+        if host and self.host_sums is not None:
+            total, sum_sq = self.host_sums
+            return [np.float64(self.n_nonzero), np.float64(total) / unit, np.float64(sum_sq) / (unit * unit)]
         n = torch.full((), float(self.n_nonzero), dtype=torch.float64, device=self.sums.device)
         return torch.stack((n, self.sums[0] / unit, self.sums[1] / (unit * unit)))
 
@@ -127,16 +133,17 @@ def check_magnitudes(
     t = as_magnitudes_tensor(x, name)
     if t.numel() == 0:
         raise ValueError(f"{name} is empty; need at least one |g| value")
-    sums, fused_min_nonzero = None, None
+    sums, host_sums, fused_min_nonzero = None, None, None
     if stats is not None or signed or summary.fast_for(t, signed):
         if stats is None:  # one pass (C loop or compiled); the minima only where they are used
             stats = summary(t, signed, spread or not signed)
-        lo_f, hi_f, n_nonzero, sum_sq, fused_min_nonzero = stats[[0, 1, 2, 4, 5]].tolist()
+        lo_f, hi_f, n_nonzero, total, sum_sq, fused_min_nonzero = stats.tolist()
         if spread and math.isinf(fused_min_nonzero) and n_nonzero > 0:
             raise ValueError(f"{name}: the summary given was read without its minima; the spread check needs them")
         if spread and math.isnan(sum_sq) and not math.isnan(hi_f):
             raise ValueError(f"{name}: the summary given was read without its sum of squares; a shaped fit needs it")
-        sums = stats[3:5] if t.dtype == torch.float32 else None
+        if t.dtype == torch.float32:
+            sums, host_sums = stats[3:5], (total, sum_sq)
     else:
         lo, hi = torch.aminmax(t)
         nonzero = torch.count_nonzero(t)
@@ -148,7 +155,9 @@ def check_magnitudes(
     n_nonzero = int(n_nonzero)
     if n_nonzero == 0:
         raise ValueError(f"{name} is all zeros ({t.numel()} elements); no distribution can be fitted")
-    mags = Magnitudes(values=t, d=t.numel(), n_nonzero=n_nonzero, max=hi_f, signed=signed, sums=sums)
+    mags = Magnitudes(
+        values=t, d=t.numel(), n_nonzero=n_nonzero, max=hi_f, signed=signed, sums=sums, host_sums=host_sums
+    )
     if spread:
         if n_nonzero == 1:
             raise ValueError(f"{name} has a single non-zero value; the shape of a distribution needs at least two")

@@ -40,8 +40,11 @@ def _by_blocks(read: Callable[[int, int], T], n: int) -> list[T]:
     """``read(start, stop)`` of every :data:`SUM_BLOCK`-element block of ``n`` elements, in block order; the blocks
     shared out over torch's threads in contiguous runs (:func:`gradstat.theory.kernels.native.pieces`)."""
     blocks = [(a, min(a + SUM_BLOCK, n)) for a in range(0, n, SUM_BLOCK)] or [(0, 0)]
-    runs: list[list[tuple[int, int]]] = [[] for _ in native.pieces(n)]
-    starts = [a for a, _ in native.pieces(n)]
+    pieces = native.pieces(n)
+    if len(pieces) == 1:  # one thread reads them all, here
+        return [read(a, b) for a, b in blocks]
+    runs: list[list[tuple[int, int]]] = [[] for _ in pieces]
+    starts = [a for a, _ in pieces]
     for block in blocks:
         runs[max(i for i, a in enumerate(starts) if a <= block[0])].append(block)
 
@@ -79,15 +82,24 @@ def _native_tail(
 ) -> torch.Tensor:
     """:func:`tail_moments` (without logarithms) by the C loop, block by block over torch's threads, the blocks'
     sums joined."""
+    values = tail_values(x, float(above), float(shift), float(inv_unit), squares)
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def tail_values(
+    x: torch.Tensor, above: float, shift: float, inv_unit: float, squares: bool = True
+) -> tuple[float, float, float]:
+    """The C loop of :func:`tail_moments` (no logarithms) on host numbers: ``(n, sum z, sum z^2)`` as Python floats,
+    for a caller whose scalar arithmetic runs on the host (:mod:`gradstat.theory.scalars`). Only where
+    ``tail_moments.native_for`` holds."""
     ext = native.extension()
     assert ext is not None
     data = x.detach().reshape(-1).numpy()
-    a, s, u = float(above), float(shift), float(inv_unit)
-    parts = _by_blocks(lambda lo, hi: ext.tail_f32(data, lo, hi, a, s, u, squares), data.size)
+    parts = _by_blocks(lambda lo, hi: ext.tail_f32(data, lo, hi, above, shift, inv_unit, squares), data.size)
     count = float(sum(p[0] for p in parts))
     total = math.fsum(p[1] for p in parts)
     sum_sq = math.fsum(p[2] for p in parts) if squares else math.nan
-    return torch.tensor((count, total, sum_sq), dtype=torch.float64)
+    return (count, total, sum_sq)
 
 
 def _summary_applies(x: torch.Tensor, *args: object) -> bool:
