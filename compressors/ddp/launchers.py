@@ -3,14 +3,16 @@
 A communication hook only compresses when it is registered on the ``DistributedDataParallel`` module that trains.
 Some launchers take a hook through an option of their own and do not always use it: Accelerate's
 ``DistributedDataParallelKwargs(comm_hook=...)`` accepts only its own ``DDPCommunicationHookType`` values and trains
-with DDP's default all-reduce when given a callable, saying nothing. Two remedies, one per function:
+with DDP's default all-reduce when given a callable, saying nothing; Lightning's ``DDPStrategy(ddp_comm_hook=...,
+ddp_comm_state=...)`` registers the hook only on CUDA devices and drops it the same way on CPU. Two remedies, one per
+function:
 
 - :func:`register_hook`: build the hook for a compressor and register it on the DDP model itself (what
   ``accelerator.prepare(model)`` returns, what a torchrun script wraps), bound to the module it wraps;
 - :class:`HookWatch` / :func:`expect_hook`: before every optimizer step, check that the hook ran during the backward
-  pass since the last step, and raise :class:`HookNeverRan` (a ``RuntimeError``) saying so otherwise. Lightning's
-  ``DDPStrategy(ddp_comm_hook=hook, ddp_comm_state=state)`` registers the hook itself; a callback calling
-  :meth:`HookWatch.check` in ``on_before_optimizer_step`` confirms that it does.
+  pass since the last step, and raise :class:`HookNeverRan` (a ``RuntimeError``) saying so otherwise. Under
+  Lightning, a callback calls :func:`register_hook` on ``trainer.strategy.model`` in ``on_fit_start`` and
+  :meth:`HookWatch.check` in ``on_before_optimizer_step``.
 
 ``docs/guide/launchers.md`` gives the recipes for torchrun, Accelerate and Lightning.
 """
@@ -50,9 +52,11 @@ class HookWatch:
                 f"gradstat's communication hook did not run during the backward pass before this optimizer step "
                 f"(hook step counter still {step}): DDP averaged the gradients with its default all-reduce, "
                 "uncompressed. The hook is not registered on the DistributedDataParallel model that trains; "
-                "Accelerate's DistributedDataParallelKwargs(comm_hook=...) drops a callable hook silently. Register "
-                "it on the wrapped model instead: gradstat.compressors.ddp.register_hook(model, compressor, feedback, "
-                "optimizer=optimizer) after accelerator.prepare(...) or DistributedDataParallel(...)"
+                "Accelerate's DistributedDataParallelKwargs(comm_hook=...) drops a callable hook silently, and so "
+                "does Lightning's DDPStrategy(ddp_comm_hook=...) on CPU. Register it on the wrapped model instead: "
+                "gradstat.compressors.ddp.register_hook(model, compressor, feedback, optimizer=optimizer) after "
+                "accelerator.prepare(...) or DistributedDataParallel(...), or on trainer.strategy.model in a "
+                "Lightning callback's on_fit_start"
             )
         self._seen = step
 
