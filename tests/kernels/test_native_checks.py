@@ -3,6 +3,8 @@ buffer, with a message naming the loop."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -31,7 +33,8 @@ def test_another_element_type_is_refused():
 def test_an_empty_range_gives_the_neutral_results():
     ext = native.extension()
     x = np.ones(4, dtype=np.float32)
-    assert ext.tail_f32(x, 2, 2, 0.0, 0.0, 1.0, True) == (0, 0.0, 0.0)
+    assert ext.tail_f32(x, 2, 2, 0.0, 0.0, 1.0, True) == (0, 0.0, 0.0, 0.0)
+    assert ext.tail_f32(x, 2, 2, 0.0, 0.0, 1.0, True, True) == (0, 0.0, 0.0, 0.0)
     lo, hi, count, total, sum_sq, smallest, nan = ext.summary_f32(x, 1, 1, True, True, True)
     assert (lo, hi, count, total, sum_sq, smallest, nan) == (
         float("inf"),
@@ -66,3 +69,37 @@ def test_the_statistics_do_not_depend_on_the_thread_count(monkeypatch, n):
             )
         )
     assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+
+
+EDGES = [1e-45, 1.2e-38, 1.1754944e-38, 0.70710677, 0.70710683, 1.0, 1.0000001, 1.4142135, 1.4142137, 2.0, 3.0, 1e10,
+         3.4028235e38]  # fmt: skip
+"""float32 magnitudes at the log's edges: subnormals, the smallest normal, both sides of sqrt(1/2) and sqrt(2)
+(where the mantissa is halved), 1 and its neighbour, powers of two, float32's largest."""
+
+
+@pytest.mark.parametrize("avx2", [True, False])
+def test_the_sum_of_logarithms_is_the_float64_log_of_each_magnitude(avx2: bool) -> None:
+    # each edge value alone in a range of 8 (one AVX2 step) and of 3 (the scalar loop): the sum is 8 (3) times the
+    # float64 logarithm of the float32 magnitude plus log(inv_unit), to 2 float64 ulps of each term
+    ext = native.extension()
+    before = ext.set_avx2(avx2)
+    try:
+        for value in EDGES:
+            for n in (8, 3):
+                x = np.full(n, np.float32(value))
+                x[::2] *= -1  # magnitudes: the signs must not matter
+                count, _, _, sum_log = ext.tail_f32(x, 0, n, 0.0, 0.0, 0.125, False, True)
+                want = n * (math.log(float(np.float32(value))) + math.log(0.125))
+                assert count == n and sum_log == pytest.approx(want, rel=4e-16 * n, abs=1e-300), (value, n)
+    finally:
+        ext.set_avx2(before)
+
+
+def test_the_sum_of_logarithms_leaves_out_unused_elements_and_follows_zero_and_infinity() -> None:
+    ext = native.extension()
+    x = np.array([0.0, 0.5, -4.0, np.nan, 2.0, 0.0, 0.25, 8.0, 16.0], dtype=np.float32)
+    _, _, _, sum_log = ext.tail_f32(x, 0, x.size, 1.0, 0.0, 1.0, False, True)  # |x| > 1: 4, 2, 8, 16
+    assert sum_log == pytest.approx(math.log(4 * 2 * 8 * 16), rel=1e-15)
+    assert ext.tail_f32(x, 0, x.size, -1.0, 0.0, 1.0, False, True)[3] == -math.inf  # zeros used: log 0
+    y = np.array([1.0] * 7 + [np.inf], dtype=np.float32)
+    assert ext.tail_f32(y, 0, 8, 0.0, 0.0, 1.0, False, True)[3] == math.inf

@@ -160,7 +160,8 @@ class Exceedances:
             shift = float(S.in_dtype(self.above if self.shift is None else self.shift, dtype))
         squares = self.squares or logs
         if tail_moments.native_for(self.x, None, None, None, logs, squares):
-            return S.host_values(tail_values(self.x, above, shift, 1.0 / self.unit, squares))
+            values = tail_values(self.x, above, shift, 1.0 / self.unit, squares, logs)
+            return S.host_values(values if logs else values[:3])
         as_0d = [torch.tensor(v, dtype=torch.float64, device=self.x.device) for v in (above, shift, 1.0 / self.unit)]
         return S.host_values(tail_moments(self.x, *as_0d, logs, squares))
 

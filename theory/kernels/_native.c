@@ -8,7 +8,7 @@ before it reads or writes, then releases the GIL for its loop: the callers split
 - select_f32 / select_f64: threshold compaction (compaction.py): the increasing indices of v >= t (v = |x| or x),
   with the largest v and a NaN flag kept in the same read; 16 float32 elements per AVX2 step.
 - summary_f32 / tail_f32: the stage statistics of stage_stats.py (extremes, nonzero count and float64 sums of |x|,
-  and count and sums over |x| > t), one read of a float32 piece.
+  and count and sums over |x| > t, with the sum of logarithms a gamma fit reads), one read of a float32 piece.
 - quantize_rows, reconstruct_rows, nested_rows, nested_estimate: the counter-dither loops of counter_dither.py and
   NDQSG's nested worker (counter_native.py), float32 values and int8 codes, 8 elements per AVX2 step.
 
@@ -730,13 +730,108 @@ static PyObject* gs_summary_f32(PyObject* self, PyObject* args) {
                          r.sumsq, extremes ? (double)r.lonz : INFINITY, r.nan ? Py_True : Py_False);
 }
 
+/* The sum of logarithms without a logarithm per element: for a = m 2^k (m in [1, 2)), sum log a = (sum k) ln 2 +
+   log(prod m). The mantissas' product is kept per lane in float64 (each multiplication rounds by at most 2^-53,
+   so after N of them log(prod m) is off by at most N 2^-53: about 2e-12 for a block of 65,536 elements, far below
+   a float32 logarithm's own rounding, which the reference sums), renormalised into the exponent sum every
+   GS_LOG_RENORM steps (prod m < 2^GS_LOG_RENORM stays finite); one libm log per lane at the end. A zero used
+   element makes the sum -inf and an infinite one +inf (both: NaN), as the reference's logarithms do. */
+#define GS_LOG_RENORM 512
+
 typedef struct {
-    double sum, sumsq;
+    double product[4], exponents;
+    int zero, inf;
+} gs_logsum;
+
+static void gs_logsum_init(gs_logsum* l) {
+    for (int j = 0; j < 4; j++) l->product[j] = 1.0;
+    l->exponents = 0.0;
+    l->zero = l->inf = 0;
+}
+
+/* the scalar step: one used magnitude a >= 0 into lane j */
+static inline void gs_logsum_add(gs_logsum* l, int j, double a) {
+    if (a == 0.0) {
+        l->zero = 1;
+        return;
+    }
+    if (isinf(a)) {
+        l->inf = 1;
+        return;
+    }
+    int k;
+    double m = frexp(a, &k); /* a = m 2^k, m in [1/2, 1) */
+    l->product[j] *= m;
+    l->exponents += k;
+    if (l->product[j] < 1e-150) { /* (far from float64's range: renormalise) */
+        l->product[j] = frexp(l->product[j], &k);
+        l->exponents += k;
+    }
+}
+
+static double gs_logsum_value(const gs_logsum* l, int64_t used, double log_unit) {
+    if (l->zero || l->inf) return l->zero && l->inf ? NAN : (l->zero ? -INFINITY : INFINITY);
+    double logs = l->exponents * 0.69314718055994530942;
+    for (int j = 0; j < 4; j++) logs += log(l->product[j]);
+    return logs + (double)used * log_unit;
+}
+
+#ifdef GS_AVX2
+/* the AVX2 step: 4 float64 magnitudes a, of which the lanes of the mask used count, into the product p and the
+   exponent sum k (both per lane); zero and infinite used lanes are flagged in special */
+__attribute__((target("avx2"))) static inline void gs_logsum_step(__m256d a, __m256d used, __m256d* p, __m256d* k,
+                                                                  __m256d* zero, __m256d* inf) {
+    const __m256i mant = _mm256_set1_epi64x(0x000FFFFFFFFFFFFFLL);
+    const __m256i one_bits = _mm256_set1_epi64x(0x3FF0000000000000LL);
+    const __m256i two52 = _mm256_set1_epi64x(0x4330000000000000LL);
+    const __m256d bias = _mm256_set1_pd(4503599627370496.0 + 1023.0), one = _mm256_set1_pd(1.0);
+    __m256i bits = _mm256_castpd_si256(a);
+    __m256d m = _mm256_castsi256_pd(_mm256_or_si256(_mm256_and_si256(bits, mant), one_bits));
+    __m256d e = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(_mm256_srli_epi64(bits, 52), two52)), bias);
+    *p = _mm256_mul_pd(*p, _mm256_blendv_pd(one, m, used));
+    *k = _mm256_add_pd(*k, _mm256_and_pd(e, used));
+    *zero = _mm256_or_pd(*zero, _mm256_and_pd(used, _mm256_cmp_pd(a, _mm256_setzero_pd(), _CMP_EQ_OQ)));
+    *inf = _mm256_or_pd(*inf, _mm256_and_pd(used, _mm256_cmp_pd(a, _mm256_set1_pd(INFINITY), _CMP_EQ_OQ)));
+}
+
+/* the lanes' products back into [1, 2), their exponents added to k */
+__attribute__((target("avx2"))) static inline void gs_logsum_renorm(__m256d* p, __m256d* k) {
+    const __m256i mant = _mm256_set1_epi64x(0x000FFFFFFFFFFFFFLL);
+    const __m256i one_bits = _mm256_set1_epi64x(0x3FF0000000000000LL);
+    const __m256i two52 = _mm256_set1_epi64x(0x4330000000000000LL);
+    const __m256d bias = _mm256_set1_pd(4503599627370496.0 + 1023.0);
+    __m256i bits = _mm256_castpd_si256(*p);
+    *k = _mm256_add_pd(*k, _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(_mm256_srli_epi64(bits, 52), two52)),
+                                         bias));
+    *p = _mm256_castsi256_pd(_mm256_or_si256(_mm256_and_si256(bits, mant), one_bits));
+}
+
+/* the AVX2 lanes' state into the scalar one (products multiplied per lane, exponents and flags joined) */
+__attribute__((target("avx2"))) static void gs_logsum_join(gs_logsum* l, __m256d p0, __m256d p1, __m256d k0,
+                                                           __m256d k1, __m256d zero, __m256d inf) {
+    gs_logsum_renorm(&p0, &k0);
+    gs_logsum_renorm(&p1, &k1);
+    double a[4], b[4], c[4], d[4];
+    _mm256_storeu_pd(a, p0);
+    _mm256_storeu_pd(b, p1);
+    _mm256_storeu_pd(c, k0);
+    _mm256_storeu_pd(d, k1);
+    for (int j = 0; j < 4; j++) {
+        l->product[j] = a[j] * b[j]; /* each in [1, 2): the product stays in [1, 4) */
+        l->exponents += c[j] + d[j];
+    }
+    if (_mm256_movemask_pd(zero)) l->zero = 1;
+    if (_mm256_movemask_pd(inf)) l->inf = 1;
+}
+#endif
+
+typedef struct {
+    double sum, sumsq, sumlog;
     int64_t count;
 } gs_tail;
 
 static void tail_scalar(const float* x, int64_t i, int64_t end, double above, double shift, double inv_unit,
-                        int squares, gs_tail* r) {
+                        int squares, int logs, gs_logsum* l, gs_tail* r) {
     double s[4] = {0, 0, 0, 0}, q[4] = {0, 0, 0, 0};
     for (; i < end; i++) {
         double a = (double)fabsf(x[i]);
@@ -745,27 +840,31 @@ static void tail_scalar(const float* x, int64_t i, int64_t end, double above, do
         r->count += used;
         s[i & 3] += z;
         if (squares) q[i & 3] += z * z;
+        if (logs && used) gs_logsum_add(l, (int)(i & 3), a);
     }
     r->sum += (s[0] + s[1]) + (s[2] + s[3]);
     r->sumsq += (q[0] + q[1]) + (q[2] + q[3]);
 }
 
 #ifdef GS_AVX2
+
 /* 8 float32 per step, compared and shifted in float64 (two groups of 4 lanes); unused lanes (NaN among them)
    blended to 0 before they reach the sums */
 __attribute__((target("avx2"))) static int64_t tail_avx2(const float* x, int64_t i, int64_t end, double above,
-                                                        double shift, double inv_unit, int squares, gs_tail* r) {
+                                                        double shift, double inv_unit, int squares, int logs,
+                                                        gs_logsum* l, gs_tail* r) {
     const __m256 keep = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256d va = _mm256_set1_pd(above), vs = _mm256_set1_pd(shift), vu = _mm256_set1_pd(inv_unit);
-    const __m256d zero = _mm256_setzero_pd();
+    const __m256d zero = _mm256_setzero_pd(), one = _mm256_set1_pd(1.0);
     __m256d s0 = zero, s1 = zero, q0 = zero, q1 = zero;
-    int64_t count = 0;
+    __m256d p0 = one, p1 = one, k0 = zero, k1 = zero, zeros = zero, infs = zero;
+    int64_t count = 0, steps = 0;
     for (; i + 8 <= end; i += 8) {
         __m256 e = _mm256_and_ps(_mm256_loadu_ps(x + i), keep);
         __m256d a0 = _mm256_cvtps_pd(_mm256_castps256_ps128(e)), a1 = _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1));
         __m256d u0 = _mm256_cmp_pd(a0, va, _CMP_GT_OQ), u1 = _mm256_cmp_pd(a1, va, _CMP_GT_OQ);
-        count += __builtin_popcount((unsigned)_mm256_movemask_pd(u0)) +
-                 __builtin_popcount((unsigned)_mm256_movemask_pd(u1));
+        int m0 = _mm256_movemask_pd(u0), m1 = _mm256_movemask_pd(u1);
+        count += __builtin_popcount((unsigned)m0) + __builtin_popcount((unsigned)m1);
         __m256d z0 = _mm256_and_pd(_mm256_mul_pd(_mm256_sub_pd(a0, vs), vu), u0);
         __m256d z1 = _mm256_and_pd(_mm256_mul_pd(_mm256_sub_pd(a1, vs), vu), u1);
         s0 = _mm256_add_pd(s0, z0);
@@ -774,37 +873,53 @@ __attribute__((target("avx2"))) static int64_t tail_avx2(const float* x, int64_t
             q0 = _mm256_add_pd(q0, _mm256_mul_pd(z0, z0));
             q1 = _mm256_add_pd(q1, _mm256_mul_pd(z1, z1));
         }
+        if (logs && (m0 | m1)) { /* (a step with no used lane adds nothing: skipped) */
+            gs_logsum_step(a0, u0, &p0, &k0, &zeros, &infs);
+            gs_logsum_step(a1, u1, &p1, &k1, &zeros, &infs);
+            if (++steps % GS_LOG_RENORM == 0) {
+                gs_logsum_renorm(&p0, &k0);
+                gs_logsum_renorm(&p1, &k1);
+            }
+        }
     }
     r->count += count;
     r->sum += gs_hsum(_mm256_add_pd(s0, s1));
     r->sumsq += gs_hsum(_mm256_add_pd(q0, q1));
+    if (logs) gs_logsum_join(l, p0, p1, k0, k1, zeros, infs);
     return i;
 }
 #endif
 
-/* tail_f32(x, start, end, above, shift, inv_unit, squares) -> (n, sum z, sum z^2) over the elements of
-   x[start:end) with a = |x| > above (float64 comparisons; NaN never used), z = (a - shift) * inv_unit in float64;
-   without squares the sum of squares is not formed (returned as 0). */
+/* tail_f32(x, start, end, above, shift, inv_unit, squares, logs=False) -> (n, sum z, sum z^2, sum log z) over the
+   elements of x[start:end) with a = |x| > above (float64 comparisons; NaN never used), z = (a - shift) * inv_unit
+   in float64, and, with logs (for shift 0), log z = log a + log inv_unit summed through the mantissas' product
+   (gs_logsum: within 2e-12 of the float64 sum of exact logarithms per block); without squares the sum of squares
+   is not formed (returned as 0), without logs the sum of
+   logarithms is 0. */
 static PyObject* gs_tail_f32(PyObject* self, PyObject* args) {
     (void)self;
     PyObject* xo;
     long long start, end;
     double above, shift, inv_unit;
-    int squares;
-    if (!PyArg_ParseTuple(args, "OLLdddp", &xo, &start, &end, &above, &shift, &inv_unit, &squares)) return NULL;
+    int squares, logs = 0;
+    if (!PyArg_ParseTuple(args, "OLLdddp|p", &xo, &start, &end, &above, &shift, &inv_unit, &squares, &logs))
+        return NULL;
     gs_views v = {.held = 0};
     const float* data;
     if (gs_float_piece(xo, start, end, "tail_f32", &v, &data)) return NULL;
-    gs_tail r = {0.0, 0.0, 0};
+    gs_tail r = {0.0, 0.0, 0.0, 0};
+    gs_logsum l;
+    gs_logsum_init(&l);
     Py_BEGIN_ALLOW_THREADS;
     int64_t i = start;
 #ifdef GS_AVX2
-    if (gs_wide()) i = tail_avx2(data, i, end, above, shift, inv_unit, squares, &r);
+    if (gs_wide()) i = tail_avx2(data, i, end, above, shift, inv_unit, squares, logs, &l, &r);
 #endif
-    tail_scalar(data, i, end, above, shift, inv_unit, squares, &r);
+    tail_scalar(data, i, end, above, shift, inv_unit, squares, logs, &l, &r);
+    if (logs) r.sumlog = gs_logsum_value(&l, r.count, log(inv_unit));
     Py_END_ALLOW_THREADS;
     gs_release(&v);
-    return Py_BuildValue("Ldd", (long long)r.count, r.sum, r.sumsq);
+    return Py_BuildValue("Lddd", (long long)r.count, r.sum, r.sumsq, r.sumlog);
 }
 
 static PyObject* gs_avx2(PyObject* self, PyObject* unused) {

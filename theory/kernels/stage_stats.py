@@ -10,7 +10,7 @@ elements as read (float32 or float64), so no square, sum or logarithm over- or u
 float32 vector, and the elements are never rewritten.
 
 Each is one read of ``x`` by gradstat's C loop (``summary_f32``/``tail_f32`` of the extension: a contiguous float32
-CPU vector, logarithms aside) or by its compiled kernel (:mod:`gradstat.theory.kernels.fused`), as
+CPU vector) or by its compiled kernel (:mod:`gradstat.theory.kernels.fused`), as
 :mod:`gradstat.theory.kernels.policy` chooses; eagerly, the same functions are the plain reference (several passes
 and float64 temporaries). The forms agree within the rounding of float64 sums taken in another order.
 """
@@ -82,24 +82,27 @@ def _native_tail(
 ) -> torch.Tensor:
     """:func:`tail_moments` (without logarithms) by the C loop, block by block over torch's threads, the blocks'
     sums joined."""
-    values = tail_values(x, float(above), float(shift), float(inv_unit), squares)
-    return torch.tensor(values, dtype=torch.float64)
+    values = tail_values(x, float(above), float(shift), float(inv_unit), squares, logs)
+    return torch.tensor(values if logs else values[:3], dtype=torch.float64)
 
 
 def tail_values(
-    x: torch.Tensor, above: float, shift: float, inv_unit: float, squares: bool = True
-) -> tuple[float, float, float]:
-    """The C loop of :func:`tail_moments` (no logarithms) on host numbers: ``(n, sum z, sum z^2)`` as Python floats,
-    for a caller whose scalar arithmetic runs on the host (:mod:`gradstat.theory.scalars`). Only where
-    ``tail_moments.native_for`` holds."""
+    x: torch.Tensor, above: float, shift: float, inv_unit: float, squares: bool = True, logs: bool = False
+) -> tuple[float, float, float, float]:
+    """The C loop of :func:`tail_moments` on host numbers: ``(n, sum z, sum z^2, sum log z)`` as Python floats (the
+    sum of logarithms NaN without ``logs``), for a caller whose scalar arithmetic runs on the host
+    (:mod:`gradstat.theory.scalars`). Only where ``tail_moments.native_for`` holds. The C loop takes each
+    logarithm in float64 of the float32 magnitude (the reference takes it in float32: within the 2 ulps of each
+    logarithm the catalog allows)."""
     ext = native.extension()
     assert ext is not None
     data = x.detach().reshape(-1).numpy()
-    parts = _by_blocks(lambda lo, hi: ext.tail_f32(data, lo, hi, above, shift, inv_unit, squares), data.size)
+    parts = _by_blocks(lambda lo, hi: ext.tail_f32(data, lo, hi, above, shift, inv_unit, squares, logs), data.size)
     count = float(sum(p[0] for p in parts))
     total = math.fsum(p[1] for p in parts)
     sum_sq = math.fsum(p[2] for p in parts) if squares else math.nan
-    return (count, total, sum_sq)
+    sum_log = math.fsum(p[3] for p in parts) if logs else math.nan
+    return (count, total, sum_sq, sum_log)
 
 
 def _summary_applies(x: torch.Tensor, *args: object) -> bool:
@@ -108,7 +111,7 @@ def _summary_applies(x: torch.Tensor, *args: object) -> bool:
 
 def _tail_applies(x: torch.Tensor, above: torch.Tensor, shift: torch.Tensor, inv_unit: torch.Tensor, logs: bool,
                   squares: bool = True) -> bool:  # fmt: skip
-    return not logs and native.reads_float32(x)
+    return native.reads_float32(x)
 
 
 @with_native(_native_summary, _summary_applies)
