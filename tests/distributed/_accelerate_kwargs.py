@@ -31,5 +31,17 @@ try:
 except HookNeverRan as exc:
     said = f"HookNeverRan: {exc}"
 (Path(sys.argv[1]) / f"rank-{accelerator.process_index}.txt").write_text(said)
+# Tear the process group down while the interpreter is fully alive. destroy_process_group alone leaves gloo's worker
+# threads running (gloo's shutdown is a no-op; the DDP model and Accelerate's lists still hold the group): a worker
+# that drops the last reference to a finished work during interpreter finalization aborts the rank (SIGABRT,
+# "terminate called without an active exception"), because the work's saved thread-local state holds a Python object
+# (the context that backward stashes) whose release needs the GIL. Releasing every reference first lets
+# destroy_process_group delete the group, which joins those threads here; the check below fails every run (not one in
+# a few dozen) where a reference is left.
 accelerator.wait_for_everyone()  # both verdicts written before either rank tears its process group down
+del model, optimizer, state, hook, option, accelerator
 torch.distributed.destroy_process_group()
+tasks = Path("/proc/self/task")  # Linux: one folder per thread, its name in comm
+if tasks.is_dir():
+    left = [name for t in tasks.iterdir() if "gloo" in (name := (t / "comm").read_text().strip())]
+    assert not left, f"gloo's threads outlive destroy_process_group (a reference to the group is left): {left}"
