@@ -228,7 +228,9 @@ def _multistage(
     later_method = _later_method(method)
     run_later = estimator(later, later_method)
     deltas = stage_ratios(ratio, stages, first_ratio) if ratios is None else _check_ratios(ratios, ratio, stages)
-    mags = check_magnitudes(abs_g, "abs_g", spread=first in SHAPED, signed=signed, stats=stats)
+    mags = check_magnitudes(
+        abs_g, "abs_g", spread=first in SHAPED, signed=signed, stats=stats, squares=first == "genpareto"
+    )
     check_length(mags.d, ratio)
     x = mags.values
     host = S.on_host(x)
@@ -242,7 +244,7 @@ def _multistage(
         bottom=mags.min_nonzero,
         signed=signed,
         preset=mags.first_moments(unit, host),
-        squares=first != "exponential",
+        squares=first == "genpareto",  # the exponential fit reads the mean, the gamma fit the mean and mean log
         host=host,
     )
     est = run_first(first_data)
@@ -317,15 +319,16 @@ def _multistage(
 
 def _finish(x: torch.Tensor, done: list[_Stage], fused_stages: bool, final_count: bool, host: bool) -> PotResult:
     """Read counts, validity and diagnostics back in one synchronisation and assemble the result."""
-    last = S.as_tensor(done[-1].threshold, x.device)
     final_survivors: S.Scalar
     if not final_count:
         final_survivors = S.constant(-1.0, x, host)  # not counted
-    elif fused_stages:  # the count of one fused pass over |x| (its sums are not used)
-        zero = torch.zeros((), dtype=torch.float64, device=x.device)
-        final_survivors = tail_moments(x, last.to(x.dtype).double(), zero, zero + 1, False)[0]
     else:
-        final_survivors = torch.count_nonzero(x > last.to(x.dtype)).double()
+        last = S.as_tensor(done[-1].threshold, x.device)
+        if fused_stages:  # the count of one fused pass over |x| (its sums are not used)
+            zero = torch.zeros((), dtype=torch.float64, device=x.device)
+            final_survivors = tail_moments(x, last.to(x.dtype).double(), zero, zero + 1, False)[0]
+        else:
+            final_survivors = torch.count_nonzero(x > last.to(x.dtype)).double()
     values = S.read([v for s in done for v in (s.count, s.ok)] + [final_survivors])
     counts, oks = values[0 : 2 * len(done) : 2], values[1 : 2 * len(done) : 2]
     survivors = counts[1:] + values[-1:]

@@ -278,3 +278,19 @@ def test_choose_by_bits_equals_where_bit_for_bit():
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))  # bit patterns: -0.0 kept apart from 0.0
     cols = bits.t().contiguous().t()  # the same values, column-major
     assert torch.equal(P.choose_by_bits(cols, f, t).view(torch.int32), want.view(torch.int32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_count_at_smallest_is_the_same_on_numpy_and_torch(dtype):
+    # the CPU form (numpy on the tensor's memory) against the torch form (a non-contiguous view takes it), on
+    # selections with and without ties at their smallest magnitude, signed values, and no selection at all
+    from gradstat.theory.kernels.primitives import count_at_smallest
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(-5, 6, (4000,), generator=g).to(dtype) * 0.25
+    strided = torch.stack([x, torch.zeros_like(x)], dim=1)[:, 0]  # same values, not contiguous
+    assert not strided.is_contiguous()
+    for size in (0, 1, 7, 300, 4000):
+        indices = torch.randperm(4000, generator=g)[:size].sort().values
+        want = 0 if size == 0 else int((x[indices].abs() == x[indices].abs().min()).sum())
+        assert count_at_smallest(x, indices) == want == count_at_smallest(strided, indices), size

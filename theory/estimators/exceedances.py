@@ -148,7 +148,7 @@ class Exceedances:
             shift = zero if self.above is None else (self.above if self.shift is None else self.shift)
             shift = shift.to(self.x.dtype).double()
             inv_unit = torch.tensor(1.0 / self.unit, dtype=torch.float64, device=self.x.device)
-            self._cache[key] = tail_moments(self.x, above, shift, inv_unit, logs, self.squares or logs)
+            self._cache[key] = tail_moments(self.x, above, shift, inv_unit, logs, self.squares)
         return self._cache[key]
 
     def _host_moments(self, logs: bool) -> list[S.Scalar]:
@@ -158,7 +158,7 @@ class Exceedances:
         if self.above is not None:
             above = float(S.in_dtype(self.above, dtype))
             shift = float(S.in_dtype(self.above if self.shift is None else self.shift, dtype))
-        squares = self.squares or logs
+        squares = self.squares
         if tail_moments.native_for(self.x, None, None, None, logs, squares):
             values = tail_values(self.x, above, shift, 1.0 / self.unit, squares, logs)
             return S.host_values(values if logs else values[:3])

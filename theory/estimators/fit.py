@@ -24,11 +24,11 @@ def resolve(
     float64 tensors there, as every Fit holds.
     """
     scale = estimate.params["scale"]
-    if device is None:
-        if not isinstance(scale, torch.Tensor):
+    if not isinstance(scale, torch.Tensor):
+        if device is None:
             raise ValueError("resolve: an estimate on host numbers needs the data's device")
-        device = scale.device
-    check_devices(estimate, dist, method, device)
+        return _resolve_host(estimate, dist, method, n, n_zeros, torch.device(device))
+    check_devices(estimate, dist, method, scale.device if device is None else device)
     values = S.read([estimate.converged] + [flag for flag, _ in estimate.flags])
     converged = bool(values.pop(0))
     warnings = [message for (_, message), on in zip(estimate.flags, values, strict=True) if on]
@@ -41,6 +41,20 @@ def resolve(
         converged=converged,
         iterations=estimate.iterations,
         warnings=warnings,
+    )
+
+
+def _resolve_host(estimate: Estimate, dist: str, method: str, n: int, n_zeros: int, device: torch.device) -> Fit:
+    """:func:`resolve` of an estimate on host numbers (:mod:`gradstat.theory.scalars`): nothing to read back."""
+    return Fit(
+        dist=dist,
+        method=method,
+        params={name: S.as_tensor(value, device) for name, value in estimate.params.items()},
+        n=n,
+        n_zeros=n_zeros,
+        converged=bool(estimate.converged),
+        iterations=estimate.iterations,
+        warnings=[message for flag, message in estimate.flags if flag],
     )
 
 

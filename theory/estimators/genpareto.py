@@ -16,6 +16,7 @@ alpha > -1 kept, where the MLE exists), all in torch float64 on the data's devic
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,6 +51,12 @@ _CHUNK = 1 << 16  # float64 elements per chunk of a likelihood pass (256 KiB per
 _THETA_FLOOR = 1e-7  # |theta| (normalised) kept above this: the profile has a removable singularity at 0
 
 
+@functools.lru_cache(maxsize=4)
+def _near_constant_warning(floor: float) -> str:
+    """The warning of a degenerate moment-matching fit at the noise floor ``floor`` (written once per floor)."""
+    return NEAR_CONSTANT_WARNING.format(floor=floor, ratio=1.0 / floor)
+
+
 def moment_matching(data: Exceedances) -> Estimate:
     """SIDCo (35) / (8)-(9): alpha = (1 - mu^2/var)/2, beta = mu (mu^2/var + 1)/2 from the sample mean and
     variance (n - 1 divisor) of the used values.
@@ -70,7 +77,7 @@ def moment_matching(data: Exceedances) -> Estimate:
         converged=S.logical_not(degenerate),
         flags=[
             (shape >= MM_RELIABLE_SHAPE, MM_WARNING),
-            (degenerate, NEAR_CONSTANT_WARNING.format(floor=floor, ratio=1.0 / floor)),
+            (degenerate, _near_constant_warning(floor)),
         ],
         degenerate=degenerate,
     )

@@ -103,7 +103,13 @@ class ConstantMagnitudes(ValueError):
 
 
 def check_magnitudes(
-    x: object, name: str = "x", *, spread: bool = False, signed: bool = False, stats: torch.Tensor | None = None
+    x: object,
+    name: str = "x",
+    *,
+    spread: bool = False,
+    signed: bool = False,
+    stats: torch.Tensor | None = None,
+    squares: bool | None = None,
 ) -> Magnitudes:
     """Validate |g| values and summarise them (one pass over the data, one host synchronisation).
 
@@ -123,6 +129,9 @@ def check_magnitudes(
         That summary of exactly this ``x`` (same ``signed``; with its minima, ``extremes``, when ``spread`` is
         checked or ``x`` holds magnitudes) when the caller has already read it (its own finiteness check): used in
         place of another pass.
+    squares : bool, optional
+        Whether the fit reads the sum of squares (then ``stats`` must hold it); default ``spread`` (the gamma fit
+        is shaped but reads the mean and the mean logarithm only).
 
     Raises
     ------
@@ -140,7 +149,7 @@ def check_magnitudes(
         lo_f, hi_f, n_nonzero, total, sum_sq, fused_min_nonzero = stats.tolist()
         if spread and math.isinf(fused_min_nonzero) and n_nonzero > 0:
             raise ValueError(f"{name}: the summary given was read without its minima; the spread check needs them")
-        if spread and math.isnan(sum_sq) and not math.isnan(hi_f):
+        if (spread if squares is None else squares) and math.isnan(sum_sq) and not math.isnan(hi_f):
             raise ValueError(f"{name}: the summary given was read without its sum of squares; a shaped fit needs it")
         if t.dtype == torch.float32:
             sums, host_sums = stats[3:5], (total, sum_sq)

@@ -128,6 +128,19 @@ def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
     return torch.nonzero(mask).squeeze(1)
 
 
+def count_at_smallest(x: torch.Tensor, indices: torch.Tensor) -> int:
+    """How many of the magnitudes ``|x[indices]|`` equal their smallest (0 for no index); one host read. On a CPU
+    numpy's gather, minimum and count on the few selected values (a small tensor's five torch operations cost
+    more than their work)."""
+    if indices.numel() == 0:
+        return 0
+    if cpu_contiguous(x) and indices.device.type == "cpu" and indices.dtype == torch.int64:
+        selected = np.abs(x.detach().numpy()[indices.numpy()])
+        return int(np.count_nonzero(selected == selected.min()))
+    selected = x.index_select(0, indices).abs_()
+    return int(torch.count_nonzero(selected == selected.min()))
+
+
 def count_true(mask: torch.Tensor) -> int:
     """Number of True elements of a bool tensor (``count_nonzero``: no int64 copy of the mask). Syncs."""
     return int(torch.count_nonzero(mask))

@@ -117,8 +117,9 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
     reads_summary = True
 
     def _summary(self, g: torch.Tensor) -> torch.Tensor:
-        # the minima only for a shaped first stage (its spread check); the exponential needs max, count and sum
-        return summary(g, True, self.dist in SHAPED, self.dist != "exponential")
+        # the minima only for a shaped first stage (its spread check); the sum of squares only for the generalized
+        # Pareto's variance (the exponential needs max, count and sum; the gamma the sum and the sum of logarithms)
+        return summary(g, True, self.dist in SHAPED, self.dist == "genpareto")
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         return self._fit(abs_g, ctx, payload, signed=False, original=g).threshold

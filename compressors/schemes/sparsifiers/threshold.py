@@ -32,6 +32,7 @@ from gradstat.theory.kernels.primitives import (
     abs_scratch,
     all_finite,
     count_at_least,
+    count_at_smallest,
     max_abs,
     normalise_by_pow2,
     pow2_exponent,
@@ -165,11 +166,10 @@ def break_ties(abs_g: torch.Tensor, indices: torch.Tensor, k: int) -> torch.Tens
     ``abs_g`` may also be the signed vector: only magnitudes are compared."""
     n = indices.numel()
     if n > k:
-        selected = abs_g.index_select(0, indices).abs_()
-        low = selected.min()
-        at_low = selected == low
-        n_low = int(torch.count_nonzero(at_low))
+        n_low = count_at_smallest(abs_g, indices)
         if n_low > 1 and n - n_low <= k:
+            selected = abs_g.index_select(0, indices).abs_()
+            at_low = selected == selected.min()
             keep = torch.cat([indices[~at_low], indices[at_low][: k - (n - n_low)]])
             return torch.sort(keep).values
         return indices
