@@ -29,8 +29,15 @@ import torch
 
 PG_TIMEOUT_S = 60.0
 TEARDOWN_S = 20.0
-PRELOAD = ["torch", "torch.distributed", "gradstat.compressors.ddp", "gradstat.analysis.training.workloads"]
-"""What the fork server imports before it forks any rank (the bulk of every rank's imports)."""
+PRELOAD = [
+    "torch",
+    "torch.distributed",
+    "torch._dynamo",
+    "gradstat.compressors.ddp",
+    "gradstat.analysis.training.workloads",
+]
+"""What the fork server imports before it forks any rank (the bulk of every rank's imports; DDP's constructor
+imports ``torch._dynamo``, about 1.2 s of CPU)."""
 
 
 def _entry(fn: Callable, rank: int, world: int, init_file: str, out_dir: str, kwargs: dict) -> None:
