@@ -35,7 +35,7 @@ def resolve(
     return Fit(
         dist=dist,
         method=method,
-        params={name: S.as_tensor(value, torch.device(device)) for name, value in estimate.params.items()},
+        params=estimate.params,
         n=n,
         n_zeros=n_zeros,
         converged=converged,
