@@ -142,6 +142,7 @@ def multistage_threshold(
     final_count: bool = True,
     stats: torch.Tensor | None = None,
     narrow: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
+    details: bool = True,
 ) -> PotResult:
     """Threshold for a target ratio by M-stage peak over threshold (SIDCo Sec. 2.4, Lemma 2, Cor. 2.1).
 
@@ -189,6 +190,10 @@ def multistage_threshold(
         whole vector) and the last stage runs on them; their indices are returned as ``candidates`` (and their
         magnitudes as ``candidate_magnitudes``), from which the caller selects. Same statistics up to the order
         of their sums.
+    details : bool
+        Build each completed stage's :class:`StageResult` (its fit as a :class:`Fit`, threshold and survivors);
+        False leaves ``stages`` empty and returns the threshold and the reason to stop only (a compressor's encode,
+        which reads nothing else: on a small tensor the fits' objects cost more than the arithmetic).
 
     Returns
     -------
@@ -199,7 +204,7 @@ def multistage_threshold(
     with np.errstate(all="ignore"):  # host scalars: inf and NaN as the tensors give them, without warnings
         return _multistage(
             abs_g, ratio, stages, first, later, first_ratio, ratios, anchor, method, quantile, signed, final_count,
-            stats, narrow,
+            stats, narrow, details,
         )  # fmt: skip
 
 
@@ -218,6 +223,7 @@ def _multistage(
     final_count: bool,
     stats: torch.Tensor | None,
     narrow: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None,
+    details: bool,
 ) -> PotResult:
     ratio = check_ratio(ratio)
     _choice(first, FIRST, "first")
@@ -311,14 +317,17 @@ def _multistage(
         ok = done[-1].ok & (count >= 2) & est.valid() & S.isfinite(candidate)
         eta = S.where(ok, candidate, prev)
         done.append(_Stage(delta, eta, est, count, ok, 0, later_method, later))
-    result = _finish(x, done, fused_stages, final_count, host)
+    result = _finish(x, done, fused_stages, final_count, host, details)
     if candidates is not None:
         result.candidates, result.candidate_magnitudes = candidates, x
     return result
 
 
-def _finish(x: torch.Tensor, done: list[_Stage], fused_stages: bool, final_count: bool, host: bool) -> PotResult:
-    """Read counts, validity and diagnostics back in one synchronisation and assemble the result."""
+def _finish(
+    x: torch.Tensor, done: list[_Stage], fused_stages: bool, final_count: bool, host: bool, details: bool
+) -> PotResult:
+    """Read counts, validity and diagnostics back in one synchronisation and assemble the result (the stages'
+    fits only with ``details``)."""
     final_survivors: S.Scalar
     if not final_count:
         final_survivors = S.constant(-1.0, x, host)  # not counted
@@ -335,6 +344,7 @@ def _finish(x: torch.Tensor, done: list[_Stage], fused_stages: bool, final_count
 
     stages: list[StageResult] = []
     reason = None
+    completed = 0
     for m, (s, n, ok) in enumerate(zip(done, counts, oks, strict=True), start=1):
         if not ok:
             n = int(n)
@@ -349,6 +359,9 @@ def _finish(x: torch.Tensor, done: list[_Stage], fused_stages: bool, final_count
             if m == 1:
                 reason = "stage 1: degenerate fit (non-finite parameters); threshold 0"
             break
+        completed = m
+        if not details:
+            continue
         fit = resolve(s.estimate, s.dist, s.method, int(n), s.n_zeros, x.device)
         if s.note:
             fit.warnings.append(s.note)
@@ -360,7 +373,10 @@ def _finish(x: torch.Tensor, done: list[_Stage], fused_stages: bool, final_count
                 survivors=None if m == len(done) and not final_count else _count(survivors[m - 1], x.device),
             )
         )
-    final = stages[-1].threshold if stages else torch.zeros((), dtype=torch.float64, device=x.device)
+    if not completed:
+        final = torch.zeros((), dtype=torch.float64, device=x.device)
+    else:
+        final = stages[-1].threshold if stages else S.as_tensor(done[completed - 1].threshold, x.device)
     return PotResult(threshold=final, stages=stages, stopped_reason=reason)
 
 

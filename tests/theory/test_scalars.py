@@ -164,3 +164,15 @@ def test_where_clamp_and_not_keep_their_kind_and_nan() -> None:
     assert scalars.logical_not(False) is np.True_  # (~False is -1 in Python)
     t = scalars.where(torch.tensor(False), torch.tensor(1.0, dtype=torch.float64), 2.0)
     assert isinstance(t, torch.Tensor) and float(t) == 2.0
+
+
+@pytest.mark.parametrize("first", ["exponential", "gamma", "genpareto"])
+@pytest.mark.parametrize("kind", ["laplace", "two_values"])
+def test_without_details_the_threshold_and_the_reason_are_the_same(first: str, kind: str) -> None:
+    x = _vector(kind, 1.0, seed=5)
+    for stages in (1, 3):
+        full = multistage_threshold(x, 1e-3, stages, first=first, signed=True)
+        lean = multistage_threshold(x, 1e-3, stages, first=first, signed=True, details=False)
+        assert lean.stages == [] and len(full.stages) >= 1
+        assert lean.threshold.dtype == torch.float64 and torch.equal(lean.threshold, full.threshold), stages
+        assert lean.stopped_reason == full.stopped_reason

@@ -168,6 +168,7 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
                 final_count=False,  # the selection counts it
                 stats=stats,
                 narrow=exceedances_above if narrow else None,
+                details=False,  # (the encode reads the threshold and the reason only)
             )
         except ConstantMagnitudes as exc:
             value = float(max_abs(original)) if original is not None else exc.value
