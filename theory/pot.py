@@ -235,7 +235,13 @@ def _multistage(
     run_later = estimator(later, later_method)
     deltas = stage_ratios(ratio, stages, first_ratio) if ratios is None else _check_ratios(ratios, ratio, stages)
     mags = check_magnitudes(
-        abs_g, "abs_g", spread=first in SHAPED, signed=signed, stats=stats, squares=first == "genpareto"
+        abs_g,
+        "abs_g",
+        spread=first in SHAPED,
+        signed=signed,
+        stats=stats,
+        squares=first == "genpareto",
+        logs=first == "gamma",
     )
     check_length(mags.d, ratio)
     x = mags.values

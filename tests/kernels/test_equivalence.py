@@ -100,6 +100,7 @@ def _statistics_cases() -> dict[str, dict[str, Case]]:
                         summary[f"{tag}-abs={absolute}-ext={extremes}-sq={squares}"] = (
                             lambda device, f=x_of, a=absolute, e=extremes, s=squares: (f(device), a, e, s)
                         )
+                summary[f"{tag}-logs"] = lambda device, f=x_of: (f(device), True, True, False, True)
                 for logs in (False, True):
                     tails[f"{tag}-logs={logs}"] = lambda device, f=x_of, logs=logs, scale=scale: (
                         f(device),
@@ -119,6 +120,7 @@ def _statistics_cases() -> dict[str, dict[str, Case]]:
 
             for absolute in (True, False):
                 summary[f"n={n}-{name}-abs={absolute}"] = lambda device, f=with_special, a=absolute: (f(device), a)
+            summary[f"n={n}-{name}-logs"] = lambda device, f=with_special: (f(device), True, True, True, True)
             excess[f"n={n}-{name}"] = lambda device, f=with_special: (f(device), _f64(0.7, device))
             tails[f"n={n}-{name}"] = lambda device, f=with_special: (
                 f(device),

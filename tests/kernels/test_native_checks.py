@@ -35,16 +35,17 @@ def test_an_empty_range_gives_the_neutral_results():
     x = np.ones(4, dtype=np.float32)
     assert ext.tail_f32(x, 2, 2, 0.0, 0.0, 1.0, True) == (0, 0.0, 0.0, 0.0)
     assert ext.tail_f32(x, 2, 2, 0.0, 0.0, 1.0, True, True) == (0, 0.0, 0.0, 0.0)
-    lo, hi, count, total, sum_sq, smallest, nan = ext.summary_f32(x, 1, 1, True, True, True)
-    assert (lo, hi, count, total, sum_sq, smallest, nan) == (
-        float("inf"),
-        float("-inf"),
-        0,
-        0.0,
-        0.0,
-        float("inf"),
-        False,
-    )
+    for logs in (False, True):
+        assert ext.summary_f32(x, 1, 1, True, True, True, logs) == (
+            float("inf"),
+            float("-inf"),
+            0,
+            0.0,
+            0.0,
+            float("inf"),
+            False,
+            0.0,
+        )
 
 
 @pytest.mark.parametrize("n", [1, 65_536, 65_537, 1_000_003])
@@ -103,3 +104,22 @@ def test_the_sum_of_logarithms_leaves_out_unused_elements_and_follows_zero_and_i
     assert ext.tail_f32(x, 0, x.size, -1.0, 0.0, 1.0, False, True)[3] == -math.inf  # zeros used: log 0
     y = np.array([1.0] * 7 + [np.inf], dtype=np.float32)
     assert ext.tail_f32(y, 0, 8, 0.0, 0.0, 1.0, False, True)[3] == math.inf
+
+
+@pytest.mark.parametrize("avx2", [True, False])
+def test_the_summary_sums_the_logarithms_of_the_nonzero_magnitudes(avx2: bool) -> None:
+    # the same product-of-mantissas sum as tail_f32's, over |x| != 0 (NaN flagged, not summed), 8 + 3 elements so
+    # that both the AVX2 step and the scalar remainder hold edge values
+    ext = native.extension()
+    before = ext.set_avx2(avx2)
+    try:
+        x = np.array(EDGES[:11], dtype=np.float32)
+        x[1::2] *= -1
+        x = np.insert(x, 3, 0.0)[:11]
+        want = math.fsum(math.log(abs(float(v))) for v in x if v != 0)
+        result = ext.summary_f32(x, 0, x.size, True, True, True, True)
+        assert result[2] == np.count_nonzero(x) and result[7] == pytest.approx(want, rel=1e-15, abs=1e-13)
+        x[5] = np.nan
+        assert ext.summary_f32(x, 0, x.size, True, True, True, True)[6] is True  # the caller sets the sums to NaN
+    finally:
+        ext.set_avx2(before)

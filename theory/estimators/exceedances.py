@@ -86,8 +86,8 @@ class Exceedances:
         x holds signed values and the magnitudes are |x|: every statistic then comes from the fused kernel
         (compiled, or its eager reference), which reads |x| without forming it.
     preset : Tensor or None
-        ``[n, sum z, sum z^2]`` already computed for exactly these used values (the validation pass of
-        :func:`gradstat.theory.estimators.magnitudes.check_magnitudes`), used in place of a fused pass.
+        ``[n, sum z, sum z^2]`` (and ``sum log z``) already computed for exactly these used values (the validation
+        pass of :func:`gradstat.theory.estimators.magnitudes.check_magnitudes`), used in place of a fused pass.
     squares : bool
         Whether the sum of squares may be asked for (:meth:`var`); without, the fused pass skips it (a mean-only
         fit such as the exponential's), a ``preset`` may hold NaN in its place, and :meth:`var` raises.
@@ -138,7 +138,7 @@ class Exceedances:
         if "fused_log" in self._cache:
             return self._cache["fused_log"]
         key = "fused_log" if logs else "fused"
-        if key == "fused" and self.preset is not None:
+        if self.preset is not None and (key == "fused" or len(self.preset) > 3):
             return self.preset
         if key not in self._cache and self.host:
             self._cache[key] = self._host_moments(logs)

@@ -50,6 +50,8 @@ class Magnitudes:
     values (exact at every scale there); None otherwise."""
     host_sums: tuple[float, float] | None = None
     """The same two sums as read back on the host (with the validation's other numbers), where ``sums`` is set."""
+    log_sum: float | None = None
+    """The sum of log |g| over the non-zeros, where the validation pass read it (``summary`` with ``logs``)."""
 
     def first_moments(self, unit: float, host: bool = False) -> torch.Tensor | list[np.float64] | None:
         """``[n, sum z, sum z^2]`` of the non-zeros with ``z = |g| / unit`` (``unit`` a power of two: exact), the
@@ -59,7 +61,10 @@ class Magnitudes:
             return None
         if host and self.host_sums is not None:
             total, sum_sq = self.host_sums
-            return [np.float64(self.n_nonzero), np.float64(total) / unit, np.float64(sum_sq) / (unit * unit)]
+            moments = [np.float64(self.n_nonzero), np.float64(total) / unit, np.float64(sum_sq) / (unit * unit)]
+            if self.log_sum is not None:  # sum log z = sum log |g| - n log unit (unit a power of two)
+                moments.append(np.float64(self.log_sum) - self.n_nonzero * math.log(unit))
+            return moments
         n = torch.full((), float(self.n_nonzero), dtype=torch.float64, device=self.sums.device)
         return torch.stack((n, self.sums[0] / unit, self.sums[1] / (unit * unit)))
 
@@ -110,6 +115,7 @@ def check_magnitudes(
     signed: bool = False,
     stats: torch.Tensor | None = None,
     squares: bool | None = None,
+    logs: bool = False,
 ) -> Magnitudes:
     """Validate |g| values and summarise them (one pass over the data, one host synchronisation).
 
@@ -132,6 +138,9 @@ def check_magnitudes(
     squares : bool, optional
         Whether the fit reads the sum of squares (then ``stats`` must hold it); default ``spread`` (the gamma fit
         is shaped but reads the mean and the mean logarithm only).
+    logs : bool
+        Also read the sum of log |g| over the non-zeros in the validation pass of signed float32 values (a gamma
+        fit's statistic): ``Magnitudes.log_sum``; ``stats`` may hold it already (a seventh entry).
 
     Raises
     ------
@@ -142,17 +151,21 @@ def check_magnitudes(
     t = as_magnitudes_tensor(x, name)
     if t.numel() == 0:
         raise ValueError(f"{name} is empty; need at least one |g| value")
-    sums, host_sums, fused_min_nonzero = None, None, None
+    sums, host_sums, fused_min_nonzero, log_sum = None, None, None, None
     if stats is not None or signed or summary.fast_for(t, signed):
         if stats is None:  # one pass (C loop or compiled); the minima only where they are used
-            stats = summary(t, signed, spread or not signed)
-        lo_f, hi_f, n_nonzero, total, sum_sq, fused_min_nonzero = stats.tolist()
+            with_logs = logs and signed and t.dtype == torch.float32  # (magnitudes of signed values; kept below)
+            stats = summary(t, signed, spread or not signed, True, with_logs)
+        lo_f, hi_f, n_nonzero, total, sum_sq, fused_min_nonzero, *rest = stats.tolist()
+        log_sum = rest[0] if rest else None
         if spread and math.isinf(fused_min_nonzero) and n_nonzero > 0:
             raise ValueError(f"{name}: the summary given was read without its minima; the spread check needs them")
         if (spread if squares is None else squares) and math.isnan(sum_sq) and not math.isnan(hi_f):
             raise ValueError(f"{name}: the summary given was read without its sum of squares; a shaped fit needs it")
         if t.dtype == torch.float32:
             sums, host_sums = stats[3:5], (total, sum_sq)
+        else:
+            log_sum = None  # (the moments it goes with are not kept either)
     else:
         lo, hi = torch.aminmax(t)
         nonzero = torch.count_nonzero(t)
@@ -165,7 +178,14 @@ def check_magnitudes(
     if n_nonzero == 0:
         raise ValueError(f"{name} is all zeros ({t.numel()} elements); no distribution can be fitted")
     mags = Magnitudes(
-        values=t, d=t.numel(), n_nonzero=n_nonzero, max=hi_f, signed=signed, sums=sums, host_sums=host_sums
+        values=t,
+        d=t.numel(),
+        n_nonzero=n_nonzero,
+        max=hi_f,
+        signed=signed,
+        sums=sums,
+        host_sums=host_sums,
+        log_sum=log_sum,
     )
     if spread:
         if n_nonzero == 1:

@@ -603,133 +603,6 @@ fail:
    sums per quantity, so the additions overlap; the order differs from torch's, within the rounding the catalog
    declares). NaN propagates as in torch's reductions: the caller is told and sets the affected results. */
 
-typedef struct {
-    double sum, sumsq;
-    int64_t count;
-    float lo, hi, lonz;
-    int nan;
-} gs_summary;
-
-/* the scalar loop, from i to end; NaN elements count as nonzero and are left out of every other result */
-static void summary_scalar(const float* x, int64_t i, int64_t end, int absolute, int extremes, int squares,
-                           gs_summary* r) {
-    double s[4] = {0, 0, 0, 0}, q[4] = {0, 0, 0, 0};
-    for (; i < end; i++) {
-        float e = absolute ? fabsf(x[i]) : x[i];
-        if (e != e) {
-            r->nan = 1;
-            r->count++;
-            continue;
-        }
-        double w = (double)e;
-        s[i & 3] += w;
-        if (squares) q[i & 3] += w * w;
-        r->count += e != 0.0f;
-        if (e > r->hi) r->hi = e;
-        if (extremes) {
-            if (e < r->lo) r->lo = e;
-            if (e != 0.0f && e < r->lonz) r->lonz = e;
-        }
-    }
-    r->sum += (s[0] + s[1]) + (s[2] + s[3]);
-    r->sumsq += (q[0] + q[1]) + (q[2] + q[3]);
-}
-
-#ifdef GS_AVX2
-__attribute__((target("avx2"))) static inline double gs_hsum(__m256d v) {
-    double l[4];
-    _mm256_storeu_pd(l, v);
-    return (l[0] + l[1]) + (l[2] + l[3]);
-}
-
-/* 8 float32 per step: |x| by a mask, NaN lanes flagged, counted as nonzero and blended to 0 (sums) and to the
-   neutral values of the extremes; the sums in two float64 accumulators of 4 lanes each */
-__attribute__((target("avx2"))) static int64_t summary_avx2(const float* x, int64_t i, int64_t end, int absolute,
-                                                           int extremes, int squares, gs_summary* r) {
-    const __m256 keep = _mm256_castsi256_ps(_mm256_set1_epi32(absolute ? 0x7fffffff : -1));
-    const __m256 zero = _mm256_setzero_ps(), inf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
-    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(), q0 = _mm256_setzero_pd(), q1 = _mm256_setzero_pd();
-    __m256 lo = inf, hi = ninf, lonz = inf, bad = zero;
-    int64_t count = 0;
-    for (; i + 8 <= end; i += 8) {
-        __m256 e = _mm256_and_ps(_mm256_loadu_ps(x + i), keep);
-        __m256 isnan = _mm256_cmp_ps(e, e, _CMP_UNORD_Q);
-        bad = _mm256_or_ps(bad, isnan);
-        count += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(e, zero, _CMP_NEQ_UQ)));
-        __m256 ok = _mm256_blendv_ps(e, zero, isnan);
-        __m256d w0 = _mm256_cvtps_pd(_mm256_castps256_ps128(ok)), w1 = _mm256_cvtps_pd(_mm256_extractf128_ps(ok, 1));
-        s0 = _mm256_add_pd(s0, w0);
-        s1 = _mm256_add_pd(s1, w1);
-        if (squares) {
-            q0 = _mm256_add_pd(q0, _mm256_mul_pd(w0, w0));
-            q1 = _mm256_add_pd(q1, _mm256_mul_pd(w1, w1));
-        }
-        hi = _mm256_max_ps(hi, _mm256_blendv_ps(e, ninf, isnan));
-        if (extremes) {
-            lo = _mm256_min_ps(lo, _mm256_blendv_ps(e, inf, isnan));
-            __m256 nz = _mm256_blendv_ps(ok, inf, _mm256_cmp_ps(ok, zero, _CMP_EQ_OQ));
-            lonz = _mm256_min_ps(lonz, nz);
-        }
-    }
-    float l[8], h[8], z[8];
-    _mm256_storeu_ps(l, lo);
-    _mm256_storeu_ps(h, hi);
-    _mm256_storeu_ps(z, lonz);
-    for (int j = 0; j < 8; j++) {
-        if (h[j] > r->hi) r->hi = h[j];
-        if (l[j] < r->lo) r->lo = l[j];
-        if (z[j] < r->lonz) r->lonz = z[j];
-    }
-    if (_mm256_movemask_ps(bad)) r->nan = 1;
-    r->count += count;
-    r->sum += gs_hsum(_mm256_add_pd(s0, s1));
-    r->sumsq += gs_hsum(_mm256_add_pd(q0, q1));
-    return i;
-}
-#endif
-
-/* The float32 piece x[start:end) of a stage-statistics call: the buffer taken into v and checked, its data in
-   *x; on failure an exception is set, nothing is held, and -1 is returned. */
-static int gs_float_piece(PyObject* xo, long long start, long long end, const char* fn, gs_views* v,
-                          const float** x) {
-    Py_ssize_t n;
-    void* data;
-    if (gs_take(v, xo, GS_F32, 0, fn, &n, &data)) return -1;
-    if (start < 0 || start > end || end > (long long)n) {
-        PyErr_Format(PyExc_ValueError, "%s: range [%lld, %lld) of %zd elements", fn, start, end, n);
-        gs_release(v);
-        return -1;
-    }
-    *x = (const float*)data;
-    return 0;
-}
-
-/* summary_f32(x, start, end, absolute, extremes, squares)
-   -> (min v, max v, #(v != 0), sum v, sum v^2, min of the nonzero v, any NaN) of v = |x| (absolute) or x over
-   x[start:end); without extremes the minima are not read (returned as 0 and +inf); without squares the sum of
-   squares is not formed (returned as 0). NaN elements count as nonzero and are left out of every other result. */
-static PyObject* gs_summary_f32(PyObject* self, PyObject* args) {
-    (void)self;
-    PyObject* xo;
-    long long start, end;
-    int absolute, extremes, squares;
-    if (!PyArg_ParseTuple(args, "OLLppp", &xo, &start, &end, &absolute, &extremes, &squares)) return NULL;
-    gs_views v = {.held = 0};
-    const float* data;
-    if (gs_float_piece(xo, start, end, "summary_f32", &v, &data)) return NULL;
-    gs_summary r = {0.0, 0.0, 0, INFINITY, -INFINITY, INFINITY, 0};
-    Py_BEGIN_ALLOW_THREADS;
-    int64_t i = start;
-#ifdef GS_AVX2
-    if (gs_wide()) i = summary_avx2(data, i, end, absolute, extremes, squares, &r);
-#endif
-    summary_scalar(data, i, end, absolute, extremes, squares, &r);
-    Py_END_ALLOW_THREADS;
-    gs_release(&v);
-    return Py_BuildValue("ddLdddO", extremes ? (double)r.lo : 0.0, (double)r.hi, (long long)r.count, r.sum,
-                         r.sumsq, extremes ? (double)r.lonz : INFINITY, r.nan ? Py_True : Py_False);
-}
-
 /* The sum of logarithms without a logarithm per element: for a = m 2^k (m in [1, 2)), sum log a = (sum k) ln 2 +
    log(prod m). The mantissas' product is kept per lane in float64 (each multiplication rounds by at most 2^-53,
    so after N of them log(prod m) is off by at most N 2^-53: about 2e-12 for a block of 65,536 elements, far below
@@ -824,6 +697,157 @@ __attribute__((target("avx2"))) static void gs_logsum_join(gs_logsum* l, __m256d
     if (_mm256_movemask_pd(inf)) l->inf = 1;
 }
 #endif
+
+typedef struct {
+    double sum, sumsq;
+    int64_t count;
+    float lo, hi, lonz;
+    int nan;
+} gs_summary;
+
+/* the scalar loop, from i to end; NaN elements count as nonzero and are left out of every other result */
+static void summary_scalar(const float* x, int64_t i, int64_t end, int absolute, int extremes, int squares,
+                           gs_logsum* logs, gs_summary* r) {
+    double s[4] = {0, 0, 0, 0}, q[4] = {0, 0, 0, 0};
+    for (; i < end; i++) {
+        float e = absolute ? fabsf(x[i]) : x[i];
+        if (e != e) {
+            r->nan = 1;
+            r->count++;
+            continue;
+        }
+        double w = (double)e;
+        s[i & 3] += w;
+        if (squares) q[i & 3] += w * w;
+        if (logs && e != 0.0f) gs_logsum_add(logs, (int)(i & 3), w);
+        r->count += e != 0.0f;
+        if (e > r->hi) r->hi = e;
+        if (extremes) {
+            if (e < r->lo) r->lo = e;
+            if (e != 0.0f && e < r->lonz) r->lonz = e;
+        }
+    }
+    r->sum += (s[0] + s[1]) + (s[2] + s[3]);
+    r->sumsq += (q[0] + q[1]) + (q[2] + q[3]);
+}
+
+#ifdef GS_AVX2
+__attribute__((target("avx2"))) static inline double gs_hsum(__m256d v) {
+    double l[4];
+    _mm256_storeu_pd(l, v);
+    return (l[0] + l[1]) + (l[2] + l[3]);
+}
+
+/* 8 float32 per step: |x| by a mask, NaN lanes flagged, counted as nonzero and blended to 0 (sums) and to the
+   neutral values of the extremes; the sums in two float64 accumulators of 4 lanes each */
+__attribute__((target("avx2"))) static int64_t summary_avx2(const float* x, int64_t i, int64_t end, int absolute,
+                                                           int extremes, int squares, gs_logsum* logs,
+                                                           gs_summary* r) {
+    const __m256 keep = _mm256_castsi256_ps(_mm256_set1_epi32(absolute ? 0x7fffffff : -1));
+    const __m256 zero = _mm256_setzero_ps(), inf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(), q0 = _mm256_setzero_pd(), q1 = _mm256_setzero_pd();
+    const __m256d one = _mm256_set1_pd(1.0);
+    __m256d p0 = one, p1 = one, k0 = _mm256_setzero_pd(), k1 = k0, zeros = k0, infs = k0;
+    __m256 lo = inf, hi = ninf, lonz = inf, bad = zero;
+    int64_t count = 0, steps = 0;
+    for (; i + 8 <= end; i += 8) {
+        __m256 e = _mm256_and_ps(_mm256_loadu_ps(x + i), keep);
+        __m256 isnan = _mm256_cmp_ps(e, e, _CMP_UNORD_Q);
+        bad = _mm256_or_ps(bad, isnan);
+        __m256 nonzero = _mm256_cmp_ps(e, zero, _CMP_NEQ_UQ);
+        count += __builtin_popcount((unsigned)_mm256_movemask_ps(nonzero));
+        __m256 ok = _mm256_blendv_ps(e, zero, isnan);
+        __m256d w0 = _mm256_cvtps_pd(_mm256_castps256_ps128(ok)), w1 = _mm256_cvtps_pd(_mm256_extractf128_ps(ok, 1));
+        s0 = _mm256_add_pd(s0, w0);
+        s1 = _mm256_add_pd(s1, w1);
+        if (squares) {
+            q0 = _mm256_add_pd(q0, _mm256_mul_pd(w0, w0));
+            q1 = _mm256_add_pd(q1, _mm256_mul_pd(w1, w1));
+        }
+        if (logs) { /* the nonzero, non-NaN lanes (NaN is reported by the flag) */
+            __m256i used = _mm256_castps_si256(_mm256_andnot_ps(isnan, nonzero)); /* 32-bit lane masks */
+            __m256d u0 = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(used))); /* widened */
+            __m256d u1 = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(used, 1)));
+            gs_logsum_step(w0, u0, &p0, &k0, &zeros, &infs);
+            gs_logsum_step(w1, u1, &p1, &k1, &zeros, &infs);
+            if (++steps % GS_LOG_RENORM == 0) {
+                gs_logsum_renorm(&p0, &k0);
+                gs_logsum_renorm(&p1, &k1);
+            }
+        }
+        hi = _mm256_max_ps(hi, _mm256_blendv_ps(e, ninf, isnan));
+        if (extremes) {
+            lo = _mm256_min_ps(lo, _mm256_blendv_ps(e, inf, isnan));
+            __m256 nz = _mm256_blendv_ps(ok, inf, _mm256_cmp_ps(ok, zero, _CMP_EQ_OQ));
+            lonz = _mm256_min_ps(lonz, nz);
+        }
+    }
+    float l[8], h[8], z[8];
+    _mm256_storeu_ps(l, lo);
+    _mm256_storeu_ps(h, hi);
+    _mm256_storeu_ps(z, lonz);
+    for (int j = 0; j < 8; j++) {
+        if (h[j] > r->hi) r->hi = h[j];
+        if (l[j] < r->lo) r->lo = l[j];
+        if (z[j] < r->lonz) r->lonz = z[j];
+    }
+    if (_mm256_movemask_ps(bad)) r->nan = 1;
+    r->count += count;
+    r->sum += gs_hsum(_mm256_add_pd(s0, s1));
+    r->sumsq += gs_hsum(_mm256_add_pd(q0, q1));
+    if (logs) gs_logsum_join(logs, p0, p1, k0, k1, zeros, infs);
+    return i;
+}
+#endif
+
+/* The float32 piece x[start:end) of a stage-statistics call: the buffer taken into v and checked, its data in
+   *x; on failure an exception is set, nothing is held, and -1 is returned. */
+static int gs_float_piece(PyObject* xo, long long start, long long end, const char* fn, gs_views* v,
+                          const float** x) {
+    Py_ssize_t n;
+    void* data;
+    if (gs_take(v, xo, GS_F32, 0, fn, &n, &data)) return -1;
+    if (start < 0 || start > end || end > (long long)n) {
+        PyErr_Format(PyExc_ValueError, "%s: range [%lld, %lld) of %zd elements", fn, start, end, n);
+        gs_release(v);
+        return -1;
+    }
+    *x = (const float*)data;
+    return 0;
+}
+
+/* summary_f32(x, start, end, absolute, extremes, squares, logs=False)
+   -> (min v, max v, #(v != 0), sum v, sum v^2, min of the nonzero v, any NaN, sum of log v over the nonzero v) of
+   v = |x| (absolute) or x over x[start:end); without extremes the minima are not read (returned as 0 and +inf);
+   without squares the sum of squares is not formed (returned as 0); without logs the sum of logarithms is 0 (with
+   logs, v are magnitudes: the caller asks for absolute). NaN elements count as nonzero and are left out of every
+   other result. */
+static PyObject* gs_summary_f32(PyObject* self, PyObject* args) {
+    (void)self;
+    PyObject* xo;
+    long long start, end;
+    int absolute, extremes, squares, logs = 0;
+    if (!PyArg_ParseTuple(args, "OLLppp|p", &xo, &start, &end, &absolute, &extremes, &squares, &logs)) return NULL;
+    gs_views v = {.held = 0};
+    const float* data;
+    if (gs_float_piece(xo, start, end, "summary_f32", &v, &data)) return NULL;
+    gs_summary r = {0.0, 0.0, 0, INFINITY, -INFINITY, INFINITY, 0};
+    gs_logsum l;
+    gs_logsum_init(&l);
+    double sumlog = 0.0;
+    Py_BEGIN_ALLOW_THREADS;
+    int64_t i = start;
+#ifdef GS_AVX2
+    if (gs_wide()) i = summary_avx2(data, i, end, absolute, extremes, squares, logs ? &l : NULL, &r);
+#endif
+    summary_scalar(data, i, end, absolute, extremes, squares, logs ? &l : NULL, &r);
+    if (logs) sumlog = gs_logsum_value(&l, 0, 0.0);
+    Py_END_ALLOW_THREADS;
+    gs_release(&v);
+    return Py_BuildValue("ddLdddOd", extremes ? (double)r.lo : 0.0, (double)r.hi, (long long)r.count, r.sum,
+                         r.sumsq, extremes ? (double)r.lonz : INFINITY, r.nan ? Py_True : Py_False, sumlog);
+}
+
 
 typedef struct {
     double sum, sumsq, sumlog;

@@ -54,15 +54,16 @@ def _by_blocks(read: Callable[[int, int], T], n: int) -> list[T]:
     return [r for part in native.run_all([functools.partial(run, part) for part in runs if part]) for r in part]
 
 
-def _native_summary(x: torch.Tensor, absolute: bool, extremes: bool = True, squares: bool = True) -> torch.Tensor:
+def _native_summary(
+    x: torch.Tensor, absolute: bool, extremes: bool = True, squares: bool = True, logs: bool = False
+) -> torch.Tensor:
     """:func:`summary` by the C loop, block by block over torch's threads, the blocks joined (NaN set where torch
     propagates it)."""
-    if not extremes and not absolute:
-        raise ValueError("summary without extremes needs magnitudes (absolute=True): the minimum checks signs")
+    _check_summary(absolute, extremes, logs)
     ext = native.extension()
     assert ext is not None
     data = x.detach().reshape(-1).numpy()
-    parts = _by_blocks(lambda a, b: ext.summary_f32(data, a, b, absolute, extremes, squares), data.size)
+    parts = _by_blocks(lambda a, b: ext.summary_f32(data, a, b, absolute, extremes, squares, logs), data.size)
     nan = any(p[6] for p in parts)
     lo = min(p[0] for p in parts)
     hi = max(p[1] for p in parts)
@@ -70,11 +71,20 @@ def _native_summary(x: torch.Tensor, absolute: bool, extremes: bool = True, squa
     total = math.fsum(p[3] for p in parts)
     sum_sq = math.fsum(p[4] for p in parts) if squares else math.nan
     smallest = min(p[5] for p in parts)
+    sum_log = math.fsum(p[7] for p in parts)
     if nan:
-        hi, total, sum_sq = math.nan, math.nan, math.nan
+        hi, total, sum_sq, sum_log = math.nan, math.nan, math.nan, math.nan
         if extremes:
             lo, smallest = math.nan, math.nan
-    return torch.tensor((lo, hi, count, total, sum_sq, smallest), dtype=torch.float64)
+    values = (lo, hi, count, total, sum_sq, smallest) + ((sum_log,) if logs else ())
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def _check_summary(absolute: bool, extremes: bool, logs: bool) -> None:
+    if not extremes and not absolute:
+        raise ValueError("summary without extremes needs magnitudes (absolute=True): the minimum checks signs")
+    if logs and not absolute:
+        raise ValueError("summary with logarithms needs magnitudes (absolute=True)")
 
 
 def _native_tail(
@@ -115,26 +125,31 @@ def _tail_applies(x: torch.Tensor, above: torch.Tensor, shift: torch.Tensor, inv
 
 
 @with_native(_native_summary, _summary_applies)
-def summary(x: torch.Tensor, absolute: bool, extremes: bool = True, squares: bool = True) -> torch.Tensor:
+def summary(
+    x: torch.Tensor, absolute: bool, extremes: bool = True, squares: bool = True, logs: bool = False
+) -> torch.Tensor:
     """``[min v, max v, #(v != 0), sum v, sum v^2, min of the nonzero v]`` of ``v = |x|`` (``absolute``) or ``v = x``,
     as a float64 tensor of 6 (NaN propagates into min and max; the last is +inf when all are zero). The sums are
     exact at every scale of float32 values (their squares stay within float64's range); for float64 values they
     may overflow and are not used. Without ``extremes`` (magnitudes only: ``absolute``) the two minima are not
     read (a fifth less work compiled) and stand at their bounds, 0 and +inf; NaN and Inf still reach the max.
     Without ``squares`` the sum of squares is not computed (a tenth less work compiled, for a reader that needs
-    only means: the exponential fit) and stands at NaN."""
+    only means: the exponential fit) and stands at NaN. With ``logs`` (magnitudes only) a seventh entry is the sum
+    of log v over the nonzero v (the statistic of a gamma fit, SIDCo (16), read in the same pass), each logarithm
+    taken in x's dtype as :func:`tail_moments` takes it; NaN propagates into it."""
+    _check_summary(absolute, extremes, logs)
     v = x.abs() if absolute else x
     w = v.double()
     sum_sq = (w * w).sum() if squares else torch.full((), torch.nan, dtype=torch.float64, device=x.device)
     if not extremes:
-        if not absolute:
-            raise ValueError("summary without extremes needs magnitudes (absolute=True): the minimum checks signs")
         bounds = torch.tensor([0.0, torch.inf], dtype=torch.float64, device=x.device)
-        return torch.stack((bounds[0], v.amax().double(), (v != 0).sum().double(), w.sum(), sum_sq, bounds[1]))
-    smallest_nonzero = torch.where(v != 0, v, torch.inf).amin().double()
-    return torch.stack(
-        (v.amin().double(), v.amax().double(), (v != 0).sum().double(), w.sum(), sum_sq, smallest_nonzero)
-    )
+        parts = [bounds[0], v.amax().double(), (v != 0).sum().double(), w.sum(), sum_sq, bounds[1]]
+    else:
+        smallest_nonzero = torch.where(v != 0, v, torch.inf).amin().double()
+        parts = [v.amin().double(), v.amax().double(), (v != 0).sum().double(), w.sum(), sum_sq, smallest_nonzero]
+    if logs:
+        parts.append(torch.log(torch.where(v != 0, v, 1.0)).double().sum())
+    return torch.stack(parts)
 
 
 @with_native(_native_tail, _tail_applies)

@@ -118,8 +118,8 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
 
     def _summary(self, g: torch.Tensor) -> torch.Tensor:
         # the minima only for a shaped first stage (its spread check); the sum of squares only for the generalized
-        # Pareto's variance (the exponential needs max, count and sum; the gamma the sum and the sum of logarithms)
-        return summary(g, True, self.dist in SHAPED, self.dist == "genpareto")
+        # Pareto's variance, the sum of logarithms only for the gamma (the exponential needs max, count and sum)
+        return summary(g, True, self.dist in SHAPED, self.dist == "genpareto", self.dist == "gamma")
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         return self._fit(abs_g, ctx, payload, signed=False, original=g).threshold
