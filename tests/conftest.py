@@ -12,12 +12,31 @@ DEVICE_PARAMS = [pytest.param(d, marks=[pytest.mark.cuda] if d == "cuda" else []
 every device test's CUDA run (and ``-m "not cuda"`` leaves them out)."""
 
 
+COMPILING = "compiled kernels"
+"""The worker group of the test files that build the most ``torch.compile`` kernels (:data:`COMPILING_FILES`)."""
+COMPILING_FILES = frozenset(
+    {
+        "tests/kernels/test_equivalence.py",
+        "tests/compressors/test_counter_dither.py",
+        "tests/compressors/test_counter_subset.py",
+        "tests/theory/test_fused.py",
+    }
+)
+"""Files whose tests compile the kernels of ``theory/kernels``: each compiled kernel builds each of its variants
+(dtype, constants; shapes are dynamic) once per process, so these files on two workers built every variant twice
+(torch.compile's tracing, and its code generation too while the disk cache is cold). Measured on this 2-core
+machine under ``-n 2 --dist loadgroup``, warm cache: the battery alone 25-28 s of CPU on one worker against 36 s
+spread over two; the four files 37 s on one worker against 44 s with only the battery grouped."""
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if not HAS_CUDA and "cuda" in item.keywords:
             item.add_marker(pytest.mark.skip(reason="no CUDA device"))
         group = shared_fixture_group(item)
+        if group is None and item.nodeid.split("::")[0] in COMPILING_FILES:
+            group = COMPILING
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
 

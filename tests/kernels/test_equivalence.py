@@ -18,11 +18,6 @@ import torch
 
 from gradstat.theory.kernels import catalog, counter_dither, native, nested
 
-pytestmark = pytest.mark.xdist_group("kernels-equivalence")
-"""One worker runs the battery under ``pytest -n N --dist loadgroup``: each compiled kernel builds its variants (each
-dtype and constant; shapes are dynamic) once per process, so the cases spread over two workers built every variant
-twice (torch.compile's tracing at least, and its code generation too while the disk cache is cold)."""
-
 Case = Callable[[torch.device], tuple[Any, ...]]
 """A case builds fresh arguments on a device (kernels write into their ``out`` argument)."""
 
