@@ -210,8 +210,9 @@ def test_a_launch_past_its_wall_clock_limit_is_stopped_with_a_clear_error(tmp_pa
 
     config = build_config("fc300", 2, ["topk"], iterations=100000, out=tmp_path / "r")
     start = time.monotonic()
-    with pytest.raises(TrainingFailed, match=r"did not finish within 2.0 s; every rank was stopped"):
-        train(config, 2, wall_timeout_s=2.0)
+    # half a second: the ranks are still importing (the limit, not what the ranks reached, is what is checked)
+    with pytest.raises(TrainingFailed, match=r"did not finish within 0.5 s; every rank was stopped"):
+        train(config, 2, wall_timeout_s=0.5)
     assert time.monotonic() - start < 30
 
 
