@@ -512,15 +512,19 @@ def test_without_squares_the_other_statistics_are_the_same_and_the_variance_refu
             data.var()
 
 
-def test_a_summary_without_squares_is_refused_by_a_shaped_first_stage():
-    """A summary read with ``squares=False`` (the exponential's) handed to a gamma or GP first stage: a clear error,
-    not a NaN variance in the fit."""
+def test_a_summary_without_squares_is_refused_by_a_first_stage_that_reads_them():
+    """A summary read with ``squares=False`` (the exponential's and the gamma's) handed to a generalized Pareto first
+    stage, whose moment matching reads the variance: a clear error, not a NaN variance in the fit. The gamma first
+    stage reads the mean and the mean logarithm only: the same threshold as from a full summary."""
     from gradstat.theory.kernels.stage_stats import summary
     from gradstat.theory.pot import multistage_threshold
 
     g = _laplace(10_000, 9)
     lean = summary(g, True, True, False)
-    for first in ("gamma", "genpareto"):
-        with pytest.raises(ValueError, match="sum of squares"):
-            multistage_threshold(g, 1e-2, 2, first=first, signed=True, stats=lean)
-    assert multistage_threshold(g, 1e-2, 2, first="exponential", signed=True, stats=lean).threshold > 0
+    with pytest.raises(ValueError, match="sum of squares"):
+        multistage_threshold(g, 1e-2, 2, first="genpareto", signed=True, stats=lean)
+    full = summary(g, True, True, True)
+    for first in ("gamma", "exponential"):
+        threshold = multistage_threshold(g, 1e-2, 2, first=first, signed=True, stats=lean).threshold
+        assert threshold > 0
+        assert torch.equal(threshold, multistage_threshold(g, 1e-2, 2, first=first, signed=True, stats=full).threshold)
