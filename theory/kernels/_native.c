@@ -642,11 +642,20 @@ static inline void gs_logsum_add(gs_logsum* l, int j, double a) {
     }
 }
 
-static double gs_logsum_value(const gs_logsum* l, int64_t used, double log_unit) {
+/* sum log(a inv_unit) over the used elements: a power-of-two inv_unit joins the exponent sum exactly (an integer),
+   so that scaling every a by a power of two and inv_unit by its inverse gives the same sum bit for bit (the fits'
+   scale equivariance); another inv_unit adds used * log(inv_unit) */
+static double gs_logsum_value(const gs_logsum* l, int64_t used, double inv_unit) {
     if (l->zero || l->inf) return l->zero && l->inf ? NAN : (l->zero ? -INFINITY : INFINITY);
-    double logs = l->exponents * 0.69314718055994530942;
+    int e;
+    double exponents = l->exponents, rest = 0.0;
+    if (frexp(inv_unit, &e) == 0.5)
+        exponents += (double)used * (double)(e - 1);
+    else
+        rest = (double)used * log(inv_unit);
+    double logs = exponents * 0.69314718055994530942;
     for (int j = 0; j < 4; j++) logs += log(l->product[j]);
-    return logs + (double)used * log_unit;
+    return logs + rest;
 }
 
 #ifdef GS_AVX2
@@ -841,7 +850,7 @@ static PyObject* gs_summary_f32(PyObject* self, PyObject* args) {
     if (gs_wide()) i = summary_avx2(data, i, end, absolute, extremes, squares, logs ? &l : NULL, &r);
 #endif
     summary_scalar(data, i, end, absolute, extremes, squares, logs ? &l : NULL, &r);
-    if (logs) sumlog = gs_logsum_value(&l, 0, 0.0);
+    if (logs) sumlog = gs_logsum_value(&l, 0, 1.0);
     Py_END_ALLOW_THREADS;
     gs_release(&v);
     return Py_BuildValue("ddLdddOd", extremes ? (double)r.lo : 0.0, (double)r.hi, (long long)r.count, r.sum,
@@ -940,7 +949,7 @@ static PyObject* gs_tail_f32(PyObject* self, PyObject* args) {
     if (gs_wide()) i = tail_avx2(data, i, end, above, shift, inv_unit, squares, logs, &l, &r);
 #endif
     tail_scalar(data, i, end, above, shift, inv_unit, squares, logs, &l, &r);
-    if (logs) r.sumlog = gs_logsum_value(&l, r.count, log(inv_unit));
+    if (logs) r.sumlog = gs_logsum_value(&l, r.count, inv_unit);
     Py_END_ALLOW_THREADS;
     gs_release(&v);
     return Py_BuildValue("Lddd", (long long)r.count, r.sum, r.sumsq, r.sumlog);
