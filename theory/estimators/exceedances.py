@@ -107,7 +107,7 @@ class Exceedances:
     preset: torch.Tensor | list[S.Scalar] | None = None
     squares: bool = True
     host: bool = False
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    _cache: dict[object, Any] = field(default_factory=dict, repr=False)
 
     def _out(self, value: torch.Tensor) -> S.Scalar:
         """A 0-d statistic in this object's kind of number (read back on the host when :attr:`host`)."""
@@ -133,11 +133,16 @@ class Exceedances:
     def _fused(self, logs: bool = False) -> torch.Tensor | list[S.Scalar] | None:
         """``[n, sum z, sum z^2 (, sum log z)]`` from one pass where that kernel reads ``x`` once (its C loop or its
         compiled form, :meth:`gradstat.theory.kernels.fused.Fused.fast_for`), else None."""
-        if not (self.signed or tail_moments.fast_for(self.x, None, None, None, logs)):
-            return None
         if "fused_log" in self._cache:
             return self._cache["fused_log"]
         key = "fused_log" if logs else "fused"
+        if key in self._cache:
+            return self._cache[key]
+        fast = self._cache.get(("fast", logs))
+        if fast is None:  # (decided once per object: the statistics ask several times)
+            fast = self._cache[("fast", logs)] = self.signed or tail_moments.fast_for(self.x, None, None, None, logs)
+        if not fast:
+            return None
         if self.preset is not None and (key == "fused" or len(self.preset) > 3):
             return self.preset
         if key not in self._cache and self.host:
