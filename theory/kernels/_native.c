@@ -659,10 +659,10 @@ static double gs_logsum_value(const gs_logsum* l, int64_t used, double inv_unit)
 }
 
 #ifdef GS_AVX2
-/* the AVX2 step: 4 float64 magnitudes a, of which the lanes of the mask used count, into the product p and the
-   exponent sum k (both per lane); zero and infinite used lanes are flagged in special */
-__attribute__((target("avx2"))) static inline void gs_logsum_step(__m256d a, __m256d used, __m256d* p, __m256d* k,
-                                                                  __m256d* zero, __m256d* inf) {
+/* the AVX2 step: 4 float64 magnitudes a (finite, nonzero where used), of which the lanes of the mask used count,
+   into the product p and the exponent sum k (both per lane); zero and infinity are the callers' to handle */
+__attribute__((target("avx2"))) static inline void gs_logsum_step(__m256d a, __m256d used, __m256d* p,
+                                                                  __m256d* k) {
     const __m256i mant = _mm256_set1_epi64x(0x000FFFFFFFFFFFFFLL);
     const __m256i one_bits = _mm256_set1_epi64x(0x3FF0000000000000LL);
     const __m256i two52 = _mm256_set1_epi64x(0x4330000000000000LL);
@@ -672,8 +672,6 @@ __attribute__((target("avx2"))) static inline void gs_logsum_step(__m256d a, __m
     __m256d e = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(_mm256_srli_epi64(bits, 52), two52)), bias);
     *p = _mm256_mul_pd(*p, _mm256_blendv_pd(one, m, used));
     *k = _mm256_add_pd(*k, _mm256_and_pd(e, used));
-    *zero = _mm256_or_pd(*zero, _mm256_and_pd(used, _mm256_cmp_pd(a, _mm256_setzero_pd(), _CMP_EQ_OQ)));
-    *inf = _mm256_or_pd(*inf, _mm256_and_pd(used, _mm256_cmp_pd(a, _mm256_set1_pd(INFINITY), _CMP_EQ_OQ)));
 }
 
 /* the lanes' products back into [1, 2), their exponents added to k */
@@ -690,7 +688,7 @@ __attribute__((target("avx2"))) static inline void gs_logsum_renorm(__m256d* p, 
 
 /* the AVX2 lanes' state into the scalar one (products multiplied per lane, exponents and flags joined) */
 __attribute__((target("avx2"))) static void gs_logsum_join(gs_logsum* l, __m256d p0, __m256d p1, __m256d k0,
-                                                           __m256d k1, __m256d zero, __m256d inf) {
+                                                           __m256d k1) {
     gs_logsum_renorm(&p0, &k0);
     gs_logsum_renorm(&p1, &k1);
     double a[4], b[4], c[4], d[4];
@@ -702,8 +700,6 @@ __attribute__((target("avx2"))) static void gs_logsum_join(gs_logsum* l, __m256d
         l->product[j] = a[j] * b[j]; /* each in [1, 2): the product stays in [1, 4) */
         l->exponents += c[j] + d[j];
     }
-    if (_mm256_movemask_pd(zero)) l->zero = 1;
-    if (_mm256_movemask_pd(inf)) l->inf = 1;
 }
 #endif
 
@@ -756,7 +752,7 @@ __attribute__((target("avx2"))) static int64_t summary_avx2(const float* x, int6
     const __m256 zero = _mm256_setzero_ps(), inf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(), q0 = _mm256_setzero_pd(), q1 = _mm256_setzero_pd();
     const __m256d one = _mm256_set1_pd(1.0);
-    __m256d p0 = one, p1 = one, k0 = _mm256_setzero_pd(), k1 = k0, zeros = k0, infs = k0;
+    __m256d p0 = one, p1 = one, k0 = _mm256_setzero_pd(), k1 = k0;
     __m256 lo = inf, hi = ninf, lonz = inf, bad = zero;
     int64_t count = 0, steps = 0;
     for (; i + 8 <= end; i += 8) {
@@ -777,8 +773,8 @@ __attribute__((target("avx2"))) static int64_t summary_avx2(const float* x, int6
             __m256i used = _mm256_castps_si256(_mm256_andnot_ps(isnan, nonzero)); /* 32-bit lane masks */
             __m256d u0 = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(used))); /* widened */
             __m256d u1 = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(used, 1)));
-            gs_logsum_step(w0, u0, &p0, &k0, &zeros, &infs);
-            gs_logsum_step(w1, u1, &p1, &k1, &zeros, &infs);
+            gs_logsum_step(w0, u0, &p0, &k0);
+            gs_logsum_step(w1, u1, &p1, &k1);
             if (++steps % GS_LOG_RENORM == 0) {
                 gs_logsum_renorm(&p0, &k0);
                 gs_logsum_renorm(&p1, &k1);
@@ -804,7 +800,7 @@ __attribute__((target("avx2"))) static int64_t summary_avx2(const float* x, int6
     r->count += count;
     r->sum += gs_hsum(_mm256_add_pd(s0, s1));
     r->sumsq += gs_hsum(_mm256_add_pd(q0, q1));
-    if (logs) gs_logsum_join(logs, p0, p1, k0, k1, zeros, infs);
+    if (logs) gs_logsum_join(logs, p0, p1, k0, k1);
     return i;
 }
 #endif
@@ -850,7 +846,7 @@ static PyObject* gs_summary_f32(PyObject* self, PyObject* args) {
     if (gs_wide()) i = summary_avx2(data, i, end, absolute, extremes, squares, logs ? &l : NULL, &r);
 #endif
     summary_scalar(data, i, end, absolute, extremes, squares, logs ? &l : NULL, &r);
-    if (logs) sumlog = gs_logsum_value(&l, 0, 1.0);
+    if (logs) sumlog = r.hi == INFINITY ? INFINITY : gs_logsum_value(&l, 0, 1.0); /* (AVX2 lanes skip the flags) */
     Py_END_ALLOW_THREADS;
     gs_release(&v);
     return Py_BuildValue("ddLdddOd", extremes ? (double)r.lo : 0.0, (double)r.hi, (long long)r.count, r.sum,
@@ -890,7 +886,7 @@ __attribute__((target("avx2"))) static int64_t tail_avx2(const float* x, int64_t
     const __m256d va = _mm256_set1_pd(above), vs = _mm256_set1_pd(shift), vu = _mm256_set1_pd(inv_unit);
     const __m256d zero = _mm256_setzero_pd(), one = _mm256_set1_pd(1.0);
     __m256d s0 = zero, s1 = zero, q0 = zero, q1 = zero;
-    __m256d p0 = one, p1 = one, k0 = zero, k1 = zero, zeros = zero, infs = zero;
+    __m256d p0 = one, p1 = one, k0 = zero, k1 = zero;
     int64_t count = 0, steps = 0;
     for (; i + 8 <= end; i += 8) {
         __m256 e = _mm256_and_ps(_mm256_loadu_ps(x + i), keep);
@@ -907,8 +903,8 @@ __attribute__((target("avx2"))) static int64_t tail_avx2(const float* x, int64_t
             q1 = _mm256_add_pd(q1, _mm256_mul_pd(z1, z1));
         }
         if (logs && (m0 | m1)) { /* (a step with no used lane adds nothing: skipped) */
-            gs_logsum_step(a0, u0, &p0, &k0, &zeros, &infs);
-            gs_logsum_step(a1, u1, &p1, &k1, &zeros, &infs);
+            gs_logsum_step(a0, u0, &p0, &k0);
+            gs_logsum_step(a1, u1, &p1, &k1);
             if (++steps % GS_LOG_RENORM == 0) {
                 gs_logsum_renorm(&p0, &k0);
                 gs_logsum_renorm(&p1, &k1);
@@ -918,7 +914,7 @@ __attribute__((target("avx2"))) static int64_t tail_avx2(const float* x, int64_t
     r->count += count;
     r->sum += gs_hsum(_mm256_add_pd(s0, s1));
     r->sumsq += gs_hsum(_mm256_add_pd(q0, q1));
-    if (logs) gs_logsum_join(l, p0, p1, k0, k1, zeros, infs);
+    if (logs) gs_logsum_join(l, p0, p1, k0, k1);
     return i;
 }
 #endif
@@ -946,10 +942,12 @@ static PyObject* gs_tail_f32(PyObject* self, PyObject* args) {
     Py_BEGIN_ALLOW_THREADS;
     int64_t i = start;
 #ifdef GS_AVX2
-    if (gs_wide()) i = tail_avx2(data, i, end, above, shift, inv_unit, squares, logs, &l, &r);
+    /* (the AVX2 logarithms leave zero and infinity to the caller: zeros are used only below a negative bound, and
+       an infinite used element makes the sum of z infinite) */
+    if (gs_wide() && !(logs && above < 0.0)) i = tail_avx2(data, i, end, above, shift, inv_unit, squares, logs, &l, &r);
 #endif
     tail_scalar(data, i, end, above, shift, inv_unit, squares, logs, &l, &r);
-    if (logs) r.sumlog = gs_logsum_value(&l, r.count, inv_unit);
+    if (logs) r.sumlog = isinf(r.sum) ? (l.zero ? NAN : INFINITY) : gs_logsum_value(&l, r.count, inv_unit);
     Py_END_ALLOW_THREADS;
     gs_release(&v);
     return Py_BuildValue("Lddd", (long long)r.count, r.sum, r.sumsq, r.sumlog);
