@@ -66,7 +66,9 @@ def test_the_statistics_do_not_depend_on_the_thread_count(monkeypatch, n):
         results.append(
             (
                 stage_stats._native_summary(x, True),
+                stage_stats._native_summary(x, True, True, True, True),  # with the sum of logarithms
                 stage_stats._native_tail(x, t, t, torch.tensor(0.25, dtype=torch.float64), False),
+                stage_stats._native_tail(x, t, t * 0, torch.tensor(0.25, dtype=torch.float64), True),
             )
         )
     assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
