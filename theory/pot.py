@@ -141,7 +141,7 @@ def multistage_threshold(
     signed: bool = False,
     final_count: bool = True,
     stats: torch.Tensor | None = None,
-    narrow: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
+    narrow: Callable[[torch.Tensor, torch.Tensor | float], tuple[torch.Tensor, torch.Tensor]] | None = None,
     details: bool = True,
 ) -> PotResult:
     """Threshold for a target ratio by M-stage peak over threshold (SIDCo Sec. 2.4, Lemma 2, Cor. 2.1).
@@ -184,7 +184,8 @@ def multistage_threshold(
         the caller has read it already (see :func:`gradstat.theory.estimators.magnitudes.check_magnitudes`).
     narrow : callable ``(x, t) -> (indices, magnitudes)``, optional
         With M >= 2 stages (and at most :data:`NARROW_FRACTION` of the elements expected above eta_{M-1}): the
-        increasing indices of the nonzero elements with ``|x| >= t`` (``t`` in x's dtype) and their magnitudes: the
+        increasing indices of the nonzero elements with ``|x| >= t`` (``t`` in x's dtype: a 0-d tensor, or a host
+        float holding that value where the fit runs on host numbers) and their magnitudes: the
         exceedances and the ties at ``t``, which a final threshold equal to eta_{M-1} selects. The
         elements above eta_{M-1} are then gathered once (one selection in place of the last stage's pass over the
         whole vector) and the last stage runs on them; their indices are returned as ``candidates`` (and their
@@ -222,7 +223,7 @@ def _multistage(
     signed: bool,
     final_count: bool,
     stats: torch.Tensor | None,
-    narrow: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None,
+    narrow: Callable[[torch.Tensor, torch.Tensor | float], tuple[torch.Tensor, torch.Tensor]] | None,
     details: bool,
 ) -> PotResult:
     ratio = check_ratio(ratio)
@@ -290,8 +291,8 @@ def _multistage(
     for m, delta in enumerate(deltas[1:], start=2):
         prev = done[-1].threshold
         if narrow is not None and m == len(deltas) and math.prod(deltas[:-1]) <= NARROW_FRACTION:
-            bound = S.as_tensor(S.in_dtype(prev, x.dtype), x.device).to(x.dtype)
-            candidates, x = narrow(x, bound)  # the magnitudes: the last stage reads them unsigned
+            rounded = S.in_dtype(prev, x.dtype)  # (a host float where the scalars are on the host)
+            candidates, x = narrow(x, float(rounded) if host else rounded.to(x.dtype))  # the magnitudes, unsigned
             workspace, signed = None, False
         if anchor == "threshold":
             shift = prev

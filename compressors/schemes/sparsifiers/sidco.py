@@ -196,7 +196,7 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
         record(state, quality, used, int(self.period), float(self.eps), int(self.max_stages), self.adapt)
 
 
-def exceedances_above(x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def exceedances_above(x: torch.Tensor, t: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
     """Increasing indices and magnitudes of the nonzero elements with ``|x| >= t`` (``t`` in x's dtype): the
     exceedances of ``t`` and the ties at it, which a last stage that keeps ``t`` selects (``|x| >= eta``)."""
     return gather_at_least(x, t, signed=True)
