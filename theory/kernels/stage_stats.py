@@ -36,9 +36,18 @@ and the blocks' partials are added exactly rounded (``math.fsum``), so a statist
 threads read the vector (a recorded run and its replay on another thread count give the same thresholds)."""
 
 
-def _by_blocks(read: Callable[[int, int], T], n: int) -> list[T]:
-    """``read(start, stop)`` of every :data:`SUM_BLOCK`-element block of ``n`` elements, in block order; the blocks
-    shared out over torch's threads in contiguous runs (:func:`gradstat.theory.kernels.native.pieces`)."""
+def _by_blocks(loop: Callable[..., T], data: object, n: int, *args: object) -> list[T]:
+    """``loop(data, start, stop, *args)`` of every :data:`SUM_BLOCK`-element block of ``n`` elements, in block
+    order; the blocks shared out over torch's threads in contiguous runs
+    (:func:`gradstat.theory.kernels.native.pieces`)."""
+    if n < native.PARALLEL_MIN:  # one piece (native.pieces): this thread reads every block, here
+        return [loop(data, a, min(a + SUM_BLOCK, n), *args) for a in range(0, n, SUM_BLOCK)] or [
+            loop(data, 0, 0, *args)
+        ]
+
+    def read(a: int, b: int) -> T:
+        return loop(data, a, b, *args)
+
     blocks = [(a, min(a + SUM_BLOCK, n)) for a in range(0, n, SUM_BLOCK)] or [(0, 0)]
     pieces = native.pieces(n)
     if len(pieces) == 1:  # one thread reads them all, here
@@ -63,7 +72,7 @@ def _native_summary(
     ext = native.extension()
     assert ext is not None
     data = x.detach().reshape(-1).numpy()
-    parts = _by_blocks(lambda a, b: ext.summary_f32(data, a, b, absolute, extremes, squares, logs), data.size)
+    parts = _by_blocks(ext.summary_f32, data, data.size, absolute, extremes, squares, logs)
     nan = any(p[6] for p in parts)
     lo = min(p[0] for p in parts)
     hi = max(p[1] for p in parts)
@@ -107,7 +116,7 @@ def tail_values(
     ext = native.extension()
     assert ext is not None
     data = x.detach().reshape(-1).numpy()
-    parts = _by_blocks(lambda lo, hi: ext.tail_f32(data, lo, hi, above, shift, inv_unit, squares, logs), data.size)
+    parts = _by_blocks(ext.tail_f32, data, data.size, above, shift, inv_unit, squares, logs)
     count = float(sum(p[0] for p in parts))
     total = math.fsum(p[1] for p in parts)
     sum_sq = math.fsum(p[2] for p in parts) if squares else math.nan
