@@ -782,7 +782,7 @@ __attribute__((target("avx2"))) static int64_t summary_avx2(const float* x, int6
         }
         hi = _mm256_max_ps(hi, _mm256_blendv_ps(e, ninf, isnan));
         if (extremes) {
-            lo = _mm256_min_ps(lo, _mm256_blendv_ps(e, inf, isnan));
+            if (!absolute) lo = _mm256_min_ps(lo, _mm256_blendv_ps(e, inf, isnan)); /* (magnitudes: see below) */
             __m256 nz = _mm256_blendv_ps(ok, inf, _mm256_cmp_ps(ok, zero, _CMP_EQ_OQ));
             lonz = _mm256_min_ps(lonz, nz);
         }
@@ -846,6 +846,9 @@ static PyObject* gs_summary_f32(PyObject* self, PyObject* args) {
     if (gs_wide()) i = summary_avx2(data, i, end, absolute, extremes, squares, logs ? &l : NULL, &r);
 #endif
     summary_scalar(data, i, end, absolute, extremes, squares, logs ? &l : NULL, &r);
+    /* the smallest magnitude is 0 where a zero was read, else the smallest nonzero one (the AVX2 loop reads only
+       the latter for magnitudes; NaN elements count as nonzero) */
+    if (absolute && extremes) r.lo = end - start > r.count ? 0.0f : r.lonz;
     if (logs) sumlog = r.hi == INFINITY ? INFINITY : gs_logsum_value(&l, 0, 1.0); /* (AVX2 lanes skip the flags) */
     Py_END_ALLOW_THREADS;
     gs_release(&v);
