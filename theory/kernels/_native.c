@@ -686,6 +686,19 @@ __attribute__((target("avx2"))) static inline void gs_logsum_renorm(__m256d* p, 
     *p = _mm256_castsi256_pd(_mm256_or_si256(_mm256_and_si256(bits, mant), one_bits));
 }
 
+/* one step of 8 magnitudes (two groups of 4 lanes, each with its mask of used lanes), the products renormalised
+   every GS_LOG_RENORM steps (counted in *steps) */
+__attribute__((target("avx2"))) static inline void gs_logsum_step8(__m256d a0, __m256d a1, __m256d u0, __m256d u1,
+                                                                   __m256d* p0, __m256d* p1, __m256d* k0,
+                                                                   __m256d* k1, int64_t* steps) {
+    gs_logsum_step(a0, u0, p0, k0);
+    gs_logsum_step(a1, u1, p1, k1);
+    if (++*steps % GS_LOG_RENORM == 0) {
+        gs_logsum_renorm(p0, k0);
+        gs_logsum_renorm(p1, k1);
+    }
+}
+
 /* the AVX2 lanes' state into the scalar one (products multiplied per lane, exponents and flags joined) */
 __attribute__((target("avx2"))) static void gs_logsum_join(gs_logsum* l, __m256d p0, __m256d p1, __m256d k0,
                                                            __m256d k1) {
@@ -773,12 +786,7 @@ __attribute__((target("avx2"))) static int64_t summary_avx2(const float* x, int6
             __m256i used = _mm256_castps_si256(_mm256_andnot_ps(isnan, nonzero)); /* 32-bit lane masks */
             __m256d u0 = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(used))); /* widened */
             __m256d u1 = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(used, 1)));
-            gs_logsum_step(w0, u0, &p0, &k0);
-            gs_logsum_step(w1, u1, &p1, &k1);
-            if (++steps % GS_LOG_RENORM == 0) {
-                gs_logsum_renorm(&p0, &k0);
-                gs_logsum_renorm(&p1, &k1);
-            }
+            gs_logsum_step8(w0, w1, u0, u1, &p0, &p1, &k0, &k1, &steps);
         }
         hi = _mm256_max_ps(hi, _mm256_blendv_ps(e, ninf, isnan));
         if (extremes) {
@@ -906,12 +914,7 @@ __attribute__((target("avx2"))) static int64_t tail_avx2(const float* x, int64_t
             q1 = _mm256_add_pd(q1, _mm256_mul_pd(z1, z1));
         }
         if (logs && (m0 | m1)) { /* (a step with no used lane adds nothing: skipped) */
-            gs_logsum_step(a0, u0, &p0, &k0);
-            gs_logsum_step(a1, u1, &p1, &k1);
-            if (++steps % GS_LOG_RENORM == 0) {
-                gs_logsum_renorm(&p0, &k0);
-                gs_logsum_renorm(&p1, &k1);
-            }
+            gs_logsum_step8(a0, a1, u0, u1, &p0, &p1, &k0, &k1, &steps);
         }
     }
     r->count += count;
