@@ -100,9 +100,7 @@ def _np(fn_name: str) -> Any:
 
 
 log = _np("log")
-exp = _np("exp")
 sqrt = _np("sqrt")
-log1p = _np("log1p")
 expm1 = _np("expm1")
 
 
