@@ -27,12 +27,19 @@ from typing import Any, Callable
 import pytest
 import torch
 
+from gradstat.theory.kernels.policy import torch_version
+
 PG_TIMEOUT_S = 60.0
 TEARDOWN_S = 20.0
+DYNAMO_PRELOAD_TORCH = (2, 13)
+"""Oldest torch whose ``torch._dynamo`` the fork server imports: under torch 2.1 a rank forked from a server that
+had imported it hangs in its first DDP step (test_record_ranks and test_launchers' plain-DDP launch, every run);
+2.13 is the version measured without the hang. Older torch imports it in each rank, as DDP's constructor does."""
+
 PRELOAD = [
     "torch",
     "torch.distributed",
-    "torch._dynamo",
+    *(["torch._dynamo"] if torch_version() >= DYNAMO_PRELOAD_TORCH else []),
     "gradstat.compressors.ddp",
     "gradstat.analysis.training.workloads",
 ]
