@@ -5,9 +5,9 @@ timeout ``PG_TIMEOUT_S``), calls ``fn(rank, world, **kwargs)`` and saves its ret
 The parent waits at most ``timeout_s`` and fails the test (killing the ranks) if they have not finished: a hang
 is a failure, never a stuck suite.
 
-The ranks are forked from multiprocessing's fork server, which imports :data:`PRELOAD` once per test process: a
-fresh interpreter per rank (the ``spawn`` start) paid about 3 s of CPU in imports, 6 s a launch, more than most
-scenarios' own work. Each rank still starts from that clean server, never from the test process (no copy of
+From torch :data:`FORKSERVER_TORCH` on, the ranks are forked from multiprocessing's fork server, which imports
+:data:`PRELOAD` once per test process: a fresh interpreter per rank (the ``spawn`` start, kept for older torch)
+paid about 3 s of CPU in imports, 6 s a launch, more than most scenarios' own work. Each rank still starts from that clean server, never from the test process (no copy of
 pytest's state or threads), with the test process's ``sys.path`` and working folder; its environment is the
 server's, taken when the first launch of the test process started it.
 """
@@ -31,15 +31,16 @@ from gradstat.theory.kernels.policy import torch_version
 
 PG_TIMEOUT_S = 60.0
 TEARDOWN_S = 20.0
-DYNAMO_PRELOAD_TORCH = (2, 13)
-"""Oldest torch whose ``torch._dynamo`` the fork server imports: under torch 2.1 a rank forked from a server that
-had imported it hangs in its first DDP step (test_record_ranks and test_launchers' plain-DDP launch, every run);
-2.13 is the version measured without the hang. Older torch imports it in each rank, as DDP's constructor does."""
+FORKSERVER_TORCH = (2, 13)
+"""Oldest torch whose ranks are forked from the fork server (the version measured). Under torch 2.1 (the oldest
+session) ranks forked from it hung in their first DDP step: test_record_ranks and test_launchers' plain-DDP launch
+every run with ``torch._dynamo`` preloaded, and test_launchers' launch in a full run without it; there each rank is
+a fresh interpreter (``spawn``), as before the server."""
 
 PRELOAD = [
     "torch",
     "torch.distributed",
-    *(["torch._dynamo"] if torch_version() >= DYNAMO_PRELOAD_TORCH else []),
+    "torch._dynamo",
     "gradstat.compressors.ddp",
     "gradstat.analysis.training.workloads",
 ]
@@ -75,8 +76,11 @@ def _entry(fn: Callable, rank: int, world: int, init_file: str, out_dir: str, kw
 
 def run_ranks(fn: Callable, world: int = 2, timeout_s: float = 240.0, **kwargs: Any) -> list[Any]:
     """``[fn(0, world, **kwargs), ..., fn(world - 1, world, **kwargs)]`` computed on ``world`` processes."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)  # read when the server starts: the first launch of this process
+    if torch_version() >= FORKSERVER_TORCH:
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)  # read when the server starts: the first launch of this process
+    else:
+        ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp:
         init_file = str(Path(tmp) / "rendezvous")
         procs = [ctx.Process(target=_entry, args=(fn, r, world, init_file, tmp, kwargs)) for r in range(world)]
