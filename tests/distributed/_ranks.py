@@ -7,9 +7,10 @@ is a failure, never a stuck suite.
 
 From torch :data:`FORKSERVER_TORCH` on, the ranks are forked from multiprocessing's fork server, which imports
 :data:`PRELOAD` once per test process: a fresh interpreter per rank (the ``spawn`` start, kept for older torch)
-paid about 3 s of CPU in imports, 6 s a launch, more than most scenarios' own work. Each rank still starts from that clean server, never from the test process (no copy of
-pytest's state or threads), with the test process's ``sys.path`` and working folder; its environment is the
-server's, taken when the first launch of the test process started it.
+paid about 3 s of CPU in imports, 6 s a launch, more than most scenarios' own work. Each rank still starts from
+that clean server, never from the test process (no copy of pytest's state or threads), with the test process's
+``sys.path`` and working folder; its environment is the server's, taken when the first launch of the test process
+started it.
 """
 
 from __future__ import annotations
