@@ -21,7 +21,7 @@ import torch
 
 from gradstat.theory import scalars as S
 from gradstat.theory.distributions.genpareto import expm1_over
-from gradstat.theory.distributions.incgamma import gammainccinv
+from gradstat.theory.distributions.incgamma import gammainccinv, host_inverse
 from gradstat.theory.estimators.result import Fit
 
 QUANTILES = ("exact", "approx")
@@ -88,20 +88,12 @@ def tail_quantile(
         if quantile == "approx":
             eta = S.clamp_min(-scale * (S.log(q) + S.lgamma(shape)), 0.0)
         elif host:
-            eta = scale * _host_gammainccinv(shape, q)
+            eta = scale * np.float64(host_inverse("gammainccinv", shape, q))
         else:
             eta = scale * gammainccinv(shape, q)
     else:
         eta = scale * expm1_over(params["shape"], -S.log(q))
     return S.clamp_max(eta, float(np.finfo(np.float64).max) if host else torch.finfo(eta.dtype).max)  # NaN stays
-
-
-def _host_gammainccinv(a: np.float64, q: np.float64) -> np.float64:
-    """scipy's inverse of the regularized upper incomplete gamma function on host numbers (the host form of
-    :func:`gradstat.theory.distributions.incgamma.gammainccinv`, which also takes it for one value on a CPU)."""
-    from scipy import special  # (imported on first use: the command line's help loads no scipy)
-
-    return np.float64(special.gammainccinv(a, q))
 
 
 def conditional_ratio(ratio: float, d: int, n: int) -> float:

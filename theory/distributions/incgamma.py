@@ -73,11 +73,17 @@ def host_form(a: torch.Tensor, prob: torch.Tensor) -> bool:
     return prob.numel() == 1 and prob.device.type == "cpu" and a.device.type == "cpu" and native_allowed()
 
 
-def _host(fn_name: str, a: torch.Tensor, prob: torch.Tensor) -> torch.Tensor:
+def host_inverse(fn_name: str, a: float, prob: float) -> float:
+    """scipy's ``fn_name`` (``gammaincinv`` or ``gammainccinv``) of host numbers: the host form of the inverses
+    below, and of the quantiles of a fit on host numbers (:mod:`gradstat.theory.scalars`)."""
     from scipy import special  # (imported on first use: the command line's help loads no scipy)
 
-    value = getattr(special, fn_name)(float(a.reshape(())), float(prob.reshape(())))
-    return torch.full(prob.shape, float(value), dtype=prob.dtype)
+    return float(getattr(special, fn_name)(a, prob))
+
+
+def _host(fn_name: str, a: torch.Tensor, prob: torch.Tensor) -> torch.Tensor:
+    value = host_inverse(fn_name, float(a.reshape(())), float(prob.reshape(())))
+    return torch.full(prob.shape, value, dtype=prob.dtype)
 
 
 def _broadcast(a: torch.Tensor, prob: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -40,10 +40,6 @@ def _by_blocks(loop: Callable[..., T], data: object, n: int, *args: object) -> l
     """``loop(data, start, stop, *args)`` of every :data:`SUM_BLOCK`-element block of ``n`` elements, in block
     order; the blocks shared out over torch's threads in contiguous runs
     (:func:`gradstat.theory.kernels.native.pieces`)."""
-    if n < native.PARALLEL_MIN:  # one piece (native.pieces): this thread reads every block, here
-        return [loop(data, a, min(a + SUM_BLOCK, n), *args) for a in range(0, n, SUM_BLOCK)] or [
-            loop(data, 0, 0, *args)
-        ]
 
     def read(a: int, b: int) -> T:
         return loop(data, a, b, *args)
