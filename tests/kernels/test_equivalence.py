@@ -3,12 +3,14 @@ eager reference (theory/kernels/catalog.py), bit for bit or within the rounding 
 
 Inputs span the cases the forms treat differently: lengths around the C loops' 16-element steps and their
 thread pieces, both float dtypes, zeros, ties at the threshold, values at 1e-30 and 1e30, subnormals, and NaN
-where the kernel defines what NaN does. A form that does not exist for an input (no extension built, no compiler,
+where the kernel defines what NaN does; the bounded selection's buffers with no room, less room than it selects,
+exactly enough and more. A form that does not exist for an input (no extension built, no compiler,
 another device) is skipped, and the test says which forms ran.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from gradstat.theory.kernels import catalog, counter_dither, native, nested
+from gradstat.theory.kernels import catalog, counter_dither, native, nested, primitives
 
 Case = Callable[[torch.device], tuple[Any, ...]]
 """A case builds fresh arguments on a device (kernels write into their ``out`` argument)."""
@@ -69,6 +71,31 @@ def _selection_cases() -> dict[str, Case]:
         0.75,
         True,
     )
+    return cases
+
+
+CAPACITIES: dict[str, Callable[[int], int]] = {
+    "0": lambda count: 0,
+    "below": lambda count: count // 2,
+    "equal": lambda count: count,
+    "above": lambda count: count + 5,
+}
+"""The bounded selection's buffer sizes, from the number of elements the case selects (``below`` keeps half of them;
+it is 0 where a case selects at most one)."""
+
+
+def _bounded_cases() -> dict[str, Case]:
+    """Every selection case with its threshold as a 0-d float64 tensor on the device, at each of :data:`CAPACITIES`."""
+    cases: dict[str, Case] = {}
+    for name, selection in _selection_cases().items():
+        for room, capacity_of in CAPACITIES.items():
+
+            def make(device, selection=selection, capacity_of=capacity_of):
+                x, t, signed = selection(device)
+                count = primitives.select_at_least_reference(x.cpu(), t, signed).numel()
+                return x, torch.tensor(t, dtype=torch.float64, device=device), signed, capacity_of(count)
+
+            cases[f"{name}-capacity={room}"] = make
     return cases
 
 
@@ -253,6 +280,7 @@ def _fwht_cases() -> dict[str, Case]:
 CASES: dict[str, dict[str, Case]] = {
     "select": _selection_cases(),
     "gather": _selection_cases(),
+    "select_bounded": _bounded_cases(),
     **_statistics_cases(),
     "block_max": _block_cases(),
     "sign_split_sums": _sign_split_cases(),
@@ -270,6 +298,11 @@ def test_every_kernel_of_the_catalog_has_cases_and_every_case_a_kernel():
 
 
 def _equal(got: Any, want: Any, rtol: float, where: str, bound: torch.Tensor | None = None) -> None:
+    if dataclasses.is_dataclass(want) and not isinstance(want, type):
+        assert type(got) is type(want), f"{where}: {type(got).__name__}, the reference {type(want).__name__}"
+        for f in dataclasses.fields(want):
+            _equal(getattr(got, f.name), getattr(want, f.name), rtol, f"{where}.{f.name}")
+        return
     if isinstance(want, tuple):
         assert isinstance(got, tuple) and len(got) == len(want), where
         for i, (a, b) in enumerate(zip(got, want, strict=True)):

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from gradstat.theory.kernels import (
+    bounded,
     compaction,
     counter_dither,
     counter_native,
@@ -251,6 +252,12 @@ KERNELS: dict[str, Kernel] = {
                 "compiled": Form(_compiled_select, lambda x, *_: compiler_for(x.device) and x.numel() >= 2),
                 "eager": Form(_eager_policy(_blocked_select)),
             },
+        ),
+        Kernel(
+            "select_bounded",
+            "selection into buffers of fixed capacity, its count on the device (bounded.select_bounded)",
+            bounded.reference,
+            {"eager": Form(bounded.eager), "triton": Form(bounded.triton, bounded.triton_exists)},
         ),
         Kernel(
             "gather",

@@ -1,0 +1,166 @@
+"""The bounded selection: a threshold selection into buffers of fixed capacity, with its count left on the device.
+
+:func:`gradstat.theory.kernels.primitives.select_at_least` returns exactly the selected indices, so its output size
+is a host value: on CUDA it waits for the device. A sparsifier's encode must not (the device rules of the design:
+compaction into a buffer of declared capacity). :func:`select_bounded` selects by the same rule (the nonzero
+elements with ``x >= t``, or ``|x| >= t`` when ``signed``, ``t`` the threshold raised to the smallest positive
+value of ``x``'s dtype by :func:`~gradstat.theory.kernels.primitives.positive_threshold`; NaN never selected) but
+writes only the first ``capacity`` selected indices, increasing, and ``x`` there into buffers of that size
+(:class:`Bounded`), with the number selected as a 0-d tensor on ``x``'s device. The caller reads that count once,
+when it sends the payload, and falls back to the exact selection where it exceeds the capacity.
+
+Forms, each equal to :func:`reference` bit for bit (the battery in ``tests/kernels`` holds them to it):
+
+- :func:`reference`: ``select_at_least_reference`` and a copy into the buffers (it reads the count: the definition);
+- :func:`eager`: plain torch with no host read, on any device: the comparison mask, ``torch.nonzero_static`` into
+  the buffer (or, on a device whose torch has no such kernel, e.g. CUDA under torch 2.1, a cumulative sum of the
+  mask and a scatter of the indices to their positions), ``count_nonzero`` for the count, and a gather;
+- :func:`triton`: two Triton kernels over blocks (:mod:`gradstat.theory.kernels.triton_select`), compiled on CUDA
+  and interpreted on a CPU (how CI checks them without a GPU; never chosen for a CPU in use).
+
+Which form runs (:func:`form_for`, the one place that decides): ``triton`` for a CUDA tensor where Triton is
+installed, the compile policy (:func:`gradstat.theory.kernels.policy.policy`, ``GRADSTAT_COMPILE``) is not
+``never`` and its kernels have not failed in this process; else ``eager``. A Triton build or launch that fails is
+reported once per process as a RuntimeWarning, and the eager form runs from then on.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from gradstat.theory.kernels import policy, primitives, triton_select
+
+DTYPES = (torch.float32, torch.float64)
+
+
+@dataclass(frozen=True)
+class Bounded:
+    """A selection kept in buffers of fixed capacity; every tensor on the input's device.
+
+    ``indices``: int64 ``[capacity]``, the first ``min(count, capacity)`` selected indices in increasing order, then
+    -1. ``values``: the input's dtype ``[capacity]``, the input at those indices (its own signed values), then 0.
+    ``count``: 0-d int64, how many elements the rule selects (more than ``capacity`` when the buffers overflowed)."""
+
+    indices: torch.Tensor
+    values: torch.Tensor
+    count: torch.Tensor
+
+
+def _threshold(x: torch.Tensor, threshold: torch.Tensor, capacity: int) -> torch.Tensor:
+    """Check the arguments (a clear ValueError for each mistake) and return the comparison threshold ``t``: a 0-d
+    tensor of ``x``'s dtype on its device (:func:`~gradstat.theory.kernels.primitives.positive_threshold`)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.dtype not in DTYPES:
+        shape = f"a {x.dim()}-D {x.dtype} tensor" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"select_bounded: x must be a 1-D float32 or float64 tensor (reshape(-1) it), got {shape}")
+    if not isinstance(threshold, torch.Tensor) or threshold.dim() != 0 or not threshold.is_floating_point():
+        got = f"a {threshold.dim()}-D {threshold.dtype} tensor" if isinstance(threshold, torch.Tensor) else threshold
+        raise ValueError(f"select_bounded: threshold must be a 0-d floating tensor on x's device, got {got!r}")
+    if threshold.device != x.device:
+        raise ValueError(f"select_bounded: threshold is on {threshold.device}, x on {x.device}; put it on x's device")
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+        raise ValueError(f"select_bounded: capacity must be a host int >= 0, got {capacity!r}")
+    return primitives.positive_threshold(threshold, x)
+
+
+def reference(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int) -> Bounded:
+    """The definition: :func:`~gradstat.theory.kernels.primitives.select_at_least_reference`, its first
+    ``capacity`` indices and ``x`` there copied into the buffers. Reads the count on the host (any device)."""
+    t = _threshold(x, threshold, capacity)
+    selected = primitives.select_at_least_reference(x, t, signed)
+    kept = selected[:capacity]
+    indices = torch.full((capacity,), -1, dtype=torch.int64, device=x.device)
+    values = torch.zeros(capacity, dtype=x.dtype, device=x.device)
+    indices[: kept.numel()] = kept
+    values[: kept.numel()] = x[kept]
+    return Bounded(indices, values, torch.tensor(selected.numel(), dtype=torch.int64, device=x.device))
+
+
+def eager(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int) -> Bounded:
+    """The bounded selection in plain torch, with no host read: runs on any device (and on ``meta`` tensors)."""
+    return _eager(x, _threshold(x, threshold, capacity), signed, capacity)
+
+
+def _eager(x: torch.Tensor, t: torch.Tensor, signed: bool, capacity: int) -> Bounded:
+    mask = (x.abs() if signed else x) >= t
+    count = torch.count_nonzero(mask)
+    if x.numel() == 0:
+        indices = torch.full((capacity,), -1, dtype=torch.int64, device=x.device)
+        return Bounded(indices, torch.zeros(capacity, dtype=x.dtype, device=x.device), count)
+    indices = _first_true(mask, capacity)
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    return Bounded(indices, torch.where(indices >= 0, x.index_select(0, indices.clamp_min(0)), zero), count)
+
+
+def _first_true(mask: torch.Tensor, capacity: int) -> torch.Tensor:
+    """The first ``capacity`` indices of the True elements of the 1-D bool ``mask``, increasing, then -1 (int64):
+    ``torch.nonzero_static``, or :func:`_first_true_scattered` on a device where this torch has no kernel for it."""
+    try:
+        return torch.nonzero_static(mask, size=capacity, fill_value=-1).squeeze(1)
+    except NotImplementedError:
+        return _first_true_scattered(mask, capacity)
+
+
+def _first_true_scattered(mask: torch.Tensor, capacity: int) -> torch.Tensor:
+    """:func:`_first_true` from operations every device has: the inclusive cumulative sum of the mask numbers the
+    True elements 1, 2, ...; those numbered up to ``capacity`` scatter their index to that slot, every other
+    element to one spare slot past the end (dropped)."""
+    rank = torch.cumsum(mask, 0)
+    slot = torch.where(mask & (rank <= capacity), rank - 1, capacity)
+    out = torch.full((capacity + 1,), -1, dtype=torch.int64, device=mask.device)
+    out.scatter_(0, slot, torch.arange(mask.numel(), device=mask.device))
+    return out[:capacity]
+
+
+def triton(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int) -> Bounded:
+    """The Triton form (:mod:`gradstat.theory.kernels.triton_select`): compiled for a CUDA ``x``, interpreted for a
+    CPU one. Raises where Triton is not installed or its kernels fail (no fallback: :func:`select_bounded` has it)."""
+    return Bounded(*triton_select.select(x, _threshold(x, threshold, capacity), signed, capacity))
+
+
+def triton_exists(x: torch.Tensor, *_: object) -> bool:
+    """Whether :func:`triton` can run on ``x`` (its other arguments aside): Triton installed, ``x`` on CUDA (compiled)
+    or a CPU (interpreted)."""
+    return x.device.type in ("cuda", "cpu") and triton_select.available()
+
+
+_BROKEN = threading.Event()
+"""Set once the Triton form has failed in this process (reported once; the eager form runs from then on)."""
+
+
+def form_for(x: torch.Tensor) -> str:
+    """The form :func:`select_bounded` runs on ``x`` (see the module docstring): ``triton`` or ``eager``."""
+    if x.device.type != "cuda" or policy.policy() == "never" or _BROKEN.is_set() or not triton_select.available():
+        return "eager"
+    return "triton"
+
+
+def select_bounded(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int) -> Bounded:
+    """The first ``capacity`` elements selected by ``x >= t`` (``|x| >= t`` when ``signed``; nonzero elements only,
+    NaN never; ``t`` the 0-d ``threshold`` on ``x``'s device, raised to the smallest positive value), their values and
+    the count of all selected (:class:`Bounded`), with no read back to the host. ``x``: 1-D, float32 or float64;
+    ``capacity``: a host int >= 0. Runs the form :func:`form_for` names."""
+    t = _threshold(x, threshold, capacity)
+    if form_for(x) == "triton":
+        try:
+            return Bounded(*triton_select.select(x, t, signed, capacity))
+        except Exception as exc:  # noqa: BLE001 - any build or launch failure falls back to the eager form
+            _report_failure(exc)
+    return _eager(x, t, signed, capacity)
+
+
+def _report_failure(exc: Exception) -> None:
+    """Turn the Triton form off for this process, with one RuntimeWarning (the first failure's)."""
+    if _BROKEN.is_set():
+        return
+    _BROKEN.set()
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    warnings.warn(
+        f"gradstat: the Triton bounded selection failed to build or run ({type(exc).__name__}: {first}); using the "
+        f"eager form for the rest of this run (set {policy.ENV}=never to skip the attempt)",
+        RuntimeWarning,
+        stacklevel=3,
+    )

@@ -1,0 +1,151 @@
+"""The bounded selection's Triton form: two kernels over blocks, compiled for CUDA tensors and interpreted for CPU ones.
+
+:func:`select` writes the first ``capacity`` increasing indices of ``v_i >= t`` (``v = |x|`` or ``x``, ``t`` read
+inside the kernels from its 0-d tensor) and ``x`` there into buffers of that fixed size, and returns how many
+elements the rule selects as a 0-d device tensor, so that nothing waits for the host:
+
+1. ``_count_blocks``: one program per block of ``BLOCK`` elements stores how many of them are selected;
+2. the blocks' first output positions are the exclusive cumulative sum of those counts (one small torch ``cumsum``
+   on the device), and the total is the count;
+3. ``_write_blocks``: each program reads its block again, numbers its selected elements in order (an inclusive scan
+   of the hit mask), and writes index and value at its block's first position plus that number, where the
+   position is below ``capacity``.
+
+The sums and the scan combine with Triton's own ``_sum_combine`` through ``tl.reduce`` and ``tl.associative_scan``
+(what ``tl.sum`` and ``tl.cumsum`` call): those two are builtins the interpreter replaces by numpy's sum and
+cumulative sum, where ``tl.sum`` itself is a compiled-only function unless ``TRITON_INTERPRET=1`` was set before
+Triton was imported. So one process runs both: :class:`triton.runtime.interpreter.InterpretedFunction` over the
+same Python kernels for CPU tensors (how CI checks the kernels without a GPU; about a millisecond per program, so
+CPU inputs take at most :data:`INTERPRETED_PROGRAMS` blocks of at least :data:`INTERPRETED_BLOCK` elements) and
+:func:`triton.jit` for CUDA tensors (blocks of :data:`BLOCK` elements).
+
+Triton is imported on the first call (:func:`build`), never when this module is imported: the project imports and
+runs without it (:func:`available` says whether a recent enough one is installed).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import threading
+from typing import Any
+
+import torch
+
+tl: Any = None
+"""``triton.language``, bound by :func:`build` (the kernels read it as a global, as Triton requires)."""
+
+BLOCK = 1024
+"""Elements per program on CUDA (a power of two: ``tl.arange``'s requirement)."""
+
+INTERPRETED_BLOCK = 16
+"""Smallest block of the interpreted (CPU) form."""
+
+INTERPRETED_PROGRAMS = 4
+"""Most programs per kernel of the interpreted form: each costs about a millisecond of Python, so a CPU input is cut
+into at most this many blocks (still several, so that every check of more than :data:`INTERPRETED_BLOCK` elements
+crosses a block boundary)."""
+
+
+TRITON = (3, 0)
+"""Oldest Triton used (the ``triton`` extra's floor): Triton 2.x (torch 2.1's) has no ``InterpretedFunction``."""
+
+
+def available() -> bool:
+    """Whether a Triton of version :data:`TRITON` or newer is installed here (read from its metadata, not imported)."""
+    return _installed()
+
+
+@functools.lru_cache(maxsize=1)
+def _installed() -> bool:
+    for distribution in ("triton", "pytorch-triton"):  # (the second: torch's nightly builds)
+        try:
+            version = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        parts = [int("".join(c for c in part if c.isdigit()) or 0) for part in version.split(".")[:2]]
+        return tuple(parts) >= TRITON
+    return False
+
+
+# The kernels' arguments are annotated as Triton reads them (tl.constexpr marks a compile-time constant), not for mypy.
+
+
+def _count_blocks(x_ptr, t_ptr, counts_ptr, n, SIGNED: tl.constexpr, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+    """``counts[b]``: how many of block b's elements are selected."""
+    block = tl.program_id(0)
+    offsets = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < n
+    v = tl.load(x_ptr + offsets, mask=inside, other=0.0)
+    hit = ((tl.abs(v) if SIGNED else v) >= tl.load(t_ptr)) & inside
+    tl.store(counts_ptr + block, tl.reduce(hit.to(tl.int64), 0, tl.standard._sum_combine))
+
+
+def _write_blocks(  # type: ignore[no-untyped-def]
+    x_ptr, t_ptr, starts_ptr, indices_ptr, values_ptr, n, capacity, SIGNED: tl.constexpr, BLOCK: tl.constexpr
+):
+    """Block b's selected indices and values, in order, from output position ``starts[b]``, below ``capacity``."""
+    block = tl.program_id(0)
+    offsets = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < n
+    v = tl.load(x_ptr + offsets, mask=inside, other=0.0)
+    hit = ((tl.abs(v) if SIGNED else v) >= tl.load(t_ptr)) & inside
+    rank = tl.associative_scan(hit.to(tl.int64), 0, tl.standard._sum_combine)
+    position = tl.load(starts_ptr + block) + rank - 1
+    keep = hit & (position < capacity)
+    tl.store(indices_ptr + position, offsets, mask=keep)
+    tl.store(values_ptr + position, v, mask=keep)
+
+
+_LOCK = threading.Lock()
+_KERNELS: dict[bool, tuple[Any, Any]] = {}
+
+
+def build(interpret: bool) -> tuple[Any, Any]:
+    """The two kernels, interpreted (for CPU tensors) or for compilation on CUDA (compiled at their first launch,
+    cached on disk by Triton); Triton is imported here. Raises ImportError where it is not installed."""
+    global tl
+    with _LOCK:
+        kernels = _KERNELS.get(interpret)
+        if kernels is None:
+            tl = importlib.import_module("triton.language")
+            if interpret:
+                wrap = importlib.import_module("triton.runtime.interpreter").InterpretedFunction
+            else:
+                wrap = importlib.import_module("triton").jit
+            kernels = _KERNELS[interpret] = (wrap(_count_blocks), wrap(_write_blocks))
+        return kernels
+
+
+def block_for(x: torch.Tensor) -> int:
+    """Elements per program for ``x``: :data:`BLOCK` on CUDA; for a CPU tensor (interpreted) the smallest power of
+    two of at least :data:`INTERPRETED_BLOCK` that covers it in :data:`INTERPRETED_PROGRAMS` blocks."""
+    if x.device.type != "cpu":
+        return BLOCK
+    per_program = -(-x.numel() // INTERPRETED_PROGRAMS)
+    return max(INTERPRETED_BLOCK, 1 << max(0, per_program - 1).bit_length())
+
+
+def select(
+    x: torch.Tensor, t: torch.Tensor, signed: bool, capacity: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(indices, values, count)`` of the selection ``v >= t`` (``v = |x|`` when ``signed``, else ``x``) of the 1-D
+    float32 or float64 ``x``: the first ``capacity`` selected indices in increasing order (int64, then -1), ``x``
+    there (then 0) and the number selected (0-d int64), all on ``x``'s device, nothing read back to the host.
+    ``t`` is a 0-d tensor of ``x``'s dtype and device, strictly positive (zeros are never selected) or NaN."""
+    count_kernel, write_kernel = build(interpret=x.device.type == "cpu")
+    x = x.contiguous()
+    n = x.numel()
+    indices = torch.full((capacity,), -1, dtype=torch.int64, device=x.device)
+    values = torch.zeros(capacity, dtype=x.dtype, device=x.device)
+    if n == 0:
+        return indices, values, torch.zeros((), dtype=torch.int64, device=x.device)
+    block = block_for(x)
+    grid = (-(-n // block),)
+    counts = torch.empty(grid[0], dtype=torch.int64, device=x.device)
+    count_kernel[grid](x, t, counts, n, SIGNED=signed, BLOCK=block)
+    ends = torch.cumsum(counts, 0)
+    if capacity:
+        write_kernel[grid](x, t, ends - counts, indices, values, n, capacity, SIGNED=signed, BLOCK=block)
+    return indices, values, ends[-1]
