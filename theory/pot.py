@@ -16,6 +16,12 @@ tensors either way. A caller that selects afterwards may pass ``narrow``: the la
 the exceedances of eta_{M-1}, gathered once, and the caller selects among them (one pass over the whole vector in
 place of two). A degenerate stage (fewer than two survivors, zero variance, non-finite fit) keeps
 the previous threshold, ends the recursion and is reported in ``stopped_reason``.
+
+:func:`deferred_threshold` is the same computation with the closed forms for a caller that must not synchronise
+at all (a compressor's encode on an accelerator): stage 1's facts (count of non-zeros, largest magnitude) stay on
+the device too, nothing is read, and the values the result is assembled from come back as one vector for the
+caller to read with its own; inputs it does not represent (rejected data, too few non-zeros for stage 1) are
+flagged there, for the caller to run :func:`multistage_threshold` instead.
 """
 
 from __future__ import annotations
@@ -29,10 +35,10 @@ import torch
 
 from gradstat.theory import scalars as S
 from gradstat.theory.estimators.estimate import Estimate
-from gradstat.theory.estimators.exceedances import Exceedances, unit_for
+from gradstat.theory.estimators.exceedances import Exceedances, device_unit, direct_ok, unit_for
 from gradstat.theory.estimators.fit import resolve
-from gradstat.theory.estimators.magnitudes import check_magnitudes
-from gradstat.theory.estimators.registry import SHAPED, estimator
+from gradstat.theory.estimators.magnitudes import check_magnitudes, device_facts
+from gradstat.theory.estimators.registry import SHAPED, Estimator, estimator
 from gradstat.theory.estimators.result import Fit
 from gradstat.theory.kernels.stage_stats import tail_moments
 from gradstat.theory.thresholds import QUANTILES, check_length, check_ratio, conditional_ratio, tail_quantile
@@ -209,6 +215,126 @@ def multistage_threshold(
         )  # fmt: skip
 
 
+@dataclass
+class DeferredPot:
+    """A multi-stage threshold computed on x's device without reading anything back (:func:`deferred_threshold`).
+
+    Attributes
+    ----------
+    threshold : Tensor
+        0-d float64 on x's device: eta_M in x's units (keep |g| > threshold); meaningless where :attr:`settle`
+        says the input needs the synchronous path.
+    reads : Tensor
+        1-D float64 on x's device: every value :attr:`settle` needs, for the caller to read back with its own in
+        one copy.
+    settle : callable ``(values) -> (exact_path, stopped_reason)``
+        From the values of :attr:`reads` as read back (same order): ``exact_path`` True where this form does not
+        represent the input (the caller runs :func:`multistage_threshold`, which raises the proper errors and
+        handles every edge case), else False and the reason the stages stopped early (None when every stage
+        completed), exactly :attr:`PotResult.stopped_reason`.
+    """
+
+    threshold: torch.Tensor
+    reads: torch.Tensor
+    settle: Callable[[list[float]], tuple[bool, str | None]]
+
+
+def deferred_threshold(
+    x: torch.Tensor,
+    ratio: float,
+    stages: int,
+    *,
+    first: str = "exponential",
+    first_ratio: float = 0.25,
+    anchor: str = "threshold",
+    quantile: str = "exact",
+    signed: bool = False,
+    stats: torch.Tensor | None = None,
+) -> DeferredPot:
+    """:func:`multistage_threshold` with the closed forms (``method="closed_form"`` at every stage, the paper's
+    later law :data:`PAPER_LATER`), computed on x's device without reading anything back to the host: the launches
+    of a compressor's encode queue without a stall, and its values are read once, with the selection's.
+
+    The stages are those of :func:`multistage_threshold` (SIDCo (Abdelmoniem et al.), Sec. 2.4, Lemma 2 (7)-(9),
+    Cor. 2.1 (10)-(11)) and the same float64 operations on 0-d tensors, so the threshold is the one
+    ``multistage_threshold(x, ..., method="closed_form", final_count=False, details=False)`` computes with 0-d
+    tensors (a device, or a CPU under the ``never`` kernel policy), bit for bit, and the one it computes with host
+    numbers (a CPU otherwise) within the last bits of a logarithm. Only stage 1 differs in where its facts come
+    from: the count of non-zeros, the largest magnitude (the power-of-two unit) and the conditional ratio
+    delta_1 d / n stay 0-d tensors (:func:`gradstat.theory.estimators.magnitudes.device_facts`).
+
+    The common case only: where this form would not equal the synchronous one, :attr:`DeferredPot.settle` says
+    ``exact_path``: data that :func:`gradstat.theory.estimators.magnitudes.check_magnitudes` rejects (NaN or inf,
+    negative magnitudes, all zeros; with a shaped first law one non-zero or constant non-zeros), fewer non-zeros
+    than stage 1 needs (delta_1 d / n >= 1, where the synchronous form keeps them all and re-splits the later
+    ratios), and, where the statistics come from plain reductions rather than the fused kernel (magnitudes, not
+    ``signed``, without a C loop or compiled kernel), a largest magnitude outside the range in which those
+    reductions run on the values directly (:func:`gradstat.theory.estimators.exceedances.direct_ok`: float32
+    magnitudes between about 2e-10 and 9e9), or, for a gamma first stage, a smallest non-zero whose ratio to it
+    underflows x's dtype.
+
+    Parameters
+    ----------
+    x : Tensor
+        Magnitudes |g| (or signed g with ``signed``), any shape, on any device.
+    ratio, stages, first, first_ratio, anchor, quantile, signed : as for :func:`multistage_threshold`.
+    stats : Tensor, optional
+        The caller's :func:`gradstat.theory.kernels.stage_stats.summary` of ``x`` (same ``signed``; with its minima
+        for a shaped first law, its sum of squares for the generalized Pareto), as :func:`multistage_threshold`
+        takes it; None computes it (or its plain reductions) here.
+
+    Raises
+    ------
+    ValueError, TypeError
+        What is wrong with the arguments, as :func:`multistage_threshold` raises it, where that is known without
+        reading ``x`` (ratios, stages, laws, an empty ``x`` or one shorter than 1 / ratio).
+    """
+    plan = _plan(ratio, stages, first, None, first_ratio, None, anchor, "closed_form", quantile)
+    facts = device_facts(
+        x,
+        "x",
+        spread=first in SHAPED,
+        signed=signed,
+        stats=stats,
+        squares=first == "genpareto",
+        logs=first == "gamma",
+    )
+    check_length(facts.d, plan.ratio)
+    values = facts.values
+    unit = device_unit(facts.max)
+    first_data = Exceedances(
+        values,
+        n_hint=facts.n_nonzero,
+        unit=unit,
+        signed=signed,
+        preset=facts.first_moments(unit),
+        squares=first == "genpareto",
+        host=False,
+    )
+    est = plan.run_first(first_data)
+    tail = conditional_ratio(plan.deltas[0], facts.d, facts.n_nonzero)
+    rare = facts.rare | ~(tail < 1.0)  # (n = 0 gives tail = inf)
+    if not (signed or tail_moments.fast_for(values, None, None, None, first == "gamma")):
+        rare = rare | ~direct_ok(unit, values.dtype)  # (the plain reductions, which read the unit on the host)
+        if first == "gamma" and facts.min_nonzero is not None:  # (read: a shaped law)
+            # log z underflows: the synchronous form takes its logarithms in float64
+            rare = rare | (facts.min_nonzero / unit < torch.finfo(values.dtype).tiny)
+    eta, ok = _first_threshold(first, est, tail, quantile, validated=True)
+    done = [_Stage(plan.deltas[0], eta, est, facts.n_nonzero, ok, 0, "closed_form", first)]
+    fused_stages, _, values = _later_stages(values, done, plan.deltas, plan, anchor, unit, signed, False, None)
+    reads = torch.stack([t.to(torch.float64) for t in [rare, *_to_read(values, done, fused_stages, False, False)]])
+    device = values.device
+
+    def settle(read: list[float]) -> tuple[bool, str | None]:
+        if read[0]:
+            return True, None
+        return False, _assemble(done, read[1:], False, False, device).stopped_reason
+
+    # a stage that fails keeps its predecessor's threshold and fails every later one (``ok`` is chained), so the last
+    # stage holds the last completed one's threshold (0 when stage 1 failed): the synchronous form's result
+    return DeferredPot(threshold=done[-1].threshold, reads=reads, settle=settle)
+
+
 def _multistage(
     abs_g: object,
     ratio: float,
@@ -226,15 +352,8 @@ def _multistage(
     narrow: Callable[[torch.Tensor, torch.Tensor | float], tuple[torch.Tensor, torch.Tensor]] | None,
     details: bool,
 ) -> PotResult:
-    ratio = check_ratio(ratio)
-    _choice(first, FIRST, "first")
-    later = PAPER_LATER[first] if later is None else _choice(later, LATER, "later")
-    _choice(anchor, ANCHORS, "anchor")
-    _choice(quantile, QUANTILES, "quantile")
-    run_first = estimator(first, method)
-    later_method = _later_method(method)
-    run_later = estimator(later, later_method)
-    deltas = stage_ratios(ratio, stages, first_ratio) if ratios is None else _check_ratios(ratios, ratio, stages)
+    plan = _plan(ratio, stages, first, later, first_ratio, ratios, anchor, method, quantile)
+    deltas = plan.deltas
     mags = check_magnitudes(
         abs_g,
         "abs_g",
@@ -244,7 +363,7 @@ def _multistage(
         squares=first == "genpareto",
         logs=first == "gamma",
     )
-    check_length(mags.d, ratio)
+    check_length(mags.d, plan.ratio)
     x = mags.values
     host = S.on_host(x)
     unit = unit_for(mags.max)  # statistics normalised by a power of two near max |g| (scale-free arithmetic)
@@ -260,30 +379,96 @@ def _multistage(
         squares=first == "genpareto",  # the exponential fit reads the mean, the gamma fit the mean and mean log
         host=host,
     )
-    est = run_first(first_data)
+    est = plan.run_first(first_data)
     tail = conditional_ratio(deltas[0], mags.d, mags.n_nonzero)
-    note = None
+    count = S.constant(float(mags.n_nonzero), x, host)
     if tail >= 1.0:
         # stage 1 keeps every non-zero, i.e. the ratio n/d instead of delta_1: the later stages share what is left
-        eta = S.constant(0.0, x, host)
         achieved = mags.n_nonzero / mags.d
         note = (
             f"stage 1 ratio {deltas[0]} needs more elements than the {mags.n_nonzero} non-zeros: threshold 0 "
             f"(ratio {achieved:.4g})"
         )
-        if len(deltas) > 1 and ratio < achieved:
-            rest = (ratio / achieved) ** (1.0 / (len(deltas) - 1))
+        if len(deltas) > 1 and plan.ratio < achieved:
+            rest = (plan.ratio / achieved) ** (1.0 / (len(deltas) - 1))
             deltas = [achieved] + [rest] * (len(deltas) - 1)
             note += f"; later stages re-split to {rest:.4g} each"
         else:
             deltas = [achieved]  # the target itself needs every non-zero element
+        eta, ok = S.constant(0.0, x, host), S.flag(True, x, host)
+        done = [_Stage(deltas[0], eta, est, count, ok, mags.n_zeros, method, first, note)]
     else:
-        eta = tail_quantile(first, est.params, tail, quantile)
-    count = S.constant(float(mags.n_nonzero), x, host)
-    ok = est.valid() & S.isfinite(eta) if tail < 1.0 else S.flag(True, x, host)
-    eta = S.where(ok, eta, 0.0)
-    done = [_Stage(deltas[0], eta, est, count, ok, mags.n_zeros, method, first, note)]
+        eta, ok = _first_threshold(first, est, tail, quantile)
+        done = [_Stage(deltas[0], eta, est, count, ok, mags.n_zeros, method, first)]
+    fused_stages, candidates, x = _later_stages(x, done, deltas, plan, anchor, unit, signed, host, narrow)
+    result = _assemble(done, S.read(_to_read(x, done, fused_stages, final_count, host)), final_count, details, x.device)
+    if candidates is not None:
+        result.candidates, result.candidate_magnitudes = candidates, x
+    return result
 
+
+@dataclass
+class _Plan:
+    """The validated arguments of a multi-stage fit: the target ratio, the stages' ratios and laws and their
+    estimators."""
+
+    ratio: float
+    deltas: list[float]
+    later: str
+    later_method: str
+    run_first: Estimator
+    run_later: Estimator
+
+
+def _plan(
+    ratio: float,
+    stages: int,
+    first: str,
+    later: str | None,
+    first_ratio: float,
+    ratios: list[float] | None,
+    anchor: str,
+    method: str,
+    quantile: str,
+) -> _Plan:
+    ratio = check_ratio(ratio)
+    _choice(first, FIRST, "first")
+    later = PAPER_LATER[first] if later is None else _choice(later, LATER, "later")
+    _choice(anchor, ANCHORS, "anchor")
+    _choice(quantile, QUANTILES, "quantile")
+    run_first = estimator(first, method)
+    later_method = _later_method(method)
+    run_later = estimator(later, later_method)
+    deltas = stage_ratios(ratio, stages, first_ratio) if ratios is None else _check_ratios(ratios, ratio, stages)
+    return _Plan(ratio, deltas, later, later_method, run_first, run_later)
+
+
+def _first_threshold(
+    first: str, est: Estimate, tail: float | torch.Tensor, quantile: str, validated: bool = False
+) -> tuple[S.Scalar, S.Flag]:
+    """Stage 1's threshold eta_1 at the conditional ratio ``tail`` (< 1) and its validity: 0 where the fit or its
+    quantile is not finite."""
+    eta = tail_quantile(first, est.params, tail, quantile, validated=validated)
+    ok = est.valid() & S.isfinite(eta)
+    return S.where(ok, eta, 0.0), ok
+
+
+def _later_stages(
+    x: torch.Tensor,
+    done: list[_Stage],
+    deltas: list[float],
+    plan: _Plan,
+    anchor: str,
+    unit: float | torch.Tensor,
+    signed: bool,
+    host: bool,
+    narrow: Callable[[torch.Tensor, torch.Tensor | float], tuple[torch.Tensor, torch.Tensor]] | None,
+) -> tuple[bool, torch.Tensor | None, torch.Tensor]:
+    """Stages 2..M after the first (appended to ``done``): each fits the exceedances of the previous threshold,
+    shifted by the anchor, and keeps the previous threshold where it is degenerate. Without the MLE and ``narrow``,
+    nothing is read back (0-d tensors stay on x's device). Returns whether the stages' statistics came from the
+    fused kernel, the candidates gathered by ``narrow`` (or None) and the vector the last stage read."""
+    later, later_method = plan.later, plan.later_method
     # shifted exceedances, reused by every stage (the fused kernel needs none)
     fused_stages = signed or tail_moments.fast_for(x, None, None, None, False)
     workspace = torch.empty_like(x) if len(deltas) > 1 and not fused_stages else None
@@ -319,35 +504,37 @@ def _multistage(
                 )
             )
             break
-        est = run_later(data)
+        est = plan.run_later(data)
         candidate = shift + tail_quantile(later, est.params, delta) if delta < 1.0 else shift + 0.0
         ok = done[-1].ok & (count >= 2) & est.valid() & S.isfinite(candidate)
         eta = S.where(ok, candidate, prev)
         done.append(_Stage(delta, eta, est, count, ok, 0, later_method, later))
-    result = _finish(x, done, fused_stages, final_count, host, details)
-    if candidates is not None:
-        result.candidates, result.candidate_magnitudes = candidates, x
-    return result
+    return fused_stages, candidates, x
 
 
-def _finish(
-    x: torch.Tensor, done: list[_Stage], fused_stages: bool, final_count: bool, host: bool, details: bool
-) -> PotResult:
-    """Read counts, validity and diagnostics back in one synchronisation and assemble the result (the stages'
-    fits only with ``details``)."""
-    final_survivors: S.Scalar
-    if not final_count:
-        final_survivors = S.constant(-1.0, x, host)  # not counted
-    else:
+def _to_read(
+    x: torch.Tensor, done: list[_Stage], fused_stages: bool, final_count: bool, host: bool
+) -> list[S.Scalar | S.Flag]:
+    """What the result is assembled from (:func:`_assemble`), in its order: each stage's count and validity, then
+    (with ``final_count``) the count of the survivors of the final threshold (one more pass)."""
+    values: list[S.Scalar | S.Flag] = [v for s in done for v in (s.count, s.ok)]
+    if final_count:
         last = S.as_tensor(done[-1].threshold, x.device)
         if fused_stages:  # the count of one fused pass over |x| (its sums are not used)
             zero = torch.zeros((), dtype=torch.float64, device=x.device)
-            final_survivors = tail_moments(x, last.to(x.dtype).double(), zero, zero + 1, False)[0]
+            values.append(tail_moments(x, last.to(x.dtype).double(), zero, zero + 1, False)[0])
         else:
-            final_survivors = torch.count_nonzero(x > last.to(x.dtype)).double()
-    values = S.read([v for s in done for v in (s.count, s.ok)] + [final_survivors])
+            values.append(torch.count_nonzero(x > last.to(x.dtype)).double())
+    return values
+
+
+def _assemble(
+    done: list[_Stage], values: list[float], final_count: bool, details: bool, device: torch.device
+) -> PotResult:
+    """The result from the values of :func:`_to_read` as read back: the final threshold, why the stages stopped
+    early, and (with ``details``) each completed stage's fit, threshold and survivors."""
     counts, oks = values[0 : 2 * len(done) : 2], values[1 : 2 * len(done) : 2]
-    survivors = counts[1:] + values[-1:]
+    survivors = counts[1:] + (values[-1:] if final_count else [-1.0])
 
     stages: list[StageResult] = []
     reason = None
@@ -369,21 +556,21 @@ def _finish(
         completed = m
         if not details:
             continue
-        fit = resolve(s.estimate, s.dist, s.method, int(n), s.n_zeros, x.device)
+        fit = resolve(s.estimate, s.dist, s.method, int(n), s.n_zeros, device)
         if s.note:
             fit.warnings.append(s.note)
         stages.append(
             StageResult(
                 ratio=s.ratio,
-                threshold=S.as_tensor(s.threshold, x.device),
+                threshold=S.as_tensor(s.threshold, device),
                 fit=fit,
-                survivors=None if m == len(done) and not final_count else _count(survivors[m - 1], x.device),
+                survivors=None if m == len(done) and not final_count else _count(survivors[m - 1], device),
             )
         )
     if not completed:
-        final = torch.zeros((), dtype=torch.float64, device=x.device)
+        final = torch.zeros((), dtype=torch.float64, device=device)
     else:
-        final = stages[-1].threshold if stages else S.as_tensor(done[completed - 1].threshold, x.device)
+        final = stages[-1].threshold if stages else S.as_tensor(done[completed - 1].threshold, device)
     return PotResult(threshold=final, stages=stages, stopped_reason=reason)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import overload
 
 import numpy as np
 import torch
@@ -52,7 +53,12 @@ def check_length(d: int, ratio: float, name: str = "ratio") -> None:
 
 
 def tail_quantile(
-    dist: str, params: dict[str, S.Scalar], tail: float | torch.Tensor, quantile: str = "exact"
+    dist: str,
+    params: dict[str, S.Scalar],
+    tail: float | torch.Tensor,
+    quantile: str = "exact",
+    *,
+    validated: bool = False,
 ) -> S.Scalar:
     """eta with P(|G| > eta) = tail under ``dist`` with ``params`` (location 0), on the parameters' device.
 
@@ -67,6 +73,10 @@ def tail_quantile(
     quantile : {'exact', 'approx'}
         'approx' changes only the gamma: SIDCo (15) -beta (log(delta) + lgamma(alpha)), clipped at 0; the
         exponential (6) and generalized Pareto (28) quantiles are already closed forms.
+    validated : bool
+        ``tail`` is a 0-d float64 tensor on the parameters' device whose range its caller answers for (it checks
+        ``0 < tail < 1`` on the device and discards the result where that fails): used as it is, never read back
+        (:func:`gradstat.theory.pot.deferred_threshold`, which must not synchronise).
 
     Returns
     -------
@@ -77,10 +87,17 @@ def tail_quantile(
         raise ValueError(f"quantile must be one of {list(QUANTILES)}, got {quantile!r}")
     if dist not in _DISTS:
         raise ValueError(f"dist must be one of {list(_DISTS)}, got {dist!r}")
-    tail = check_ratio(tail, "tail")
     scale = params["scale"]
     host = not isinstance(scale, torch.Tensor)
-    q: S.Scalar = np.float64(tail) if host else torch.as_tensor(tail, dtype=scale.dtype, device=scale.device)
+    q: S.Scalar
+    if validated:
+        if host or not isinstance(tail, torch.Tensor) or tail.dim() != 0 or tail.dtype != scale.dtype:
+            raise TypeError("a validated tail is a 0-d tensor of the parameters' dtype, with tensor parameters")
+        q = tail
+    else:
+        value = check_ratio(tail, "tail")
+        # (a fill, not a copy from the host: no synchronisation on an accelerator)
+        q = np.float64(value) if host else torch.full((), value, dtype=scale.dtype, device=scale.device)
     if dist == "exponential":
         eta = scale * -S.log(q)
     elif dist == "gamma":
@@ -96,8 +113,15 @@ def tail_quantile(
     return S.clamp_max(eta, float(np.finfo(np.float64).max) if host else torch.finfo(eta.dtype).max)  # NaN stays
 
 
-def conditional_ratio(ratio: float, d: int, n: int) -> float:
-    """delta d / n: the tail probability among the n non-zeros that selects delta d of all d elements."""
+@overload
+def conditional_ratio(ratio: float, d: int, n: int) -> float: ...
+@overload
+def conditional_ratio(ratio: float, d: int, n: torch.Tensor) -> torch.Tensor: ...
+def conditional_ratio(ratio: float, d: int, n: int | torch.Tensor) -> float | torch.Tensor:
+    """delta d / n: the tail probability among the n non-zeros that selects delta d of all d elements (a 0-d
+    tensor for a count ``n`` held on the device, the same float64 division)."""
+    if isinstance(n, torch.Tensor):  # (``number / tensor`` would multiply by the reciprocal: another rounding)
+        return torch.full_like(n, ratio * d).div_(n)
     return ratio * d / n
 
 

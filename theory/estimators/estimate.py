@@ -41,6 +41,7 @@ class Estimate:
         ok = self.params["scale"] > 0
         for value in self.params.values():
             ok = ok & S.isfinite(value)
-        if isinstance(ok, torch.Tensor):
-            return ok & ~torch.as_tensor(self.degenerate, device=ok.device)
+        if isinstance(ok, torch.Tensor):  # (a bool flag joins as a scalar: no copy from the host)
+            degenerate = self.degenerate
+            return ok & (~degenerate if isinstance(degenerate, torch.Tensor) else not degenerate)
         return ok & S.logical_not(self.degenerate)

@@ -45,16 +45,27 @@ def unit_for(top: float) -> float:
     return math.ldexp(1.0, math.frexp(top)[1] - 1)
 
 
+def device_unit(top: torch.Tensor) -> torch.Tensor:
+    """:func:`unit_for` of a 0-d float64 tensor, on its device and without reading it: the same power of two,
+    top / (2 m) with top = m 2^e (``torch.frexp``, m in [1/2, 1)), a quotient that is exactly 2^(e-1) and therefore
+    exactly rounded (1.0 where top <= 0 or is not finite)."""
+    mantissa, _ = torch.frexp(top)
+    usable = (top > 0) & torch.isfinite(top)
+    return torch.where(usable, top / (2.0 * mantissa), 1.0)
+
+
 def noise_floor(dtype: torch.dtype) -> float:
     """Relative size below which a difference of two reductions in ``dtype`` is rounding (32 ulps)."""
     return _RELATIVE_NOISE * torch.finfo(dtype).eps
 
 
-def _direct_ok(unit: float, dtype: torch.dtype) -> bool:
+def direct_ok(unit: float | torch.Tensor, dtype: torch.dtype) -> bool | torch.Tensor:
     """True when reductions of y (values <= 2 unit) and of y * y stay normal and finite in ``dtype``: unit within
     2^(+-max_exponent/4), so squares are within 2^(+-max_exponent/2) and sums of up to 2^(max_exponent/2) of them
-    cannot overflow."""
+    cannot overflow. A 0-d tensor ``unit`` gives a 0-d bool tensor (nothing read)."""
     limit = math.frexp(torch.finfo(dtype).max)[1] // 4
+    if isinstance(unit, torch.Tensor):
+        return (unit >= 2.0**-limit) & (unit <= 2.0**limit)
     return 2.0**-limit <= unit <= 2.0**limit
 
 
@@ -71,11 +82,15 @@ class Exceedances:
     shift : 0-d Tensor or None
         Subtracted from the elements used (the anchor); must satisfy above <= shift <= min of the used elements
         (the previous threshold, or the smallest survivor). None means ``above``.
-    n_hint : int or None
-        Number of used elements when the caller already knows it (saves a pass).
-    unit : float
+    n_hint : int, 0-d float64 tensor or None
+        Number of used elements when the caller already knows it (saves a pass); a tensor where it is known on the
+        device only (then the statistics are 0-d tensors).
+    unit : float or 0-d float64 tensor
         Power of two the statistics are normalised by (:func:`unit_for` of the largest |g|, known on the host);
-        estimators multiply their scale by it.
+        estimators multiply their scale by it. A 0-d tensor (:func:`device_unit`, the device form of
+        :func:`gradstat.theory.pot.deferred_threshold`) is never read: the statistics then come from the fused
+        kernel, or from the reductions of y divided by the unit, which assume :func:`direct_ok` (its caller checks
+        that on the device and takes the synchronous path where it fails).
     bottom : float or None
         Smallest used value when known on the host: if bottom / unit underflows in x's dtype (values spanning more
         than the dtype's exponent range), :meth:`mean_log` takes its logarithms in float64.
@@ -99,8 +114,8 @@ class Exceedances:
     x: torch.Tensor
     above: S.Scalar | None = None
     shift: S.Scalar | None = None
-    n_hint: int | None = None
-    unit: float = 1.0
+    n_hint: int | torch.Tensor | None = None
+    unit: float | torch.Tensor = 1.0
     bottom: float | None = None
     workspace: torch.Tensor | None = None
     signed: bool = False
@@ -152,7 +167,10 @@ class Exceedances:
             above = zero if self.above is None else self.above.to(self.x.dtype).double()
             shift = zero if self.above is None else (self.above if self.shift is None else self.shift)
             shift = shift.to(self.x.dtype).double()
-            inv_unit = torch.tensor(1.0 / self.unit, dtype=torch.float64, device=self.x.device)
+            if isinstance(self.unit, torch.Tensor):
+                inv_unit = 1.0 / self.unit  # (a power of two: exact)
+            else:  # (a fill, not a copy from the host: no synchronisation on an accelerator)
+                inv_unit = torch.full((), 1.0 / self.unit, dtype=torch.float64, device=self.x.device)
             self._cache[key] = tail_moments(self.x, above, shift, inv_unit, logs, self.squares)
         return self._cache[key]
 
@@ -164,14 +182,18 @@ class Exceedances:
             above = float(S.in_dtype(self.above, dtype))
             shift = float(S.in_dtype(self.above if self.shift is None else self.shift, dtype))
         squares = self.squares
+        assert not isinstance(self.unit, torch.Tensor)  # (host numbers come with a host unit)
+        inv_unit = 1.0 / self.unit
         if tail_moments.native_for(self.x, None, None, None, logs, squares):
-            values = tail_values(self.x, above, shift, 1.0 / self.unit, squares, logs)
+            values = tail_values(self.x, above, shift, inv_unit, squares, logs)
             return S.host_values(values if logs else values[:3])
-        as_0d = [torch.tensor(v, dtype=torch.float64, device=self.x.device) for v in (above, shift, 1.0 / self.unit)]
+        as_0d = [torch.tensor(v, dtype=torch.float64, device=self.x.device) for v in (above, shift, inv_unit)]
         return S.host_values(tail_moments(self.x, *as_0d, logs, squares))
 
     def _direct(self) -> bool:
-        return _direct_ok(self.unit, self.x.dtype)
+        if isinstance(self.unit, torch.Tensor):
+            return True  # (see ``unit``: a device unit is checked by its caller)
+        return bool(direct_ok(self.unit, self.x.dtype))
 
     def _normalised(self) -> torch.Tensor:
         """z = y / unit, materialised (in place when y is already a private buffer)."""
@@ -203,7 +225,9 @@ class Exceedances:
         """Number of used elements (float64 scalar: 0-d tensor on x's device, or host number)."""
         if "n" not in self._cache:
             n: S.Scalar
-            if self.n_hint is not None:
+            if isinstance(self.n_hint, torch.Tensor):
+                n = self.n_hint
+            elif self.n_hint is not None:
                 n = S.constant(float(self.n_hint), self.x, self.host)
             elif (moments := self._fused()) is not None:
                 n = moments[0]
@@ -248,7 +272,7 @@ class Exceedances:
                 logs = torch.log(y.double() / self.unit)  # z would underflow in y's dtype: log(0) = -inf
             else:
                 logs = torch.log(z) if z is not None else torch.div(y, self.unit).log_()
-            if not (self.above is None and self.n_hint == y.numel()):  # else: no zero, nothing to exclude
+            if not (self.above is None and _known(self.n_hint) == y.numel()):  # else: no zero, nothing to exclude
                 logs.nan_to_num_(neginf=0.0)  # log 0 = -inf -> 0 on the excluded elements
             self._cache["mean_log"] = self._out(logs.sum().double()) / self.count()
         return self._cache["mean_log"]
@@ -258,5 +282,10 @@ class Exceedances:
         synchronisation for the size) and the shift to subtract from them (None for none); y = values - shift."""
         x = self.x.abs() if self.signed else self.x
         if self.above is None:
-            return (x if self.n_hint == x.numel() else x[x > 0]), None
+            return (x if _known(self.n_hint) == x.numel() else x[x > 0]), None
         return x[x > self._bound(self.above)], self.above if self.shift is None else self.shift
+
+
+def _known(n_hint: int | torch.Tensor | None) -> int | None:
+    """A count known on the host (None for one on the device only, which is never read here)."""
+    return n_hint if isinstance(n_hint, int) else None

@@ -66,7 +66,7 @@ class Magnitudes:
                 moments.append(np.float64(self.log_sum) - self.n_nonzero * math.log(unit))
             return moments
         n = torch.full((), float(self.n_nonzero), dtype=torch.float64, device=self.sums.device)
-        return torch.stack((n, self.sums[0] / unit, self.sums[1] / (unit * unit)))
+        return _moments(n, self.sums, unit)
 
     @property
     def n_zeros(self) -> int:
@@ -75,6 +75,47 @@ class Magnitudes:
     @property
     def zero_fraction(self) -> float:
         return self.n_zeros / self.d
+
+
+def _moments(n: torch.Tensor, sums: torch.Tensor, unit: float | torch.Tensor) -> torch.Tensor:
+    """``[n, sum z, sum z^2]`` from ``[sum |g|, sum |g|^2]`` with ``z = |g| / unit`` (a power of two: exact)."""
+    return torch.stack((n, sums[0] / unit, sums[1] / (unit * unit)))
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """The facts of :class:`Magnitudes` as 0-d float64 tensors on the data's device, never read back
+    (:func:`device_facts`), with the flag ``rare`` where :func:`check_magnitudes` would reject the data.
+
+    Attributes
+    ----------
+    values : Tensor, shape (d,)
+        The magnitudes, or the signed g when ``signed`` (as :attr:`Magnitudes.values`).
+    d : int
+        Number of elements (known from the shape).
+    n_nonzero, max : Tensor
+        Number of elements != 0 and the largest magnitude.
+    min_nonzero : Tensor or None
+        Smallest non-zero magnitude (+inf for none), where it was read: always with ``spread``.
+    sums : Tensor or None
+        ``[sum |g|, sum |g|^2]`` where the summary ran on float32 values (as :attr:`Magnitudes.sums`).
+    rare : Tensor
+        0-d bool: the data are empty of non-zeros, hold NaN, inf or negative magnitudes, or (with ``spread``) one
+        non-zero or constant non-zeros, or the given summary lacks what the checks or the fit read: every case in
+        which :func:`check_magnitudes` raises.
+    """
+
+    values: torch.Tensor
+    d: int
+    n_nonzero: torch.Tensor
+    max: torch.Tensor
+    min_nonzero: torch.Tensor | None
+    sums: torch.Tensor | None
+    rare: torch.Tensor
+
+    def first_moments(self, unit: torch.Tensor) -> torch.Tensor | None:
+        """:meth:`Magnitudes.first_moments` (its tensor form) with a unit held on the device."""
+        return None if self.sums is None else _moments(self.n_nonzero, self.sums, unit)
 
 
 def as_magnitudes_tensor(x: object, name: str = "x") -> torch.Tensor:
@@ -148,14 +189,11 @@ def check_magnitudes(
         Empty input, NaN or infinite values, negative values (pass |g|), no non-zero value, constant non-zeros
         (with ``spread``).
     """
-    t = as_magnitudes_tensor(x, name)
-    if t.numel() == 0:
-        raise ValueError(f"{name} is empty; need at least one |g| value")
+    t = _nonempty(x, name)
     sums, host_sums, fused_min_nonzero, log_sum = None, None, None, None
     if stats is not None or signed or summary.fast_for(t, signed):
-        if stats is None:  # one pass (C loop or compiled); the minima only where they are used
-            with_logs = logs and signed and t.dtype == torch.float32  # (magnitudes of signed values; kept below)
-            stats = summary(t, signed, spread or not signed, True, with_logs)
+        if stats is None:
+            stats = _summary(t, spread, signed, logs)
         lo_f, hi_f, n_nonzero, total, sum_sq, fused_min_nonzero, *rest = stats.tolist()
         log_sum = rest[0] if rest else None
         if spread and math.isinf(fused_min_nonzero) and n_nonzero > 0:
@@ -201,3 +239,63 @@ def check_magnitudes(
             raise ConstantMagnitudes(name, hi_f, n_nonzero)
         mags = dataclasses.replace(mags, min_nonzero=min_nonzero)
     return mags
+
+
+def _nonempty(x: object, name: str) -> torch.Tensor:
+    t = as_magnitudes_tensor(x, name)
+    if t.numel() == 0:
+        raise ValueError(f"{name} is empty; need at least one |g| value")
+    return t
+
+
+def _summary(t: torch.Tensor, spread: bool, signed: bool, logs: bool) -> torch.Tensor:
+    """The validation's one pass (C loop or compiled): the minima only where they are used, the logarithms only
+    for the magnitudes of signed float32 values (where :attr:`Magnitudes.log_sum` is kept)."""
+    with_logs = logs and signed and t.dtype == torch.float32
+    return summary(t, signed, spread or not signed, True, with_logs)
+
+
+def device_facts(
+    x: object,
+    name: str = "x",
+    *,
+    spread: bool = False,
+    signed: bool = False,
+    stats: torch.Tensor | None = None,
+    squares: bool | None = None,
+    logs: bool = False,
+) -> DeviceFacts:
+    """What :func:`check_magnitudes` reads (same arguments, same passes over ``x``), left on the device: nothing is
+    read back, and where that function would raise, :attr:`DeviceFacts.rare` is set instead (a caller that must not
+    synchronise takes its result only where the flag, read later, is clear).
+
+    Raises
+    ------
+    ValueError, TypeError
+        Only what is known without reading ``x``: an empty input, or one that is not a tensor or array.
+    """
+    t = _nonempty(x, name)
+    incomplete = None  # the given summary lacks what the checks or the fit read
+    if stats is None and not (signed or summary.fast_for(t, signed)):
+        lo, hi = torch.aminmax(t)
+        lo, hi, n = lo.double(), hi.double(), torch.count_nonzero(t).double()
+        sums = None
+        # (the validation reads the same minimum over the non-zeros, on the host after its checks)
+        smallest = torch.where(t > 0, t, math.inf).amin().double() if spread else None
+    else:
+        if stats is None:
+            stats = _summary(t, spread, signed, logs)
+        lo, hi, n, smallest = stats[0], stats[1], stats[2], stats[5]
+        sums = stats[3:5] if t.dtype == torch.float32 else None
+        if spread:  # read without its minima (they stand at their bounds)
+            incomplete = torch.isinf(smallest) & (n > 0)
+        if spread if squares is None else squares:  # read without its sum of squares
+            no_squares = torch.isnan(stats[4]) & ~torch.isnan(hi)
+            incomplete = no_squares if incomplete is None else incomplete | no_squares
+    rare = ~(torch.isfinite(lo) & torch.isfinite(hi)) | (lo < 0) | (n == 0)
+    if spread:  # one non-zero, or all equal (with the minima read, the smallest non-zero is the minimum when n = d)
+        assert smallest is not None
+        rare = rare | (n == 1) | (smallest == hi)
+    if incomplete is not None:
+        rare = rare | incomplete
+    return DeviceFacts(values=t, d=t.numel(), n_nonzero=n, max=hi, min_nonzero=smallest, sums=sums, rare=rare)
