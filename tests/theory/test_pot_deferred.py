@@ -16,14 +16,17 @@ import itertools
 import math
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from gradstat.theory.estimators.exceedances import device_unit, unit_for
 from gradstat.theory.kernels.policy import forced
 from gradstat.theory.kernels.stage_stats import summary
 from gradstat.theory.pot import FIRST, DeferredPot, deferred_threshold, multistage_threshold
+from gradstat.theory.thresholds import tail_quantile
 
 REL_HOST = 1e-12
 """Agreement with the synchronous form on host numbers (see the module docstring); with 0-d tensors it is exact."""
@@ -352,3 +355,27 @@ def test_the_arguments_are_checked_as_the_synchronous_form_checks_them() -> None
     ]:
         with pytest.raises(ValueError, match=match):
             deferred_threshold(*args, **kw)  # type: ignore[arg-type]
+
+
+# ---- the pieces ---------------------------------------------------------------------------------------------------
+def test_the_device_unit_is_the_host_unit() -> None:
+    """The same power of two at every exponent of float64, at and just below powers of two, for denormals, the
+    largest finite value, and the fallback 1 for 0, negative and non-finite maxima."""
+    tops = [2.0**e * f for e in range(-1074, 1024, 7) for f in (1.0, 1.5, 1.999999)] + [2.0**-1074, 1e-310, 1.0]
+    tops += [math.nextafter(2.0**e, 0.0) for e in (-1000, -1, 0, 1, 100, 1000)] + [torch.finfo(torch.float64).max]
+    tops += [0.0, -3.0, math.inf, math.nan]
+    device = device_unit(torch.tensor(tops, dtype=torch.float64))
+    assert device.tolist() == [unit_for(t) for t in tops]
+
+
+def test_a_validated_tail_is_a_0d_tensor_of_the_parameters_kind() -> None:
+    params = {"scale": torch.tensor(2.0, dtype=torch.float64)}
+    tail = torch.tensor(0.01, dtype=torch.float64)
+    assert float(tail_quantile("exponential", params, tail, validated=True)) == float(
+        tail_quantile("exponential", params, 0.01)
+    )
+    for bad in (0.01, tail.float(), tail.reshape(1)):
+        with pytest.raises(TypeError, match="validated"):
+            tail_quantile("exponential", params, bad, validated=True)
+    with pytest.raises(TypeError, match="validated"):
+        tail_quantile("exponential", {"scale": np.float64(2.0)}, tail, validated=True)
