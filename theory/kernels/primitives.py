@@ -150,10 +150,16 @@ def positive_threshold(threshold: torch.Tensor | float, like: torch.Tensor) -> t
     """``max(threshold, smallest positive value of like's dtype)`` as a 0-d tensor on ``like``'s device.
 
     For magnitudes ``a >= 0``, ``a >= positive_threshold(t)`` is the same mask as ``(a >= t) & (a > 0)`` for
-    every t (the smallest positive value is the smallest subnormal, so no nonzero magnitude is lost)."""
-    tiny = torch.nextafter(torch.zeros((), dtype=like.dtype), torch.ones((), dtype=like.dtype))
-    t = torch.as_tensor(threshold, dtype=like.dtype).to(like.device)
-    return torch.clamp_min(t, tiny.to(like.device))
+    every t (the smallest positive value is the smallest subnormal, so no nonzero magnitude is lost). A threshold
+    already on ``like``'s device stays there: nothing is copied from the host (on CUDA such a copy waits)."""
+    if isinstance(threshold, torch.Tensor) and threshold.device == like.device:
+        t = threshold.to(like.dtype)
+    elif isinstance(threshold, torch.Tensor):
+        t = threshold.to(like.dtype).to(like.device)
+    else:
+        t = torch.full((), float(threshold), dtype=like.dtype, device=like.device)
+    finfo = torch.finfo(like.dtype)
+    return torch.clamp_min(t, float(finfo.tiny) * float(finfo.eps))  # 2^(min exponent - mantissa bits), exact
 
 
 _TINY = {

@@ -147,8 +147,9 @@ def summary(
     w = v.double()
     sum_sq = (w * w).sum() if squares else torch.full((), torch.nan, dtype=torch.float64, device=x.device)
     if not extremes:
-        bounds = torch.tensor([0.0, torch.inf], dtype=torch.float64, device=x.device)
-        parts = [bounds[0], v.amax().double(), (v != 0).sum().double(), w.sum(), sum_sq, bounds[1]]
+        low = torch.zeros((), dtype=torch.float64, device=x.device)  # (fills: nothing copied from the host)
+        high = torch.full((), torch.inf, dtype=torch.float64, device=x.device)
+        parts = [low, v.amax().double(), (v != 0).sum().double(), w.sum(), sum_sq, high]
     else:
         smallest_nonzero = torch.where(v != 0, v, torch.inf).amin().double()
         parts = [v.amin().double(), v.amax().double(), (v != 0).sum().double(), w.sum(), sum_sq, smallest_nonzero]
