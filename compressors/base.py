@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import Field, dataclass, fields, is_dataclass
 from typing import Any, ClassVar, Literal, Mapping, Sequence
 
 import torch
 
 from gradstat.compressors.context import Context
+from gradstat.compressors.pending import Pending
 from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.kernels.primitives import all_finite, forget_extremes
@@ -79,12 +81,27 @@ class Compressor(ABC):
     # -- public API -----------------------------------------------------------------------------------------
     def encode(self, g: torch.Tensor, ctx: Context | None = None) -> Payload:
         """Encode ``g`` (any shape, floating dtype, finite). Returns the payload; ``payload.bits`` is exact."""
+        return self.enqueue(g, ctx).payload()
+
+    def enqueue(self, g: torch.Tensor, ctx: Context | None = None) -> Pending:
+        """Queue the encode of ``g`` and return it pending (:mod:`gradstat.compressors.pending`): where the
+        compressor has a queued form for this input (:meth:`_enqueue`), nothing is read back to the host until
+        :meth:`Pending.payload <gradstat.compressors.pending.Pending.payload>`; elsewhere the encode runs now and
+        the result is already complete. ``g`` must not change until the payload is read."""
         ctx = ctx or Context()
         flat = check_gradient(g, self.name, finite=False).detach()  # compression is not differentiable
         x = flat.float() if flat.dtype != torch.float64 else flat
+        payload = Payload(shape=g.shape, dtype=g.dtype)
+        finish = self._enqueue(x, payload, ctx)
+        if finish is not None:
+            return Pending(finish)
+        return Pending.ready(self._encode_now(x, payload, ctx))
+
+    def _encode_now(self, x: torch.Tensor, payload: Payload, ctx: Context) -> Payload:
+        """The synchronous encode of the flat float ``x`` into ``payload``: the finiteness check where ``_encode``
+        makes none, then ``_encode``."""
         if not self._validates_finite(x) and not all_finite(x):
             raise nonfinite_error(x, self.name)
-        payload = Payload(shape=g.shape, dtype=g.dtype)
         try:
             self._encode(x, payload, ctx)
         finally:
@@ -202,6 +219,12 @@ class Compressor(ABC):
         """Whether ``_encode`` proves the flat ``flat`` finite in a read it makes anyway (and raises
         :func:`nonfinite_error` otherwise), so that :meth:`encode` skips its own check pass. False here."""
         return False
+
+    def _enqueue(self, x: torch.Tensor, payload: Payload, ctx: Context) -> Callable[[], Payload] | None:
+        """Queue the encode of the flat float ``x`` without reading anything back, and return the function that
+        reads back its results and finishes ``payload`` (:class:`~gradstat.compressors.pending.Pending`); None
+        (here) where the compressor has no such form for this input, and :meth:`_encode` runs at once."""
+        return None
 
     # -- to implement -----------------------------------------------------------------------------------------
     @abstractmethod

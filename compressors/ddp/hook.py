@@ -13,8 +13,10 @@ One call of :func:`compression_hook` per bucket and step, on every rank:
    elements than ``dense_below`` or than it can compress, or a shape it leaves alone:
    :meth:`Compressor.compresses`) is sent dense at the gradient's width;
 2. per block, the first half of the send step (:mod:`gradstat.compressors.memory.send`): ``z = g + compensation
-   * h`` (error feedback, over DGC's velocity when set), ``payload = C.encode(z, ctx)`` with
-   ``ctx = (seed, step, worker = rank, block)``, serialised to bytes (:meth:`Payload.to_bytes`);
+   * h`` (error feedback, over DGC's velocity when set), the encode of z queued with
+   ``ctx = (seed, step, worker = rank, block)`` (:meth:`Compressor.enqueue`: on a device a threshold sparsifier reads
+   nothing back there), and once every block is queued, each payload read back (:mod:`gradstat.compressors.pending`)
+   and serialised to bytes (:meth:`Payload.to_bytes`);
 3. exchange: the concatenated bytes of all blocks go through one padded all-gather after a length exchange
    (:mod:`gradstat.compressors.ddp.exchange`); a rank that fails sends its error and every rank raises it;
 4. in the future's ``then()`` callback (which never waits): every rank parses every rank's payloads, decodes them
@@ -173,7 +175,9 @@ def send_blocks(
     device = result.device
     try:
         flight = settings.memory.begin(grads, workers)
-        payloads = [comp.encode(z, ctx) for z, ctx in zip(flight.compensated, ctxs, strict=True)]
+        # every block queued before any is read back: the device works on one while the host queues the next
+        pending = [comp.enqueue(z, ctx) for z, ctx in zip(flight.compensated, ctxs, strict=True)]
+        payloads = [p.payload() for p in pending]
         message, failed = torch.cat([p.to_bytes(device) for p in payloads]), False
         state.metrics.bits += sum(p.bits for p in payloads)
         state.metrics.wire_bytes += message.numel()

@@ -24,6 +24,7 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, RoundResult, check_int
 from gradstat.compressors.context import Context
+from gradstat.compressors.pending import Pending
 from gradstat.compressors.wire.payload import Payload, float_width
 
 
@@ -77,8 +78,8 @@ class SmallDense(Compressor):
     def _pick(self, shape: tuple[int, ...]) -> Compressor:
         return self.dense if self.sends_dense(shape) else self.inner
 
-    def encode(self, g: torch.Tensor, ctx: Context | None = None) -> Payload:
-        return self._pick(tuple(g.shape)).encode(g, ctx)
+    def enqueue(self, g: torch.Tensor, ctx: Context | None = None) -> Pending:
+        return self._pick(tuple(g.shape)).enqueue(g, ctx)
 
     def decode(self, payload: Payload, ctx: Context | None = None, side: torch.Tensor | None = None) -> torch.Tensor:
         if not isinstance(payload, Payload):

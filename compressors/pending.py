@@ -1,0 +1,63 @@
+"""An encode queued on the device whose payload is read back later: :meth:`Compressor.enqueue`'s result.
+
+A sparsifier's payload holds as many elements as its rule selects, a number only the device knows until it is read
+back. Reading it inside the encode makes the host wait for every kernel queued so far, once per such read, and
+leaves the device idle while the host then queues the next kernels. :meth:`Compressor.enqueue
+<gradstat.compressors.base.Compressor.enqueue>` instead queues the whole encode without reading anything (where the
+compressor has such a form: the threshold sparsifiers on a device, see
+:meth:`~gradstat.compressors.schemes.sparsifiers.threshold.ThresholdSparsifier._enqueue`) and returns a
+:class:`Pending`; :meth:`Pending.payload` then reads back, in one copy, everything the rest needs (the count, the
+checks, the diagnostics) and assembles the :class:`~gradstat.compressors.wire.payload.Payload`. That read is the one
+the wire needs anyway: a message's length must be known on the host before it is sent.
+
+A caller with several tensors to send (a bucket's layers) queues them all first and then reads each: the device
+runs the first tensor's kernels while the host queues the next tensor's, and the host waits once.
+
+The gradient given to ``enqueue`` must not change until :meth:`Pending.payload` has returned: where the device form
+does not represent an input (a non-finite or all-zero gradient, a selection larger than its buffer, a fit that
+needs the synchronous path's checks), settling re-runs the synchronous encode on it, which raises the usual errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gradstat.compressors.wire.payload import Payload
+
+
+class Pending:
+    """A payload being encoded: :meth:`payload` finishes it (once; later calls return the same payload).
+
+    ``finish`` reads back what the queued encode left on the device and returns the payload; it runs at most once,
+    and an exception it raises (e.g. a non-finite gradient) is raised again by every later :meth:`payload` call."""
+
+    def __init__(self, finish: Callable[[], Payload]) -> None:
+        self._finish: Callable[[], Payload] | None = finish
+        self._payload: Payload | None = None
+        self._error: BaseException | None = None
+
+    @classmethod
+    def ready(cls, payload: Payload) -> Pending:
+        """A payload already complete (a compressor without a queued form, or a host-side encode)."""
+        pending = cls(lambda: payload)
+        pending._payload, pending._finish = payload, None
+        return pending
+
+    @property
+    def settled(self) -> bool:
+        """Whether :meth:`payload` has run (nothing left to read back)."""
+        return self._finish is None
+
+    def payload(self) -> Payload:
+        """The finished payload: reads back the queued encode's results on the first call (one host copy)."""
+        if self._error is not None:
+            raise self._error
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            try:
+                self._payload = finish()
+            except BaseException as exc:
+                self._error = exc
+                raise
+        assert self._payload is not None
+        return self._payload
