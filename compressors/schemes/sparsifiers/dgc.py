@@ -26,11 +26,12 @@ import torch
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
+from gradstat.compressors.schemes.sparsifiers.queued import Queued, capacity, nothing_to_settle
 from gradstat.compressors.schemes.sparsifiers.randk import random_subset
 from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier, threshold_properties
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.kernels import counter_dither
-from gradstat.theory.kernels.primitives import selects_signed
+from gradstat.theory.kernels.primitives import max_abs, selects_signed
 
 SAMPLE_STREAM = 6
 """Sub-stream of the call seed for DGC's sample with replacement (random-k's subset uses 5)."""
@@ -70,6 +71,20 @@ class _SampledThreshold(ThresholdSparsifier):
         check_ratio(self.ratio, abs_g.numel(), who=f"{self.name} ratio")
         return sampled_threshold(abs_g, self.ratio, self.sample_ratio, ctx.call_seed, self.replacement)
 
+    def _queued(self, g: torch.Tensor, ctx: Context, payload: Payload) -> tuple[torch.Tensor, Queued, int] | None:
+        """The sampled threshold on the device (nothing of it is read back); the selection's buffer
+        (:func:`~gradstat.compressors.schemes.sparsifiers.queued.capacity`) is sized for what passes it, at most
+        ``fallback`` k where DGC keeps all that passed: DGC's exact top-k of a larger selection runs on the buffer
+        once its count is read back (:meth:`_refine`)."""
+        d = g.numel()
+        eta = self._threshold(g, g, ctx, payload)
+        reads = torch.empty(0, dtype=torch.float64, device=g.device)
+        return max_abs(g), Queued(eta, reads, nothing_to_settle), capacity(d, self._kept(d))
+
+    def _kept(self, d: int) -> int:
+        """The most elements a selection keeps without a further cut: k here; ``fallback`` k for DGC."""
+        return math.ceil(self.ratio * d)
+
     def _signed_threshold(
         self, g: torch.Tensor, ctx: Context, payload: Payload, stats: torch.Tensor | None = None
     ) -> torch.Tensor | None:
@@ -97,6 +112,9 @@ class DGC(_SampledThreshold):
         super().__post_init__()
         if not (float(self.fallback) >= 1.0) or math.isinf(self.fallback):
             raise ValueError(f"dgc fallback must be a finite factor >= 1, got {self.fallback}")
+
+    def _kept(self, d: int) -> int:
+        return math.floor(self.fallback * math.ceil(self.ratio * d))
 
     def _refine(self, abs_g: torch.Tensor, indices: torch.Tensor, payload: Payload, ctx: Context) -> torch.Tensor:
         k = math.ceil(self.ratio * abs_g.numel())

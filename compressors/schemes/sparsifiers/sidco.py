@@ -23,6 +23,7 @@ Without a state (``ctx.state is None``) an adaptive SIDCo runs with ``initial_st
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,6 +33,7 @@ from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.sparsifiers.degenerate import ExactFallback
+from gradstat.compressors.schemes.sparsifiers.queued import Queued, capacity
 from gradstat.compressors.schemes.sparsifiers.stage_adaptation import StageState as SIDCoState
 from gradstat.compressors.schemes.sparsifiers.stage_adaptation import record
 from gradstat.compressors.schemes.sparsifiers.threshold import Narrowed, ThresholdSparsifier, threshold_properties
@@ -39,9 +41,16 @@ from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.distributions.names import distribution_name
 from gradstat.theory.estimators.magnitudes import ConstantMagnitudes
 from gradstat.theory.estimators.registry import SHAPED
-from gradstat.theory.kernels.primitives import gather_at_least, max_abs, selects_signed
+from gradstat.theory.kernels.primitives import (
+    gather_at_least,
+    max_abs,
+    normalise_by_pow2,
+    pow2_exponent,
+    scale_by_pow2,
+    selects_signed,
+)
 from gradstat.theory.kernels.stage_stats import summary, tail_moments
-from gradstat.theory.pot import PotResult, multistage_threshold
+from gradstat.theory.pot import PotResult, deferred_threshold, multistage_threshold
 
 
 @register("sidco")
@@ -133,6 +142,41 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
         if pot.candidates is None or pot.candidate_magnitudes is None:
             return pot.threshold
         return Narrowed(pot.threshold, pot.candidates, pot.candidate_magnitudes)
+
+    def _queued(self, g: torch.Tensor, ctx: Context, payload: Payload) -> tuple[torch.Tensor, Queued, int] | None:
+        """The closed-form stages on the device (:func:`gradstat.theory.pot.deferred_threshold`), read back with the
+        selection; the MLE's stages compact their exceedances, and run synchronously. The stages read what the
+        synchronous encode's read: ``g`` itself where the fused statistics run (:meth:`_signed_threshold`), else its
+        magnitudes normalised by the power of two at the largest (the threshold scaled back exactly)."""
+        if self.method != "closed_form":
+            return None
+        d = g.numel()
+        check_ratio(self.ratio, d, who="sidco ratio")
+        state = ctx.state if isinstance(ctx.state, SIDCoState) else None
+        m = self.stage_count(state)
+        stats = self._summary(g)
+        signed = tail_moments.fast_for(g, None, None, None, self.dist == "gamma")
+        e = None if signed else pow2_exponent(stats[1])
+        pot = deferred_threshold(
+            g if e is None else normalise_by_pow2(g.abs(), e),
+            self.ratio,
+            m,
+            first=self.dist,
+            first_ratio=self.first_ratio,
+            anchor=self.anchor,
+            quantile=self.quantile,
+            signed=signed,
+            stats=stats if signed else None,
+        )
+
+        def settle(values: list[float]) -> bool:
+            exact_path, reason = pot.settle(values)
+            if not exact_path:
+                payload.info.update(stages=m, stopped_reason=reason)
+            return exact_path
+
+        threshold = pot.threshold if e is None else scale_by_pow2(pot.threshold, e)
+        return stats[1], Queued(threshold, pot.reads, settle), capacity(d, math.ceil(self.ratio * d))
 
     def _fit(
         self,

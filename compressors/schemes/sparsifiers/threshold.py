@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -25,9 +26,12 @@ import torch
 from gradstat.compressors.base import Compressor, Properties, nonfinite_error
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
+from gradstat.compressors.schemes.sparsifiers.queued import Queued, smallest_count
 from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.floats import widened
 from gradstat.compressors.wire.payload import Payload, index_width
+from gradstat.theory import scalars as S
+from gradstat.theory.kernels.bounded import select_bounded
 from gradstat.theory.kernels.primitives import (
     abs_scratch,
     all_finite,
@@ -153,7 +157,7 @@ class SparseMessage(Compressor):
         return sparse_finite(payload)
 
 
-def break_ties(abs_g: torch.Tensor, indices: torch.Tensor, k: int) -> torch.Tensor:
+def break_ties(abs_g: torch.Tensor, indices: torch.Tensor, k: int, n_low: int | None = None) -> torch.Tensor:
     """The selection of a target-count sparsifier with exact ties resolved towards ``k`` (as the exact top-k does).
 
     A threshold rule cannot tell equal magnitudes apart: on a vector of a handful of distinct values (or a constant
@@ -163,10 +167,11 @@ def break_ties(abs_g: torch.Tensor, indices: torch.Tensor, k: int) -> torch.Tens
     at most ``k`` above it, the ties fill up to ``k``; when it is empty and more than ``k`` coordinates are tied at
     the largest magnitude, those fill up to ``k``. Only exact ties are trimmed or added, so a selection on
     continuous data (no ties) is never changed. ``indices`` are sorted (``select_at_least``); so is the result.
-    ``abs_g`` may also be the signed vector: only magnitudes are compared."""
+    ``abs_g`` may also be the signed vector: only magnitudes are compared. ``n_low``: how many selected magnitudes
+    equal the smallest selected one, where the caller has counted it already (:func:`smallest_count`)."""
     n = indices.numel()
     if n > k:
-        n_low = count_at_smallest(abs_g, indices)
+        n_low = count_at_smallest(abs_g, indices) if n_low is None else n_low
         if n_low > 1 and n - n_low <= k:
             selected = abs_g.index_select(0, indices).abs_()
             at_low = selected == selected.min()
@@ -257,6 +262,47 @@ class ThresholdSparsifier(SparseMessage):
         if ratio is not None:
             indices = break_ties(mags, indices, math.ceil(ratio * mags.numel()))
         self._send(payload, g, indices, eta if signed else scale_by_pow2(eta, e))
+
+    def _enqueue(self, x: torch.Tensor, payload: Payload, ctx: Context) -> Callable[[], Payload] | None:
+        """The queued encode (:mod:`gradstat.compressors.pending`) where the rule has one (:meth:`_queued`) and the
+        scalars live on the device (:func:`gradstat.theory.scalars.on_host` is false: a GPU, or a CPU under
+        ``GRADSTAT_COMPILE=never``): the rule's threshold, the selection into a buffer of fixed size
+        (:func:`~gradstat.theory.kernels.bounded.select_bounded`) and the tie-break's count run on the device, and
+        the returned function reads back, in one copy, the largest magnitude (the finiteness and all-zero checks),
+        the count, the tie count and the rule's own values. Where any of them says the queued result does not
+        stand (a non-finite or all-zero gradient, a selection larger than the buffer, a rule's own case), it runs
+        the synchronous encode instead, so every result equals the synchronous one's."""
+        found = None if S.on_host(x) else self._queued(x, ctx, payload)
+        if found is None:
+            return None
+        top, queued, room = found
+        selected = select_bounded(x, queued.threshold, True, room)
+        ties = smallest_count(selected)
+        reads = torch.cat(
+            [top.double().reshape(1), selected.count.double().reshape(1), ties.double().reshape(1), queued.reads]
+        )
+
+        def finish() -> Payload:
+            values = reads.tolist()  # the one host read: the wire needs the count anyway
+            largest, count, n_low = values[0], int(values[1]), int(values[2])
+            if not (math.isfinite(largest) and largest > 0) or count > room or queued.settle(values[3:]):
+                return self._encode_now(x, Payload(shape=payload.shape, dtype=payload.dtype), ctx)
+            indices = selected.indices[:count]
+            refined = self._refine(x, indices, payload, ctx)
+            ratio = getattr(self, "ratio", None)
+            if ratio is not None:
+                refined = break_ties(x, refined, math.ceil(ratio * x.numel()), n_low if refined is indices else None)
+            self._send(payload, x, refined, queued.threshold)
+            return payload
+
+        return finish
+
+    def _queued(self, g: torch.Tensor, ctx: Context, payload: Payload) -> tuple[torch.Tensor, Queued, int] | None:
+        """Where the rule has a queued form for ``g`` (on a device): queue it, and return the largest magnitude
+        (0-d, from a read the rule makes anyway where it can), the :class:`Queued` threshold in ``g``'s units and
+        the selection's buffer size (:func:`~gradstat.compressors.schemes.sparsifiers.queued.capacity`). None
+        (here), before queuing anything: the rule has none, and the synchronous encode runs."""
+        return None
 
     def _send(self, payload: Payload, g: torch.Tensor, indices: torch.Tensor, eta: torch.Tensor | None) -> None:
         """Put the selection into ``payload``, with the threshold (in g's units; None: an all-zero gradient, +inf)

@@ -1,0 +1,63 @@
+"""The parts of a threshold sparsifier's queued encode (on a device, nothing read back until the payload is sent).
+
+:meth:`~gradstat.compressors.schemes.sparsifiers.threshold.ThresholdSparsifier._enqueue` runs a rule's threshold,
+the selection and the tie-break's count on the device and reads them back in one copy
+(:mod:`gradstat.compressors.pending`). This module holds what it is built from:
+
+- :class:`Queued`: a rule's threshold as a 0-d device tensor, with the values it needs read back and the
+  function that decides from them whether the queued result stands (SIDCo's
+  :func:`gradstat.theory.pot.deferred_threshold`, DGC's sampled threshold);
+- :func:`capacity`: the size of the selection's buffer (:func:`gradstat.theory.kernels.bounded.select_bounded`);
+  a selection that outgrows it is made again by the synchronous encode, so the buffer bounds memory and time, never
+  the result;
+- :func:`smallest_count`: the tie-break's count of the selected magnitudes equal to the smallest one, from the
+  buffer, on the device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from gradstat.theory.kernels.bounded import Bounded
+
+CAPACITY_FACTOR = 4.0
+"""The buffer of a target-count rule's queued selection holds this many times its target k = ceil(delta d). SIDCo
+adapts its stages until k_hat / k lies within 1 +- eps (eps = 0.2, Sec. 4); a fit still learning its stages can miss
+by more, and a selection beyond the buffer costs one more (synchronous) selection, not a wrong result."""
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A threshold computed on the device: ``threshold`` (0-d, the gradient's units), ``reads`` (1-D float64 on the
+    device, possibly empty: what ``settle`` needs, read back with the selection's count in one copy) and
+    ``settle(values) -> bool``: True where the queued threshold does not stand for this input (the synchronous
+    encode then runs instead); it may write diagnostics to the payload's ``info``."""
+
+    threshold: torch.Tensor
+    reads: torch.Tensor
+    settle: Callable[[list[float]], bool]
+
+
+def nothing_to_settle(values: list[float]) -> bool:
+    """``settle`` of a threshold whose queued value always stands (no values read)."""
+    return False
+
+
+def capacity(d: int, k: int) -> int:
+    """The queued selection's buffer for a target of ``k`` of ``d`` elements: ``ceil(CAPACITY_FACTOR k)``, at
+    least 1 and at most ``d``."""
+    return max(1, min(d, math.ceil(CAPACITY_FACTOR * k)))
+
+
+def smallest_count(selected: Bounded) -> torch.Tensor:
+    """How many of the selected magnitudes equal the smallest selected one (0-d int64 on the device; 0 where nothing
+    was selected), from the buffer's valid entries: the count :func:`~gradstat.compressors.schemes.sparsifiers.
+    threshold.break_ties` needs, without reading the gradient again."""
+    valid = selected.indices >= 0
+    magnitudes = selected.values.abs()
+    smallest = torch.where(valid, magnitudes, math.inf).amin()
+    return (valid & (magnitudes == smallest)).sum()

@@ -1,0 +1,53 @@
+"""Proofs that code reads nothing back from a device and copies nothing to it from the host.
+
+Run the code on ``meta`` tensors, which hold no values: every read back (``item``, ``float``, ``bool``, ``tolist``,
+``nonzero``, boolean masks, ``cpu``) raises there. A copy of host data to the device does not raise on meta tensors,
+so :func:`no_copy_to_device` fails it (on CUDA such a copy waits for the device as a read back does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+
+class _NoCopyToDevice(TorchDispatchMode):
+    """Fails an operation that copies a CPU tensor to the device (a synchronising host-to-device copy)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        inputs = [t.device.type for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        outputs = [t.device.type for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        assert not ("cpu" in inputs and "meta" in outputs and func.__name__.split(".")[0] in _COPIES), func
+        return out
+
+
+_COPIES = {"_to_copy", "copy_", "to", "lift_fresh", "lift_fresh_copy", "_copy_from"}
+
+
+@contextlib.contextmanager
+def no_copy_to_device() -> Iterator[None]:
+    """Fails a copy of host data or of a CPU tensor to the device (a copy that synchronises): ``torch.tensor`` or
+    ``torch.as_tensor`` of host data with a device, or an operation from a CPU tensor to a device tensor."""
+    originals = {name: getattr(torch, name) for name in ("tensor", "as_tensor")}
+
+    def guard(original):  # type: ignore[no-untyped-def]
+        def guarded(data, *args, **kwargs):  # type: ignore[no-untyped-def]
+            device = kwargs.get("device")
+            assert isinstance(data, torch.Tensor) or device is None or torch.device(device).type == "cpu", data
+            return original(data, *args, **kwargs)
+
+        return guarded
+
+    try:
+        for name, original in originals.items():
+            setattr(torch, name, guard(original))
+        with _NoCopyToDevice():
+            yield
+    finally:
+        for name, original in originals.items():
+            setattr(torch, name, original)

@@ -1,0 +1,242 @@
+"""The queued encode of the threshold sparsifiers (compressors/pending.py, ThresholdSparsifier._enqueue).
+
+On a device the encode is queued without reading anything back, and the payload is read back once when asked for.
+Here (no GPU) the queued form runs where the scalars live on the device: on ``meta`` tensors, which hold no values
+(any read back raises there, so an enqueue that completes on them reads nothing back), and on CPU tensors under
+``GRADSTAT_COMPILE=never``, where its results are compared with the synchronous encode's on the same input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+
+import pytest
+import torch
+from _no_host_reads import no_copy_to_device
+
+import gradstat.compressors  # noqa: F401  (registers every compressor)
+from gradstat.analysis.bench.timing import host_syncs
+from gradstat.compressors import pending as pending_module
+from gradstat.compressors.base import Compressor
+from gradstat.compressors.context import Context
+from gradstat.compressors.registry import create
+from gradstat.compressors.schemes.sparsifiers import queued as queued_module
+from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier
+from gradstat.compressors.wire.payload import Payload
+from gradstat.theory.kernels import stage_stats
+from gradstat.theory.kernels.policy import forced
+
+QUEUED = [
+    "dgc:ratio=0.01",
+    "dgc:ratio=0.001,fallback=1.5",
+    "gmc_topk:ratio=0.01",
+    "sidco:ratio=0.01,dist=exp,stages=1",
+    "sidco:ratio=0.001,dist=exp,stages=3",
+    "sidco:ratio=0.001,dist=gamma,stages=3",
+    "sidco:ratio=0.001,dist=gp,stages=3",
+    "sidco:ratio=0.01,dist=exp,stages=2,anchor=min_survivor",
+    "sidco:ratio=0.01,dist=gamma,stages=2,quantile=approx",
+    "sidco:ratio=0.001",
+]
+"""Every rule with a queued form, its laws, stage counts, anchors and quantiles."""
+
+
+def _laplace(n: int, seed: int, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    u = torch.rand(n, generator=g, dtype=torch.float64) - 0.5
+    return (-scale * torch.sign(u) * torch.log1p(-2 * u.abs())).float()
+
+
+def _ctx(c: Compressor, seed: int = 5) -> Context:
+    return Context(seed=seed, state=c.new_state())
+
+
+@contextlib.contextmanager
+def _synchronous(c: Compressor) -> Iterator[None]:
+    """The synchronous encode: the rule's queued form taken away."""
+    kind = type(c)
+    assert isinstance(c, ThresholdSparsifier)
+    original = kind._queued
+    kind._queued = lambda self, *args: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        kind._queued = original  # type: ignore[method-assign]
+
+
+THRESHOLD_RTOL = 1e-12
+"""Where the synchronous SIDCo reads the signed gradient it runs its last stage on the exceedances of the one before,
+gathered (:func:`gradstat.theory.pot.multistage_threshold` with ``narrow``); the queued stages sum over the whole
+vector, masked (the gathered count is a host value). The same float64 sums in another order: the thresholds agree to
+rounding (a few ulps), and the selections exactly unless an element lies within those ulps of the threshold."""
+
+
+def _same(a: Payload, b: Payload) -> None:
+    assert sorted(a.parts) == sorted(b.parts)
+    for name in a.parts:
+        assert torch.equal(a[name], b[name]), name
+    assert a.bits == b.bits
+    assert a.info.keys() == b.info.keys()
+    for key, value in a.info.items():
+        other = b.info[key]
+        if key == "threshold":
+            assert isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor)
+            torch.testing.assert_close(value, other, rtol=THRESHOLD_RTOL, atol=0.0)
+        elif isinstance(value, torch.Tensor):
+            assert isinstance(other, torch.Tensor)
+            assert torch.equal(value, other), key
+        else:
+            assert value == other, key
+
+
+@pytest.fixture(params=["normalised", "signed"])
+def stages_read(request, monkeypatch) -> str:
+    """Which vector SIDCo's stages read: the normalised magnitudes (where the stage statistics run eagerly, as here
+    under ``never`` and on meta tensors) or the signed gradient itself (where they run fused: compiled on CUDA, the
+    C loops on a CPU), chosen here by saying the fused statistics run (their eager reference then computes them)."""
+    if request.param == "signed":
+        monkeypatch.setattr(stage_stats.tail_moments, "fast_for", lambda *args: True)
+    return request.param
+
+
+@pytest.mark.parametrize("spec", QUEUED)
+def test_the_queued_encode_reads_nothing_back(spec, stages_read):
+    """On meta tensors every read back raises: the enqueue completes there, copies nothing from the host, and leaves
+    the payload pending."""
+    c = create(spec)
+    g = torch.empty(100_003, device="meta")
+    ctx = _ctx(c)
+    with no_copy_to_device():
+        pending = c.enqueue(g, ctx)
+    assert not pending.settled
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("spec", QUEUED)
+def test_the_queued_encode_does_not_synchronise_on_cuda(spec):
+    """torch's own count of the operations that make the host wait (its CUDA sync debug mode), at 2.6M elements."""
+    c = create(spec)
+    g = _laplace(2_600_000, 8).cuda()
+    ctx = _ctx(c)
+    c.encode(g, ctx)  # builds what compiles
+    assert host_syncs(lambda: c.enqueue(g, ctx), "cuda") == 0
+    pending = c.enqueue(g, ctx)
+    assert host_syncs(pending.payload, "cuda") == 1  # the one read back: the count the wire needs
+
+
+@pytest.mark.parametrize("spec", QUEUED)
+@pytest.mark.parametrize("scale", [1e-30, 1.0, 1e30])
+def test_the_queued_encode_equals_the_synchronous_one(spec, scale, device, stages_read):
+    """Indices, values, bits and every diagnostic bit for bit, over a vector with zeros and ties, at three scales
+    (on a CPU under ``never``, where the scalars live in 0-d tensors as on a device)."""
+    c = create(spec)
+    g = _laplace(50_000, 11, scale).to(device)
+    g[::97] = 0.0
+    with forced("never" if device.type == "cpu" else "auto"):
+        pending = c.enqueue(g, _ctx(c))
+        assert not pending.settled  # the queued form ran
+        queued = pending.payload()
+        with _synchronous(c):
+            synchronous = c.encode(g, _ctx(c))
+    _same(queued, synchronous)
+    assert queued.info["k_hat"] > 0
+
+
+@pytest.mark.parametrize("spec", ["sidco:ratio=0.01,dist=exp,stages=1", "dgc:ratio=0.01", "gmc_topk:ratio=0.01"])
+def test_a_selection_beyond_its_buffer_is_made_again(spec, monkeypatch):
+    """A count beyond the buffer runs the synchronous encode: the same payload as without the buffer."""
+    c = create(spec)
+    g = _laplace(20_000, 3)
+    calls = []
+    original = Compressor._encode_now
+
+    def spy(self, x, payload, ctx):
+        calls.append(x.numel())
+        return original(self, x, payload, ctx)
+
+    with forced("never"):
+        with _synchronous(c):
+            synchronous = c.encode(g, _ctx(c))
+        monkeypatch.setattr(Compressor, "_encode_now", spy)
+        queued = c.encode(g, _ctx(c))
+        assert calls == []  # the buffer held the selection
+        monkeypatch.setattr(queued_module, "CAPACITY_FACTOR", 0.1)
+        overflowed = c.encode(g, _ctx(c))
+    assert calls == [g.numel()]
+    _same(queued, synchronous)
+    _same(overflowed, synchronous)
+
+
+@pytest.mark.parametrize("spec", ["sidco:ratio=0.01,dist=exp,stages=3", "dgc:ratio=0.01"])
+def test_a_non_finite_gradient_is_refused_when_read_back(spec):
+    c = create(spec)
+    for bad in (math.nan, math.inf):
+        g = _laplace(5000, 4)
+        g[17] = bad
+        with forced("never"):
+            pending = c.enqueue(g, _ctx(c))
+            with pytest.raises(ValueError, match="NaN|Inf|finite"):
+                pending.payload()
+            with pytest.raises(ValueError, match="NaN|Inf|finite"):  # the same error again, not a payload
+                pending.payload()
+
+
+@pytest.mark.parametrize("spec", ["sidco:ratio=0.01,dist=gamma,stages=2", "dgc:ratio=0.01"])
+def test_an_all_zero_gradient_sends_nothing(spec):
+    c = create(spec)
+    with forced("never"):
+        payload = c.encode(torch.zeros(4000), _ctx(c))
+    assert payload["indices"].numel() == 0
+    assert payload.info["k_hat"] == 0
+
+
+@pytest.mark.parametrize("dist", ["gamma", "gp"])
+def test_constant_magnitudes_fall_back_as_the_synchronous_encode_does(dist):
+    c = create(f"sidco:ratio=0.01,dist={dist},stages=2")
+    g = torch.full((3000,), 0.5)
+    g[::2] = -0.5
+    with forced("never"):
+        queued = c.encode(g, _ctx(c))
+        with _synchronous(c):
+            synchronous = c.encode(g, _ctx(c))
+    _same(queued, synchronous)
+    assert "fallback" in queued.info
+
+
+def test_adaptive_stages_learn_the_same_in_both_forms():
+    """The adaptation reads k_hat when the payload is read back: 15 calls (3 periods) choose the same stages."""
+    c = create("sidco:ratio=0.001,stages=adaptive,period=5")
+    states = {"queued": c.new_state(), "synchronous": c.new_state()}
+    chosen: dict[str, list[object]] = {"queued": [], "synchronous": []}
+    with forced("never"):
+        for step in range(15):
+            g = _laplace(30_000, 100 + step) ** 3  # heavier than exponential: the adaptation moves
+            chosen["queued"].append(c.encode(g, Context(seed=1, step=step, state=states["queued"])).info["stages"])
+            with _synchronous(c):
+                payload = c.encode(g, Context(seed=1, step=step, state=states["synchronous"]))
+            chosen["synchronous"].append(payload.info["stages"])
+    assert chosen["queued"] == chosen["synchronous"]
+    assert len(set(chosen["queued"])) > 1  # the adaptation did move (else this test shows nothing)
+
+
+def test_a_pending_payload_is_finished_once():
+    calls = []
+    payload = Payload(shape=torch.Size([3]), dtype=torch.float32)
+
+    def finish() -> Payload:
+        calls.append(1)
+        return payload
+
+    pending = pending_module.Pending(finish)
+    assert not pending.settled
+    assert pending.payload() is payload and pending.payload() is payload
+    assert calls == [1] and pending.settled
+    assert pending_module.Pending.ready(payload).settled
+
+
+def test_compressors_without_a_queued_form_finish_at_once():
+    c = create("qsgd")
+    pending = c.enqueue(_laplace(1000, 2), Context(seed=1))
+    assert pending.settled
