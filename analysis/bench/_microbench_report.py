@@ -238,6 +238,21 @@ def _cuda_goals(measured: pd.DataFrame) -> list[str]:
                 f"| (CUDA) no host synchronisation in any encode | {len(syncing)} of {len(counted)} encode rows "
                 f"synchronise{': ' + names if names else ''} | {'yes' if syncing.empty else 'no'} |"
             )
+    if "enqueue_syncs" in cuda:
+        queued = cuda[
+            cuda["group"].eq("sparsifier") & cuda["enqueue_syncs"].notna() & ~cuda["name"].str.endswith("(eager)")
+        ]
+        queued = queued[queued["name"] != "torch.topk(|g|)"]
+        if not queued.empty:
+            syncing = queued[queued["enqueue_syncs"] > 0]
+            names = ", ".join(sorted(set(syncing["name"])))[:300]
+            reads = sorted({int(v) for v in queued["settle_syncs"].dropna()})
+            lines.append(
+                f"| (CUDA) sparsifiers: nothing read back while the encode is queued (`enqueue`) | {len(syncing)} of "
+                f"{len(queued)} rows synchronise{': ' + names if names else ''}; reading the payload back took "
+                f"{', '.join(map(str, reads)) or 'no'} synchronisation(s) per call | "
+                f"{'yes' if syncing.empty else 'no'} |"
+            )
     return lines
 
 

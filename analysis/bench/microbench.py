@@ -211,6 +211,8 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
                 with forced(mode):
                     t = time_ms(functools.partial(c.encode, g, ctx), repeats, dev)
                     syncs = host_syncs(functools.partial(c.encode, g, ctx), dev)
+                    queued = host_syncs(functools.partial(c.enqueue, g, ctx), dev)
+                    settled = host_syncs(c.enqueue(g, ctx).payload, dev)
             except ValueError as exc:  # e.g. a ratio a compressor rejects at this size
                 progress(f"  skipped: {exc}")
                 continue
@@ -226,6 +228,8 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
                     speedup_vs_topk=topk.median / t.median,
                     read_passes=t.median / read.median,
                     host_syncs=syncs,
+                    enqueue_syncs=queued,
+                    settle_syncs=settled,
                 )
             )
         progress(f"bench microbench: size {size:,}, threads {threads}, ratio {ratio}: SIDCo phases")
