@@ -756,60 +756,113 @@ __attribute__((target("avx2"))) static inline double gs_hsum(__m256d v) {
     return (l[0] + l[1]) + (l[2] + l[3]);
 }
 
-/* 8 float32 per step: |x| by a mask, NaN lanes flagged, counted as nonzero and blended to 0 (sums) and to the
-   neutral values of the extremes; the sums in two float64 accumulators of 4 lanes each */
-__attribute__((target("avx2"))) static int64_t summary_avx2(const float* x, int64_t i, int64_t end, int absolute,
-                                                           int extremes, int squares, gs_logsum* logs,
-                                                           gs_summary* r) {
+/* 8 float32 per step: |x| by a mask, NaN lanes flagged and counted as nonzero; the sums in two float64
+   accumulators of 4 lanes each. NaN lanes are not blended out: they make the sums (and the logarithms' state) NaN
+   where the caller sets those results to NaN anyway, and the extremes skip them by operand order (max and min
+   return their second operand where the first is NaN). The logarithms (magnitudes only) multiply every lane's
+   mantissa into the product -- a zero lane's is exactly 1 -- and add the raw exponent fields as integers, a zero
+   lane's being 0, so that the exponent sum is their sum less 1023 per nonzero lane: no mask per lane. The smallest
+   nonzero magnitude is the unsigned minimum of the bits less one (non-negative floats order as their bits; zero
+   wraps to the largest). Each result is the one the masked forms give, bit for bit. */
+__attribute__((target("avx2"), always_inline)) static inline int64_t summary_avx2_body(
+    const float* x, int64_t i, int64_t end, const int absolute, const int extremes, const int squares,
+    gs_logsum* logs, gs_summary* r) {
     const __m256 keep = _mm256_castsi256_ps(_mm256_set1_epi32(absolute ? 0x7fffffff : -1));
     const __m256 zero = _mm256_setzero_ps(), inf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256i mant = _mm256_set1_epi64x(0x000FFFFFFFFFFFFFLL), one_bits = _mm256_set1_epi64x(0x3FF0000000000000LL);
+    const __m256i one32 = _mm256_set1_epi32(1);
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(), q0 = _mm256_setzero_pd(), q1 = _mm256_setzero_pd();
     const __m256d one = _mm256_set1_pd(1.0);
     __m256d p0 = one, p1 = one, k0 = _mm256_setzero_pd(), k1 = k0;
+    __m256i f0 = _mm256_setzero_si256(), f1 = f0; /* the exponent fields of the logarithms' lanes, summed */
+    __m256i below = _mm256_set1_epi32(-1);        /* magnitudes: the unsigned minimum of (bits - 1) */
     __m256 lo = inf, hi = ninf, lonz = inf, bad = zero;
     int64_t count = 0, steps = 0;
     for (; i + 8 <= end; i += 8) {
         __m256 e = _mm256_and_ps(_mm256_loadu_ps(x + i), keep);
-        __m256 isnan = _mm256_cmp_ps(e, e, _CMP_UNORD_Q);
-        bad = _mm256_or_ps(bad, isnan);
-        __m256 nonzero = _mm256_cmp_ps(e, zero, _CMP_NEQ_UQ);
-        count += __builtin_popcount((unsigned)_mm256_movemask_ps(nonzero));
-        __m256 ok = _mm256_blendv_ps(e, zero, isnan);
-        __m256d w0 = _mm256_cvtps_pd(_mm256_castps256_ps128(ok)), w1 = _mm256_cvtps_pd(_mm256_extractf128_ps(ok, 1));
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(e, e, _CMP_UNORD_Q));
+        count += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(e, zero, _CMP_NEQ_UQ)));
+        __m256d w0 = _mm256_cvtps_pd(_mm256_castps256_ps128(e)), w1 = _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1));
         s0 = _mm256_add_pd(s0, w0);
         s1 = _mm256_add_pd(s1, w1);
         if (squares) {
             q0 = _mm256_add_pd(q0, _mm256_mul_pd(w0, w0));
             q1 = _mm256_add_pd(q1, _mm256_mul_pd(w1, w1));
         }
-        if (logs) { /* the nonzero, non-NaN lanes (NaN is reported by the flag) */
-            __m256i used = _mm256_castps_si256(_mm256_andnot_ps(isnan, nonzero)); /* 32-bit lane masks */
-            __m256d u0 = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(used))); /* widened */
-            __m256d u1 = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(used, 1)));
-            gs_logsum_step8(w0, w1, u0, u1, &p0, &p1, &k0, &k1, &steps);
+        if (logs) {
+            __m256i b0 = _mm256_castpd_si256(w0), b1 = _mm256_castpd_si256(w1);
+            p0 = _mm256_mul_pd(p0, _mm256_castsi256_pd(_mm256_or_si256(_mm256_and_si256(b0, mant), one_bits)));
+            p1 = _mm256_mul_pd(p1, _mm256_castsi256_pd(_mm256_or_si256(_mm256_and_si256(b1, mant), one_bits)));
+            f0 = _mm256_add_epi64(f0, _mm256_srli_epi64(b0, 52));
+            f1 = _mm256_add_epi64(f1, _mm256_srli_epi64(b1, 52));
+            if (++steps % GS_LOG_RENORM == 0) {
+                gs_logsum_renorm(&p0, &k0);
+                gs_logsum_renorm(&p1, &k1);
+            }
         }
-        hi = _mm256_max_ps(hi, _mm256_blendv_ps(e, ninf, isnan));
+        hi = _mm256_max_ps(e, hi);
         if (extremes) {
-            if (!absolute) lo = _mm256_min_ps(lo, _mm256_blendv_ps(e, inf, isnan)); /* (magnitudes: see below) */
-            __m256 nz = _mm256_blendv_ps(ok, inf, _mm256_cmp_ps(ok, zero, _CMP_EQ_OQ));
-            lonz = _mm256_min_ps(lonz, nz);
+            if (absolute) {
+                below = _mm256_min_epu32(below, _mm256_sub_epi32(_mm256_castps_si256(e), one32));
+            } else {
+                __m256 isnan = _mm256_cmp_ps(e, e, _CMP_UNORD_Q);
+                lo = _mm256_min_ps(e, lo);
+                __m256 ok = _mm256_blendv_ps(e, zero, isnan);
+                lonz = _mm256_min_ps(lonz, _mm256_blendv_ps(ok, inf, _mm256_cmp_ps(ok, zero, _CMP_EQ_OQ)));
+            }
         }
     }
     float l[8], h[8], z[8];
+    uint32_t m[8];
     _mm256_storeu_ps(l, lo);
     _mm256_storeu_ps(h, hi);
     _mm256_storeu_ps(z, lonz);
+    _mm256_storeu_si256((__m256i*)m, below);
     for (int j = 0; j < 8; j++) {
         if (h[j] > r->hi) r->hi = h[j];
         if (l[j] < r->lo) r->lo = l[j];
         if (z[j] < r->lonz) r->lonz = z[j];
+        if (absolute && m[j] != UINT32_MAX) { /* a nonzero magnitude (or NaN, whose result the caller replaces) */
+            uint32_t bits = m[j] + 1u;
+            float v;
+            memcpy(&v, &bits, sizeof v);
+            if (v < r->lonz) r->lonz = v;
+        }
     }
     if (_mm256_movemask_ps(bad)) r->nan = 1;
     r->count += count;
     r->sum += gs_hsum(_mm256_add_pd(s0, s1));
     r->sumsq += gs_hsum(_mm256_add_pd(q0, q1));
-    if (logs) gs_logsum_join(logs, p0, p1, k0, k1);
+    if (logs) {
+        gs_logsum_join(logs, p0, p1, k0, k1);
+        int64_t f[8];
+        _mm256_storeu_si256((__m256i*)f, f0);
+        _mm256_storeu_si256((__m256i*)(f + 4), f1);
+        int64_t fields = 0;
+        for (int j = 0; j < 8; j++) fields += f[j];
+        logs->exponents += (double)(fields - 1023 * count); /* (exact: integers far below 2^53) */
+    }
     return i;
+}
+
+/* summary_avx2_body with each combination of flags a constant: one loop per combination, holding in registers only
+   what that combination reads (a single loop carrying every flag's accumulators spills them to memory) */
+__attribute__((target("avx2"))) static int64_t summary_avx2(const float* x, int64_t i, int64_t end, int absolute,
+                                                           int extremes, int squares, gs_logsum* logs,
+                                                           gs_summary* r) {
+#define GS_SUMMARY(a, e, q) \
+    return logs ? summary_avx2_body(x, i, end, a, e, q, logs, r) : summary_avx2_body(x, i, end, a, e, q, NULL, r)
+    switch ((absolute ? 4 : 0) | (extremes ? 2 : 0) | (squares ? 1 : 0)) {
+    case 0: GS_SUMMARY(0, 0, 0);
+    case 1: GS_SUMMARY(0, 0, 1);
+    case 2: GS_SUMMARY(0, 1, 0);
+    case 3: GS_SUMMARY(0, 1, 1);
+    case 4: GS_SUMMARY(1, 0, 0);
+    case 5: GS_SUMMARY(1, 0, 1);
+    case 6: GS_SUMMARY(1, 1, 0);
+    default: GS_SUMMARY(1, 1, 1);
+    }
+#undef GS_SUMMARY
 }
 #endif
 
@@ -890,9 +943,9 @@ static void tail_scalar(const float* x, int64_t i, int64_t end, double above, do
 
 /* 8 float32 per step, compared and shifted in float64 (two groups of 4 lanes); unused lanes (NaN among them)
    blended to 0 before they reach the sums */
-__attribute__((target("avx2"))) static int64_t tail_avx2(const float* x, int64_t i, int64_t end, double above,
-                                                        double shift, double inv_unit, int squares, int logs,
-                                                        gs_logsum* l, gs_tail* r) {
+__attribute__((target("avx2"), always_inline)) static inline int64_t tail_avx2_body(
+    const float* x, int64_t i, int64_t end, double above, double shift, double inv_unit, const int squares,
+    const int logs, gs_logsum* l, gs_tail* r) {
     const __m256 keep = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256d va = _mm256_set1_pd(above), vs = _mm256_set1_pd(shift), vu = _mm256_set1_pd(inv_unit);
     const __m256d zero = _mm256_setzero_pd(), one = _mm256_set1_pd(1.0);
@@ -922,6 +975,17 @@ __attribute__((target("avx2"))) static int64_t tail_avx2(const float* x, int64_t
     r->sumsq += gs_hsum(_mm256_add_pd(q0, q1));
     if (logs) gs_logsum_join(l, p0, p1, k0, k1);
     return i;
+}
+
+/* tail_avx2_body with its flags constants (see summary_avx2) */
+__attribute__((target("avx2"))) static int64_t tail_avx2(const float* x, int64_t i, int64_t end, double above,
+                                                        double shift, double inv_unit, int squares, int logs,
+                                                        gs_logsum* l, gs_tail* r) {
+    if (squares)
+        return logs ? tail_avx2_body(x, i, end, above, shift, inv_unit, 1, 1, l, r)
+                    : tail_avx2_body(x, i, end, above, shift, inv_unit, 1, 0, l, r);
+    return logs ? tail_avx2_body(x, i, end, above, shift, inv_unit, 0, 1, l, r)
+                : tail_avx2_body(x, i, end, above, shift, inv_unit, 0, 0, l, r);
 }
 #endif
 
