@@ -29,9 +29,10 @@ from typing import Any, ClassVar, Literal, Mapping, Sequence
 import torch
 
 from gradstat.compressors.context import Context
-from gradstat.compressors.pending import Pending
+from gradstat.compressors.pending import Pending, deferring, finite
 from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.payload import Payload
+from gradstat.theory import scalars as S
 from gradstat.theory.kernels.primitives import all_finite, forget_extremes
 
 Kind = Literal["sparsifier", "quantizer", "sketch", "identity"]
@@ -95,12 +96,34 @@ class Compressor(ABC):
         finish = self._enqueue(x, payload, ctx)
         if finish is not None:
             return Pending(finish)
+        if self.defers_checks and not S.on_host(x):
+            return Pending(self._checks_deferred(x, payload, ctx))
         return Pending.ready(self._encode_now(x, payload, ctx))
+
+    defers_checks: ClassVar[bool] = False
+    """Whether the encode reads nothing back but its finiteness checks (:func:`gradstat.compressors.pending.finite`),
+    so that on a device it is queued with them deferred (:meth:`_checks_deferred`). Held by the tests that run the
+    encode on meta tensors (tests/compressors/test_queued_encode.py)."""
+
+    def _checks_deferred(self, x: torch.Tensor, payload: Payload, ctx: Context) -> Callable[[], Payload]:
+        """Run the encode with its finiteness checks kept on the device (assumed to pass), and return the function
+        that reads their answers back: the payload where every one passed, else the synchronous encode's result
+        or error."""
+        with deferring() as flags:
+            self._encode_now(x, payload, ctx)
+        passed = torch.stack(flags).all() if flags else None
+
+        def finish() -> Payload:
+            if passed is None or bool(passed):  # the one read back
+                return payload
+            return self._encode_now(x, Payload(shape=payload.shape, dtype=payload.dtype), ctx)
+
+        return finish
 
     def _encode_now(self, x: torch.Tensor, payload: Payload, ctx: Context) -> Payload:
         """The synchronous encode of the flat float ``x`` into ``payload``: the finiteness check where ``_encode``
         makes none, then ``_encode``."""
-        if not self._validates_finite(x) and not all_finite(x):
+        if not self._validates_finite(x) and not finite(x):
             raise nonfinite_error(x, self.name)
         try:
             self._encode(x, payload, ctx)

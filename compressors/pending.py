@@ -13,6 +13,12 @@ the wire needs anyway: a message's length must be known on the host before it is
 A caller with several tensors to send (a bucket's layers) queues them all first and then reads each: the device
 runs the first tensor's kernels while the host queues the next tensor's, and the host waits once.
 
+A compressor whose message size is fixed, and whose encode reads nothing back but its checks that the gradient and
+what it sends are finite (the quantizers), is queued by running its encode with those checks deferred
+(:func:`deferring`, :func:`finite`): each check leaves its answer on the device and is assumed to pass; the
+answers are read back with the payload, and where one failed the synchronous encode runs again and raises its
+error.
+
 The gradient given to ``enqueue`` must not change until :meth:`Pending.payload` has returned: where the device form
 does not represent an input (a non-finite or all-zero gradient, a selection larger than its buffer, a fit that
 needs the synchronous path's checks), settling re-runs the synchronous encode on it, which raises the usual errors.
@@ -20,9 +26,38 @@ needs the synchronous path's checks), settling re-runs the synchronous encode on
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
+
+import torch
 
 from gradstat.compressors.wire.payload import Payload
+from gradstat.theory.kernels.primitives import all_finite, finite_flag
+
+_DEFERRED: contextvars.ContextVar[list[torch.Tensor] | None] = contextvars.ContextVar("gradstat_deferred", default=None)
+
+
+@contextlib.contextmanager
+def deferring() -> Iterator[list[torch.Tensor]]:
+    """While the block runs, :func:`finite` keeps its checks on the device: the list it yields collects their
+    answers (0-d bool tensors), to be read back later."""
+    flags: list[torch.Tensor] = []
+    token = _DEFERRED.set(flags)
+    try:
+        yield flags
+    finally:
+        _DEFERRED.reset(token)
+
+
+def finite(x: torch.Tensor) -> bool:
+    """Whether every element of ``x`` is finite (:func:`~gradstat.theory.kernels.primitives.all_finite`: one read
+    back); inside :func:`deferring`, True at once, the answer kept on the device for the caller to read back."""
+    flags = _DEFERRED.get()
+    if flags is None:
+        return all_finite(x)
+    flags.append(finite_flag(x))
+    return True
 
 
 class Pending:

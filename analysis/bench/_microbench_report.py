@@ -240,7 +240,7 @@ def _cuda_goals(measured: pd.DataFrame) -> list[str]:
             )
     if "enqueue_syncs" in cuda:
         queued = cuda[
-            cuda["group"].eq("sparsifier") & cuda["enqueue_syncs"].notna() & ~cuda["name"].str.endswith("(eager)")
+            cuda["op"].eq("encode") & cuda["enqueue_syncs"].notna() & ~cuda["name"].str.endswith("(eager)")
         ]
         queued = queued[queued["name"] != "torch.topk(|g|)"]
         if not queued.empty:
@@ -248,7 +248,7 @@ def _cuda_goals(measured: pd.DataFrame) -> list[str]:
             names = ", ".join(sorted(set(syncing["name"])))[:300]
             reads = sorted({int(v) for v in queued["settle_syncs"].dropna()})
             lines.append(
-                f"| (CUDA) sparsifiers: nothing read back while the encode is queued (`enqueue`) | {len(syncing)} of "
+                f"| (CUDA) nothing read back while an encode is queued (`enqueue`) | {len(syncing)} of "
                 f"{len(queued)} rows synchronise{': ' + names if names else ''}; reading the payload back took "
                 f"{', '.join(map(str, reads)) or 'no'} synchronisation(s) per call | "
                 f"{'yes' if syncing.empty else 'no'} |"

@@ -259,7 +259,11 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
         for op, fn in timed.items():
             t = time_ms(fn, repeats, dev)
             row = _row(size, threads, None, "quantizer", spec, op, t, read_passes=t.median / read.median)
-            rows.append({**row, "host_syncs": host_syncs(fn, dev)})
+            row["host_syncs"] = host_syncs(fn, dev)
+            if op == "encode":
+                row["enqueue_syncs"] = host_syncs(functools.partial(c.enqueue, g, ctx), dev)
+                row["settle_syncs"] = host_syncs(c.enqueue(g, ctx).payload, dev)
+            rows.append(row)
     return rows
 
 

@@ -50,13 +50,15 @@ def test_the_queued_encode_goal_counts_only_the_enqueue_and_reports_the_read_bac
     big = 26_000_000
     rows = [_row(big, "cuda", 0.01, n, 1.0, host_syncs=1, enqueue_syncs=0, settle_syncs=1) for n in SIDCO_GOALS]
     rows.append(_row(big, "cuda", 0.01, "torch.topk(|g|)", 1.0, host_syncs=0))  # the baseline: not judged
+    rows.append(_row(big, "cuda", None, "qsgd", None, group="quantizer", enqueue_syncs=0, settle_syncs=1))
+    rows.append(_row(big, "cuda", None, "qsgd", None, group="quantizer", op="decode"))  # decodes: not judged
     table = pd.DataFrame(rows)
     line = _cuda_goals(table)[-1]
-    assert "nothing read back while the encode is queued" in line and line.endswith("| yes |")
-    assert "0 of 5 rows synchronise; reading the payload back took 1 synchronisation(s) per call" in line
+    assert "nothing read back while an encode is queued" in line and line.endswith("| yes |")
+    assert "0 of 6 rows synchronise; reading the payload back took 1 synchronisation(s) per call" in line
     table.loc[table["name"] == "sidco:dist=gamma,stages=3", "enqueue_syncs"] = 3
     line = _cuda_goals(table)[-1]
-    assert line.endswith("| no |") and "1 of 5 rows synchronise: sidco:dist=gamma,stages=3" in line
+    assert line.endswith("| no |") and "1 of 6 rows synchronise: sidco:dist=gamma,stages=3" in line
 
 
 def test_host_synchronisations_are_not_counted_off_cuda():

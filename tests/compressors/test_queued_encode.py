@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from _no_host_reads import no_copy_to_device
+from _no_host_reads import no_copy_to_device, on_meta
 
 import gradstat.compressors  # noqa: F401  (registers every compressor)
 from gradstat.analysis.bench.timing import host_syncs
@@ -41,6 +41,22 @@ QUEUED = [
     "sidco:ratio=0.001",
 ]
 """Every rule with a queued form, its laws, stage counts, anchors and quantiles."""
+
+CHECKS_DEFERRED = [
+    "qsgd",
+    "qsgd:bucket=512",
+    "terngrad",
+    "dqsg",
+    "dqsg:dither=torch",
+    "ndqsg",
+    "ecq",
+    "qcs",
+    "signsgd",
+    "onebit",
+    "randk:ratio=0.01",
+    "randk_unbiased:ratio=0.01",
+]
+"""Compressors of a fixed message size whose encode is queued with its finiteness checks deferred."""
 
 
 def _laplace(n: int, seed: int, scale: float = 1.0) -> torch.Tensor:
@@ -101,6 +117,7 @@ def stages_read(request, monkeypatch) -> str:
     return request.param
 
 
+@on_meta
 @pytest.mark.parametrize("spec", QUEUED)
 def test_the_queued_encode_reads_nothing_back(spec, stages_read):
     """On meta tensors every read back raises: the enqueue completes there, copies nothing from the host, and leaves
@@ -240,3 +257,53 @@ def test_compressors_without_a_queued_form_finish_at_once():
     c = create("qsgd")
     pending = c.enqueue(_laplace(1000, 2), Context(seed=1))
     assert pending.settled
+
+
+@on_meta
+@pytest.mark.parametrize("spec", [s for s in CHECKS_DEFERRED if "dither=torch" not in s])
+def test_deferred_checks_read_nothing_back(spec):
+    """As above (torch's own generator, ``dither=torch``, has no meta form: its queued encode is checked on CUDA by
+    the sync count below)."""
+    c = create(spec)
+    assert c.defers_checks
+    g = torch.empty(100_003, device="meta")
+    ctx = _ctx(c)
+    with no_copy_to_device():
+        pending = c.enqueue(g, ctx)
+    assert not pending.settled
+
+
+@pytest.mark.parametrize("spec", CHECKS_DEFERRED)
+def test_deferred_checks_give_the_synchronous_payload(spec, device):
+    c = create(spec)
+    g = _laplace(30_000, 21).to(device)
+    with forced("never" if device.type == "cpu" else "auto"):
+        pending = c.enqueue(g, _ctx(c))
+        assert not pending.settled
+        queued = pending.payload()
+        synchronous = c._encode_now(g, Payload(shape=g.shape, dtype=g.dtype), _ctx(c))
+    _same(queued, synchronous)
+
+
+@pytest.mark.parametrize("spec", CHECKS_DEFERRED)
+def test_deferred_checks_refuse_a_non_finite_gradient_when_read_back(spec):
+    c = create(spec)
+    for bad in (math.nan, math.inf):
+        g = _laplace(3000, 4)
+        g[1234] = bad
+        with forced("never"):
+            pending = c.enqueue(g, _ctx(c))
+            with pytest.raises(ValueError, match="NaN|Inf|finite"):
+                pending.payload()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("spec", CHECKS_DEFERRED)
+def test_deferred_checks_do_not_synchronise_on_cuda(spec):
+    c = create(spec)
+    g = _laplace(2_600_000, 9).cuda()
+    ctx = _ctx(c)
+    c.encode(g, ctx)  # builds what compiles
+    assert host_syncs(lambda: c.enqueue(g, ctx), "cuda") == 0
+    pending = c.enqueue(g, ctx)
+    assert host_syncs(pending.payload, "cuda") == 1  # the checks' answers, read back once

@@ -297,10 +297,10 @@ def test_the_summary_read_is_the_finiteness_check_of_a_fused_sidco(bad, monkeypa
     """Where SIDCo reads the fused summary of |g| (compiled), that read replaces the encode's own check pass: the
     separate check is never called, and NaN or +-Inf still raise the check's own error (NaN and Inf reach the
     summary's maximum). A compressor without such a read still runs the separate check."""
-    from gradstat.compressors import base
+    from gradstat.compressors import pending
 
-    calls = []
-    monkeypatch.setattr(base, "all_finite", lambda x: calls.append(x) or bool(torch.isfinite(x).all()))
+    calls = []  # (the encode's own check: pending.finite, which reads all_finite where nothing is deferred)
+    monkeypatch.setattr(pending, "all_finite", lambda x: calls.append(x) or bool(torch.isfinite(x).all()))
     g = _laplace(100_000, 5)
     comp = compressors.create("sidco:dist=exp,stages=3,ratio=0.001")
     with forced("always"):
@@ -361,10 +361,10 @@ def test_a_fixed_threshold_selection_is_its_own_finiteness_check(bad, monkeypatc
     """The fixed threshold's one read selects and proves g finite: the separate check is never called, the
     selection equals the plain mask, and NaN or +-Inf raise the check's own error; an all-zero gradient sends
     nothing with threshold +inf, as every threshold rule reports it."""
-    from gradstat.compressors import base
+    from gradstat.compressors import pending
 
-    calls = []
-    monkeypatch.setattr(base, "all_finite", lambda x: calls.append(x) or bool(torch.isfinite(x).all()))
+    calls = []  # (the encode's own check: pending.finite, which reads all_finite where nothing is deferred)
+    monkeypatch.setattr(pending, "all_finite", lambda x: calls.append(x) or bool(torch.isfinite(x).all()))
     comp = compressors.create("threshold:eta=2.5")
     g = _laplace(100_000, 8)
     p = comp.encode(g)

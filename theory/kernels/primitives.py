@@ -98,12 +98,17 @@ def all_finite(x: torch.Tensor) -> bool:
 
     ``aminmax`` propagates NaN and returns +-Inf when one is present, so the extremes are finite exactly when
     every element is. Syncs once (the answer is a host bool)."""
+    return x.numel() == 0 or bool(finite_flag(x))
+
+
+def finite_flag(x: torch.Tensor) -> torch.Tensor:
+    """:func:`all_finite`'s answer as a 0-d bool tensor on ``x``'s device: nothing is read back."""
     if x.numel() == 0:
-        return True
+        return torch.ones((), dtype=torch.bool, device=x.device)
     lo, hi = extremes(x)
     if not x.is_inference():  # inference tensors have no version counter: nothing is kept for them
         _EXTREMES.last = (weakref.ref(x), x._version, lo, hi)
-    return bool(torch.isfinite(torch.stack((lo, hi))).all())
+    return torch.isfinite(torch.stack((lo, hi))).all()
 
 
 def forget_extremes() -> None:

@@ -34,6 +34,7 @@ import torch
 
 from gradstat.compressors.base import Compressor, nonfinite_error
 from gradstat.compressors.context import Context, generator
+from gradstat.compressors.pending import finite
 from gradstat.compressors.wire.floats import NARROW_FLOATS, to_wire, widened
 from gradstat.compressors.wire.payload import Payload, code_width, float_width
 from gradstat.theory.kernels import counter_dither, counter_native
@@ -276,7 +277,7 @@ class ScaledQuantizer:
         holding NaN/Inf raises :func:`gradstat.compressors.base.nonfinite_error` naming ``who``; a scale or a
         reconstruction float32 cannot carry raises a clear range error."""
         reach = self.reach
-        if scale.dtype == torch.float32 and all_finite(scale if reach == 1.0 else scale * reach):
+        if scale.dtype == torch.float32 and finite(scale if reach == 1.0 else scale * reach):
             return scale
         if source is not None and not all_finite(scale) and not all_finite(source):
             raise nonfinite_error(source, who)
@@ -452,6 +453,8 @@ class ScaledQuantizerCompressor(Compressor):
     Subclasses implement :meth:`quantizer` (built from their hyper-parameters and the gradient length) and may
     override :meth:`prepare` (e.g. TernGrad's clipping). The seed is sent only when the dither is subtracted.
     """
+
+    defers_checks = True  # (its encode reads back only its finiteness checks)
 
     def quantizer(self, d: int) -> ScaledQuantizer:
         """The quantizer applied to a flat gradient of length ``d``."""

@@ -58,6 +58,8 @@ class NDQSG(Compressor):
     spec strings may write 1/3 as 0.333333). alpha: shrinkage factor in (0, 1]. dither: ``counter`` (default) or
     ``torch``, for both groups (see :class:`gradstat.compressors.schemes.quantizers.dither.ScaledQuantizer`)."""
 
+    defers_checks = True  # (its encode reads back only its finiteness checks)
+
     p1: int = 1
     M: int = 2
     delta1: float = 1.0 / 3.0

@@ -74,6 +74,8 @@ class OneBit(Compressor):
     """axis: reconstruction values per ``column`` or per ``row`` of the matrix view.
     columns: for 1-D tensors, the number of columns of the matrix view (0 = one column); must divide d."""
 
+    defers_checks = True  # (its encode reads back only its finiteness checks)
+
     axis: Literal["column", "row"] = "column"
     columns: int = 0
 

@@ -101,6 +101,8 @@ class QCS(Compressor):
     index), the signs applied in one fused pass) or ``torch`` (torch's seeded generator; see
     :class:`gradstat.compressors.schemes.quantizers.dither.ScaledQuantizer`)."""
 
+    defers_checks = True  # (its encode reads back only its finiteness checks)
+
     k: int = 64
     Q: int = 4
     block: int = 256

@@ -45,6 +45,8 @@ def signs(bits: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor
 class SignSGD(Compressor):
     """scale: ``l1`` (magnitude ||g||_1/d sent as float32: EF-signSGD's compressor) or ``unit`` (magnitude 1)."""
 
+    defers_checks = True  # (its encode reads back only its finiteness checks)
+
     scale: Literal["l1", "unit"] = "l1"
 
     properties = Properties(
