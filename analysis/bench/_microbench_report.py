@@ -239,9 +239,7 @@ def _cuda_goals(measured: pd.DataFrame) -> list[str]:
                 f"synchronise{': ' + names if names else ''} | {'yes' if syncing.empty else 'no'} |"
             )
     if "enqueue_syncs" in cuda:
-        queued = cuda[
-            cuda["op"].eq("encode") & cuda["enqueue_syncs"].notna() & ~cuda["name"].str.endswith("(eager)")
-        ]
+        queued = cuda[cuda["op"].eq("encode") & cuda["enqueue_syncs"].notna() & ~cuda["name"].str.endswith("(eager)")]
         queued = queued[queued["name"] != "torch.topk(|g|)"]
         if not queued.empty:
             syncing = queued[queued["enqueue_syncs"] > 0]
