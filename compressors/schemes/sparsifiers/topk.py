@@ -26,6 +26,8 @@ class TopK(SparseMessage):
     ratio: float = 0.01
     packed: bool = True
 
+    defers_checks = True  # (a fixed k: its encode reads back only its finiteness check)
+
     properties = Properties(
         kind="sparsifier",
         unbiased=False,
