@@ -96,14 +96,16 @@ class Compressor(ABC):
         finish = self._enqueue(x, payload, ctx)
         if finish is not None:
             return Pending(finish)
-        if self.defers_checks and not S.on_host(x):
+        if self.defers_checks and not S.on_host(x) and x.dtype == torch.float32 and g.dtype == torch.float32:
             return Pending(self._checks_deferred(x, payload, ctx))
         return Pending.ready(self._encode_now(x, payload, ctx))
 
     defers_checks: ClassVar[bool] = False
-    """Whether the encode reads nothing back but its finiteness checks (:func:`gradstat.compressors.pending.finite`),
-    so that on a device it is queued with them deferred (:meth:`_checks_deferred`). Held by the tests that run the
-    encode on meta tensors (tests/compressors/test_queued_encode.py)."""
+    """Whether the encode of a float32 gradient reads nothing back but its finiteness checks
+    (:func:`gradstat.compressors.pending.finite`), so that on a device it is queued with them deferred
+    (:meth:`_checks_deferred`). Held by the tests that run the encode on meta tensors
+    (tests/compressors/test_queued_encode.py). Other dtypes encode at once: a 16-bit gradient's scales and a float64
+    one's values are narrowed to the wire's dtype by a conversion that checks its range on the host."""
 
     def _checks_deferred(self, x: torch.Tensor, payload: Payload, ctx: Context) -> Callable[[], Payload]:
         """Run the encode with its finiteness checks kept on the device (assumed to pass), and return the function
