@@ -85,7 +85,9 @@ def _compiled(kernel: Fused) -> Form:
                 raise RuntimeError(f"{kernel.name}: the compiled form did not build (see the earlier warning)")
             return kernel(*args)
 
-    return Form(run, lambda *args: compiler_for(args[0].device) and args[0].numel() >= 2)
+    return Form(
+        run, lambda *args: compiler_for(args[0].device) and args[0].numel() >= 2 and kernel.may_compile(args[0])
+    )
 
 
 def _native(kernel: Fused) -> Form:

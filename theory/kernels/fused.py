@@ -61,11 +61,15 @@ class Fused:
         fn: Callable[..., torch.Tensor],
         native: Callable[..., torch.Tensor] | None = None,
         native_applies: Callable[..., bool] | None = None,
+        compiles_on: tuple[str, ...] | None = None,
     ) -> None:
         self.fn = fn
         self.name = fn.__name__
         self.native = native
         self._native_applies = native_applies
+        self.compiles_on = compiles_on
+        """The device types its compiled form may run on (None: every one a compiler exists for); elsewhere it
+        runs eagerly."""
         self._compiled: Callable[..., torch.Tensor] | None = None
         self._broken = False
         self._lock = threading.Lock()
@@ -77,16 +81,20 @@ class Fused:
     def form_for(self, x: torch.Tensor, *args: object) -> str:
         """The form a call with these arguments runs in: ``native``, ``compiled`` or ``eager``
         (:func:`gradstat.theory.kernels.policy.choose`)."""
-        return policy.choose(x, native=self.native_for(x, *args), compiled=not self._broken)
+        return policy.choose(x, native=self.native_for(x, *args), compiled=self.may_compile(x))
 
     def fast_for(self, x: torch.Tensor, *args: object) -> bool:
         """Whether a call with these arguments reads ``x`` once (its C loop or its compiled kernel), not the
         several passes of the eager reference."""
         return self.form_for(x, *args) != "eager"
 
+    def may_compile(self, x: torch.Tensor) -> bool:
+        """Whether this kernel's compiled form may run on ``x``'s device (not broken, a device it compiles on)."""
+        return not self._broken and (self.compiles_on is None or x.device.type in self.compiles_on)
+
     def compiled_for(self, x: torch.Tensor) -> bool:
         """Whether a call on ``x`` runs compiled under the current policy (no C loop considered)."""
-        return not self._broken and policy.choose(x, compiled=True) == "compiled"
+        return self.may_compile(x) and policy.choose(x, compiled=True) == "compiled"
 
     def __call__(self, x: torch.Tensor, *args: object) -> torch.Tensor:
         form = self.form_for(x, *args)

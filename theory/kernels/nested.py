@@ -115,5 +115,8 @@ def nested_estimate(
     return (r - coarse) * (alpha * delta1) + y
 
 
-NESTED_KERNELS = (Fused(nested_rows_into), Fused(nested_reconstruct_rows_in_place))
+NESTED_KERNELS = (
+    Fused(nested_rows_into),
+    Fused(nested_reconstruct_rows_in_place, compiles_on=counter_dither.COMPILES_ON),  # (the estimate: see there)
+)
 """The counter-dither P2 encode and decode as fused kernels (:mod:`gradstat.theory.kernels.counter_dither`)."""
