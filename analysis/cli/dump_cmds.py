@@ -137,7 +137,7 @@ dtype_option = click.option(
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the model, data and compressor.")
 @click.option("--compressor", default=None, help="Compressor in the loop (spec, e.g. topk:ratio=0.01).")
 @click.option("--feedback", default=None, help="Error feedback with the compressor (none, ef, qcs:beta=0.3, ...).")
-@click.option("--device", default="cpu", show_default=True, help="Training device (cpu, cuda, ...).")
+@click.option("--device", default="cpu", show_default=True, help="Training device (cpu, cuda, ..., or auto).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def record_cmd(
     workload: str,
@@ -159,8 +159,11 @@ def record_cmd(
     residual is then recorded too). --out must be a new folder: a dump is never replaced.
     """
     from gradstat.analysis.dumps import open_dump
+    from gradstat.analysis.measure.selection import resolve_device
     from gradstat.analysis.training.recorder import record
 
+    if device.strip().lower() == "auto":  # (CUDA where present, as every command's --device auto)
+        device = str(resolve_device(device))
     path = record(
         workload,
         check_iterations(iterations),
