@@ -10,11 +10,17 @@ from gradstat.analysis.plots import new_figure, save_figure
 
 
 def plot(table: pd.DataFrame, out: Path) -> dict[str, Path]:
-    """``bench.png``: encode ms vs size (log-log), one line per sparsifier at the middle ratio, one thread, with
-    torch.topk and the read pass; ``bench.csv``: the whole table."""
+    """``bench.png``: encode ms vs size (log-log), one line per sparsifier at the middle ratio, one thread (the
+    CUDA rows in a run on CUDA, which has no thread rows), with torch.topk and the read pass; ``bench.csv``: the whole
+    table."""
     fig, axes = new_figure(width=7.0, height=5.0)
     ax = axes[0, 0]
-    single = table[table["threads"] == "1"] if "threads" in table else table
+    where = "one thread"
+    single = table
+    if "threads" in table:
+        on_cuda = not (table["threads"] == "1").any()
+        where = "CUDA" if on_cuda else where
+        single = table[table["threads"] == ("cuda" if on_cuda else "1")]
     ratios = sorted(single["ratio"].dropna().unique())
     ratio = ratios[len(ratios) // 2] if ratios else None
     sub = single[(single["group"] == "sparsifier") & (single["ratio"] == ratio)]
@@ -35,7 +41,7 @@ def plot(table: pd.DataFrame, out: Path) -> dict[str, Path]:
         yscale="log",
         xlabel="elements d",
         ylabel="encode time, ms (median, min-max)",
-        title=f"sparsifiers at delta = {ratio}, one thread",
+        title=f"sparsifiers at delta = {ratio}, {where}",
     )
     ax.legend(fontsize=6, ncol=2)
     return save_figure(fig, table, out, "bench")

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from gradstat.analysis.bench._microbench_report import SIDCO_GOALS, _cuda_goals, _small_vector_goals
+from gradstat.analysis.bench._microbench_report import SIDCO_GOALS, _cuda_goals, _small_vector_goals, plot
 from gradstat.analysis.bench.timing import host_syncs
 
 
@@ -71,3 +71,16 @@ def test_host_synchronisations_are_counted_on_cuda():
     assert host_syncs(lambda: x.sum(), "cuda") == 0
     assert host_syncs(lambda: torch.nonzero(x > 500), "cuda") >= 1
     assert host_syncs(lambda: float(x.max()), "cuda") >= 1
+
+
+def test_the_figure_of_a_cuda_run_plots_its_cuda_rows(tmp_path):
+    """A run on CUDA has no one-thread rows: the figure shows the CUDA rows (an empty log axis raised before)."""
+    rows = [
+        {**_row(size, "cuda", 0.01, name, 1.0), "ms": ms, "ms_min": ms, "ms_max": ms}
+        for size in (2_600_000, 26_000_000)
+        for name, ms in (("torch.topk(|g|)", size / 4e7), ("sidco", size / 1e7))
+    ]
+    rows += [{**_row(s, "cuda", None, "g.sum() (one read pass)", None, group="read", op="read"), "ms": s / 2e8,
+              "ms_min": s / 2e8, "ms_max": s / 2e8} for s in (2_600_000, 26_000_000)]  # fmt: skip
+    files = plot(pd.DataFrame(rows), tmp_path)
+    assert files["png"].stat().st_size > 0
