@@ -13,13 +13,17 @@ the wire needs anyway: a message's length must be known on the host before it is
 A caller with several tensors to send (a bucket's layers) queues them all first and then reads each: the device
 runs the first tensor's kernels while the host queues the next tensor's, and the host waits once.
 
-A compressor whose message size is fixed, and whose encode reads nothing back but its checks that the gradient and
-what it sends are finite (the quantizers), is queued by running its encode with those checks deferred
+A compressor whose message size is fixed, and whose encode of a float32 gradient reads nothing back but its checks
+that the gradient and what it sends are finite (the quantizers, random-k, top-k: ``defers_checks``), is queued by
+running its encode with those checks deferred
 (:func:`deferring`, :func:`finite`): each check leaves its answer on the device and is assumed to pass; the
 answers are read back with the payload, and where one failed the synchronous encode runs again and raises its
 error.
 
-The gradient given to ``enqueue`` must not change until :meth:`Pending.payload` has returned: where the device form
+A compressor's per-worker state is read when an encode is queued and updated when its payload is read back (SIDCo's
+adaptive stage count): two encodes sharing one state are read back in turn before the next is queued (the DDP
+hook queues one block per state). The gradient given to ``enqueue`` must not change until :meth:`Pending.payload`
+has returned: where the device form
 does not represent an input (a non-finite or all-zero gradient, a selection larger than its buffer, a fit that
 needs the synchronous path's checks), settling re-runs the synchronous encode on it, which raises the usual errors.
 """

@@ -254,10 +254,44 @@ def test_a_pending_payload_is_finished_once():
     assert pending_module.Pending.ready(payload).settled
 
 
-def test_compressors_without_a_queued_form_finish_at_once():
-    c = create("qsgd")
-    pending = c.enqueue(_laplace(1000, 2), Context(seed=1))
-    assert pending.settled
+def test_encodes_without_a_queued_form_finish_at_once():
+    """A fixed threshold has no queued form (no target to size a buffer by), and on a CPU's host scalars no encode
+    is queued: both finish in enqueue."""
+    g = _laplace(1000, 2)
+    with forced("never"):
+        assert create("threshold:eta=1.0").enqueue(g, Context(seed=1)).settled
+    assert create("qsgd").enqueue(g, Context(seed=1)).settled
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("spec", ["qsgd", "signsgd", "randk_unbiased:ratio=0.01", "topk:ratio=0.01"])
+def test_other_dtypes_are_encoded_at_once_with_their_own_errors(spec, dtype):
+    """Only a float32 gradient is queued with its checks deferred: narrowing a 16-bit gradient's scales, or a float64
+    one's values, to the wire reads back a range check, which would meet a deferred NaN first. Other dtypes encode
+    at once, and NaN raises the gradient's own error there."""
+    c = create(spec)
+    g = _laplace(3000, 6).to(dtype)
+    with forced("never"):
+        assert c.enqueue(g, _ctx(c)).settled
+        g[5] = math.nan
+        with pytest.raises(ValueError, match="gradient holds 1 NaN/Inf"):
+            c.enqueue(g, _ctx(c))
+
+
+@on_meta
+@pytest.mark.parametrize("worker", [0, 1, 2])
+def test_ndqsgs_nested_group_is_queued_too(worker):
+    """NDQSG's workers from p1 up send nested indices (the P2 path): queued on meta tensors, and equal to the
+    synchronous payload on a CPU under never."""
+    c = create("ndqsg")
+    ctx = Context(seed=4, worker=worker)
+    with no_copy_to_device():
+        assert not c.enqueue(torch.empty(50_001, device="meta"), ctx).settled
+    g = _laplace(50_001, 12)
+    with forced("never"):
+        pending = c.enqueue(g, ctx)
+        assert not pending.settled
+        _same(pending.payload(), c._encode_now(g, Payload(shape=g.shape, dtype=g.dtype), ctx))
 
 
 @on_meta
@@ -276,6 +310,8 @@ def test_deferred_checks_read_nothing_back(spec):
 
 @pytest.mark.parametrize("spec", CHECKS_DEFERRED)
 def test_deferred_checks_give_the_synchronous_payload(spec, device):
+    """The encode with its checks deferred takes the same path as without (every check passes here): a deferral
+    that changed what the encode does (a check read back anyway, a branch taken on an assumed answer) fails this."""
     c = create(spec)
     g = _laplace(30_000, 21).to(device)
     with forced("never" if device.type == "cpu" else "auto"):

@@ -723,7 +723,9 @@ typedef struct {
     int nan;
 } gs_summary;
 
-/* the scalar loop, from i to end; NaN elements count as nonzero and are left out of every other result */
+/* the scalar loop, from i to end; NaN elements count as nonzero and are left out of every other result (the AVX2
+   loop lets them reach the sums and the logarithms' state instead: the caller replaces those results where the NaN
+   flag is set) */
 static void summary_scalar(const float* x, int64_t i, int64_t end, int absolute, int extremes, int squares,
                            gs_logsum* logs, gs_summary* r) {
     double s[4] = {0, 0, 0, 0}, q[4] = {0, 0, 0, 0};
@@ -886,8 +888,10 @@ static int gs_float_piece(PyObject* xo, long long start, long long end, const ch
    -> (min v, max v, #(v != 0), sum v, sum v^2, min of the nonzero v, any NaN, sum of log v over the nonzero v) of
    v = |x| (absolute) or x over x[start:end); without extremes the minima are not read (returned as 0 and +inf);
    without squares the sum of squares is not formed (returned as 0); without logs the sum of logarithms is 0 (with
-   logs, v are magnitudes: the caller asks for absolute). NaN elements count as nonzero and are left out of every
-   other result. */
+   logs, v are magnitudes: the caller asks for absolute). NaN elements count as nonzero and set the NaN flag; the
+   sums, the sum of logarithms and (with extremes) the minima are then meaningless, and the caller replaces them with
+   NaN (stage_stats._native_summary); the maximum skips them. A zero extreme's sign is not kept (-0 and +0 compare
+   equal and either may come back); no caller tells them apart. */
 static PyObject* gs_summary_f32(PyObject* self, PyObject* args) {
     (void)self;
     PyObject* xo;

@@ -27,7 +27,8 @@ from gradstat.theory.kernels.bounded import Bounded
 CAPACITY_FACTOR = 4.0
 """The buffer of a target-count rule's queued selection holds this many times its target k = ceil(delta d). SIDCo
 adapts its stages until k_hat / k lies within 1 +- eps (eps = 0.2, Sec. 4); a fit still learning its stages can miss
-by more, and a selection beyond the buffer costs one more (synchronous) selection, not a wrong result."""
+by more, and a selection beyond the buffer costs the synchronous encode run again (the fit, the selection and their
+reads back), not a wrong result."""
 
 
 @dataclass(frozen=True)

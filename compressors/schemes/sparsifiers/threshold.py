@@ -271,7 +271,10 @@ class ThresholdSparsifier(SparseMessage):
         the returned function reads back, in one copy, the largest magnitude (the finiteness and all-zero checks),
         the count, the tie count and the rule's own values. Where any of them says the queued result does not
         stand (a non-finite or all-zero gradient, a selection larger than the buffer, a rule's own case), it runs
-        the synchronous encode instead, so every result equals the synchronous one's."""
+        the synchronous encode instead. The result is the synchronous one's, with one difference of rounding: where
+        SIDCo's stages read the signed gradient, the synchronous last stage sums the exceedances it gathered and
+        the queued one the whole vector masked, so their thresholds agree to the last bits (tested to 1e-12) and
+        the selections exactly unless an element lies within those bits of the threshold."""
         found = None if S.on_host(x) else self._queued(x, ctx, payload)
         if found is None:
             return None
