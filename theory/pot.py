@@ -37,9 +37,10 @@ from gradstat.theory import scalars as S
 from gradstat.theory.estimators.estimate import Estimate
 from gradstat.theory.estimators.exceedances import Exceedances, device_unit, direct_ok, unit_for
 from gradstat.theory.estimators.fit import resolve
-from gradstat.theory.estimators.magnitudes import check_magnitudes, device_facts
+from gradstat.theory.estimators.magnitudes import check_magnitudes, device_facts, nonempty
 from gradstat.theory.estimators.registry import SHAPED, Estimator, estimator
 from gradstat.theory.estimators.result import Fit
+from gradstat.theory.kernels.fused import Fused
 from gradstat.theory.kernels.stage_stats import tail_moments
 from gradstat.theory.thresholds import QUANTILES, check_length, check_ratio, conditional_ratio, tail_quantile
 
@@ -290,6 +291,34 @@ def deferred_threshold(
         reading ``x`` (ratios, stages, laws, an empty ``x`` or one shorter than 1 / ratio).
     """
     plan = _plan(ratio, stages, first, None, first_ratio, None, anchor, "closed_form", quantile)
+    check_length(nonempty(x, "x").numel(), plan.ratio)  # (what is known without reading x, raised here)
+    values = DEFERRED_STAGES(x, stats, ratio, stages, first, first_ratio, anchor, quantile, signed)
+    count = len(plan.deltas)
+
+    def settle(read: list[float]) -> tuple[bool, str | None]:
+        if read[0]:
+            return True, None
+        return False, _stop_reason(read[1 : 1 + 2 * count : 2], read[2 : 2 + 2 * count : 2])
+
+    return DeferredPot(threshold=values[0], reads=values[1:], settle=settle)
+
+
+def _deferred_stages(
+    x: torch.Tensor,
+    stats: torch.Tensor | None,
+    ratio: float,
+    stages: int,
+    first: str,
+    first_ratio: float,
+    anchor: str,
+    quantile: str,
+    signed: bool,
+) -> torch.Tensor:
+    """The work of :func:`deferred_threshold` on x's device: ``[eta_M, rare flag, then each stage's count and
+    validity]`` (float64), one tensor so that the whole runs as one compiled function
+    (:data:`DEFERRED_STAGES`). Its stages always number ``stages``: the only branch that re-splits them (fewer
+    non-zeros than stage 1 needs) is flagged rare."""
+    plan = _plan(ratio, stages, first, None, first_ratio, None, anchor, "closed_form", quantile)
     facts = device_facts(
         x,
         "x",
@@ -322,17 +351,17 @@ def deferred_threshold(
     eta, ok = _first_threshold(first, est, tail, quantile, validated=True)
     done = [_Stage(plan.deltas[0], eta, est, facts.n_nonzero, ok, 0, "closed_form", first)]
     fused_stages, _, values = _later_stages(values, done, plan.deltas, plan, anchor, unit, signed, False, None)
-    reads = torch.stack([t.to(torch.float64) for t in [rare, *_to_read(values, done, fused_stages, False, False)]])
-    device = values.device
-
-    def settle(read: list[float]) -> tuple[bool, str | None]:
-        if read[0]:
-            return True, None
-        return False, _assemble(done, read[1:], False, False, device).stopped_reason
-
     # a stage that fails keeps its predecessor's threshold and fails every later one (``ok`` is chained), so the last
     # stage holds the last completed one's threshold (0 when stage 1 failed): the synchronous form's result
-    return DeferredPot(threshold=done[-1].threshold, reads=reads, settle=settle)
+    reads = [done[-1].threshold, rare, *_to_read(values, done, fused_stages, False, False)]
+    return torch.stack([S.as_tensor(t, values.device).to(torch.float64) for t in reads])
+
+
+DEFERRED_STAGES = Fused(_deferred_stages)
+""":func:`deferred_threshold`'s work as one fused function: on a device where kernels compile
+(:mod:`gradstat.theory.kernels.policy`: CUDA with Triton, from ``MIN_ELEMENTS`` elements under ``auto``) its
+statistics' passes and the stages' hundreds of scalar operations on 0-d tensors become a few generated kernels
+instead of a launch each; elsewhere, and as the reference, the same function eagerly."""
 
 
 def _multistage(
@@ -537,21 +566,10 @@ def _assemble(
     survivors = counts[1:] + (values[-1:] if final_count else [-1.0])
 
     stages: list[StageResult] = []
-    reason = None
+    reason = _stop_reason(counts, oks)
     completed = 0
     for m, (s, n, ok) in enumerate(zip(done, counts, oks, strict=True), start=1):
         if not ok:
-            n = int(n)
-            why = (
-                "no survivor"
-                if n == 0
-                else "one survivor"
-                if n == 1
-                else "degenerate fit (zero variance or non-finite parameters)"
-            )
-            reason = f"stage {m}: {why} above the stage-{m - 1} threshold; kept the previous threshold"
-            if m == 1:
-                reason = "stage 1: degenerate fit (non-finite parameters); threshold 0"
             break
         completed = m
         if not details:
@@ -572,6 +590,26 @@ def _assemble(
     else:
         final = stages[-1].threshold if stages else S.as_tensor(done[completed - 1].threshold, device)
     return PotResult(threshold=final, stages=stages, stopped_reason=reason)
+
+
+def _stop_reason(counts: list[float], oks: list[float]) -> str | None:
+    """Why the stages stopped early, from each stage's survivor count and validity as read back (None: every stage
+    completed): the first stage that failed, and what it had to fit."""
+    for m, (n, ok) in enumerate(zip(counts, oks, strict=True), start=1):
+        if ok:
+            continue
+        if m == 1:
+            return "stage 1: degenerate fit (non-finite parameters); threshold 0"
+        n = int(n)
+        why = (
+            "no survivor"
+            if n == 0
+            else "one survivor"
+            if n == 1
+            else "degenerate fit (zero variance or non-finite parameters)"
+        )
+        return f"stage {m}: {why} above the stage-{m - 1} threshold; kept the previous threshold"
+    return None
 
 
 def _count(value: float, device: torch.device) -> torch.Tensor:

@@ -22,6 +22,7 @@ import math
 
 import torch
 
+from gradstat.theory.kernels.fused import compiling
 from gradstat.theory.kernels.policy import native_allowed
 
 NEWTON_STEPS = 8
@@ -69,7 +70,10 @@ def _solve(a: torch.Tensor, logp: torch.Tensor, logq: torch.Tensor) -> torch.Ten
 
 def host_form(a: torch.Tensor, prob: torch.Tensor) -> bool:
     """Whether the quantile of these (broadcast) arguments comes from scipy on host floats: one value on a CPU,
-    and a policy other than ``never`` (:mod:`gradstat.theory.kernels.policy`)."""
+    and a policy other than ``never`` (:mod:`gradstat.theory.kernels.policy`), outside a function torch.compile is
+    tracing (whose graph holds tensors only)."""
+    if compiling():
+        return False
     return prob.numel() == 1 and prob.device.type == "cpu" and a.device.type == "cpu" and native_allowed()
 
 

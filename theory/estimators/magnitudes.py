@@ -189,7 +189,7 @@ def check_magnitudes(
         Empty input, NaN or infinite values, negative values (pass |g|), no non-zero value, constant non-zeros
         (with ``spread``).
     """
-    t = _nonempty(x, name)
+    t = nonempty(x, name)
     sums, host_sums, fused_min_nonzero, log_sum = None, None, None, None
     if stats is not None or signed or summary.fast_for(t, signed):
         if stats is None:
@@ -241,7 +241,8 @@ def check_magnitudes(
     return mags
 
 
-def _nonempty(x: object, name: str) -> torch.Tensor:
+def nonempty(x: object, name: str) -> torch.Tensor:
+    """``x`` as a flat magnitudes tensor (:func:`as_magnitudes_tensor`); a ValueError where it is empty."""
     t = as_magnitudes_tensor(x, name)
     if t.numel() == 0:
         raise ValueError(f"{name} is empty; need at least one |g| value")
@@ -274,7 +275,7 @@ def device_facts(
     ValueError, TypeError
         Only what is known without reading ``x``: an empty input, or one that is not a tensor or array.
     """
-    t = _nonempty(x, name)
+    t = nonempty(x, name)
     incomplete = None  # the given summary lacks what the checks or the fit read
     if stats is None and not (signed or summary.fast_for(t, signed)):
         lo, hi = torch.aminmax(t)

@@ -80,7 +80,10 @@ class Fused:
 
     def form_for(self, x: torch.Tensor, *args: object) -> str:
         """The form a call with these arguments runs in: ``native``, ``compiled`` or ``eager``
-        (:func:`gradstat.theory.kernels.policy.choose`)."""
+        (:func:`gradstat.theory.kernels.policy.choose`); ``compiled`` inside a function torch.compile is tracing
+        (the kernel joins that function's graph)."""
+        if compiling():
+            return "compiled"
         return policy.choose(x, native=self.native_for(x, *args), compiled=self.may_compile(x))
 
     def fast_for(self, x: torch.Tensor, *args: object) -> bool:
@@ -97,6 +100,8 @@ class Fused:
         return self.may_compile(x) and policy.choose(x, compiled=True) == "compiled"
 
     def __call__(self, x: torch.Tensor, *args: object) -> torch.Tensor:
+        if compiling():  # inside a function torch.compile is tracing: this kernel's expression joins its graph
+            return self.fn(x, *args)
         form = self.form_for(x, *args)
         if form == "native":
             assert self.native is not None
@@ -125,6 +130,12 @@ class Fused:
             if self._compiled is None:
                 self._compiled = torch.compile(self.fn, dynamic=True, fullgraph=True)
             return self._compiled
+
+
+def compiling() -> bool:
+    """Whether torch.compile is tracing the caller (``torch.compiler.is_compiling``, torch 2.3 and newer)."""
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
 
 
 def fused(fn: Callable[..., torch.Tensor]) -> Fused:

@@ -1,0 +1,75 @@
+"""The deferred multi-stage threshold compiled as one function (theory/pot.py, DEFERRED_STAGES) against its eager
+form, on every device present where torch.compile builds kernels (C++ on a CPU, Triton on CUDA).
+
+Compiled, the stages' statistics and their hundreds of scalar operations become a few generated kernels; the
+result must be the eager one's: the flags and every stage's count and validity exactly, the threshold to 1e-12
+relative (the generated code may sum in another order and take its logarithms by its own routines; measured on
+this CPU: exponential and generalized Pareto within 2e-16, gamma 6e-13, its Newton steps on the quantile)."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import pytest
+import torch
+from test_pot_deferred import _vector
+
+from gradstat.theory.kernels import policy
+from gradstat.theory.kernels.policy import forced
+from gradstat.theory.kernels.stage_stats import summary
+from gradstat.theory.pot import DEFERRED_STAGES, deferred_threshold, multistage_threshold
+
+RTOL = 1e-12
+
+CASES = [
+    ("exponential", 1, "threshold"),
+    ("exponential", 3, "threshold"),
+    ("gamma", 3, "threshold"),
+    ("genpareto", 3, "min_survivor"),
+]
+
+
+def _laplace(n: int, seed: int, device: torch.device) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    u = torch.rand(n, generator=gen, dtype=torch.float64) - 0.5
+    return (-torch.sign(u) * torch.log1p(-2 * u.abs())).float().to(device)
+
+
+@pytest.mark.parametrize(("first", "stages", "anchor"), CASES)
+def test_the_compiled_stages_equal_the_eager_ones(first, stages, anchor, device):
+    if not policy.compiler_for(device.type):
+        pytest.skip(f"torch.compile builds no kernel for {device.type} here")
+    g = _laplace(300_000, 3, device)
+    stats = summary(g, True, first != "exponential", first == "genpareto", first == "gamma")
+    args = (g, stats, 1e-3, stages, first, 0.25, anchor, "exact", True)
+    with forced("never"):
+        eager = DEFERRED_STAGES(*args)
+    with forced("always"), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a failed build warns and runs eagerly: fail instead
+        compiled = DEFERRED_STAGES(*args)
+        assert DEFERRED_STAGES.compiled_for(g)
+    torch.testing.assert_close(compiled[0], eager[0], rtol=RTOL, atol=0.0)
+    assert torch.equal(compiled[1:], eager[1:])
+    assert not bool(eager[1])  # ordinary data: the deferred form stands (else this test compares flags only)
+
+
+def test_the_compiled_form_gives_the_synchronous_threshold_and_reason(device):
+    """Through deferred_threshold as a compressor calls it, compiled: the threshold and the reason the stages stopped
+    are the synchronous form's, on vectors where 8 stages at ratio 1e-3 on 1,000 elements stop early (the deferred
+    threshold's own test's vectors: Laplace, and two magnitudes whose later stages see constant exceedances)."""
+    if not policy.compiler_for(device.type):
+        pytest.skip(f"torch.compile builds no kernel for {device.type} here")
+    stops = 0
+    for kind, seed in itertools.product(("laplace", "ties"), range(4)):
+        g = _vector(kind, 1000, 1.0, seed).to(device)
+        with forced("always"), warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            pot = deferred_threshold(g, 1e-3, 8, signed=True)
+            values = pot.reads.tolist()
+        with forced("never"):
+            want = multistage_threshold(g, 1e-3, 8, signed=True, final_count=False, details=False)
+        assert pot.settle(values) == (False, want.stopped_reason), (kind, seed)
+        torch.testing.assert_close(pot.threshold, want.threshold, rtol=RTOL, atol=0.0)
+        stops += want.stopped_reason is not None
+    assert stops >= 2  # the stops were compared, not only completed stages
