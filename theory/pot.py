@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -319,15 +320,7 @@ def _deferred_stages(
     (:data:`DEFERRED_STAGES`). Its stages always number ``stages``: the only branch that re-splits them (fewer
     non-zeros than stage 1 needs) is flagged rare."""
     plan = _plan(ratio, stages, first, None, first_ratio, None, anchor, "closed_form", quantile)
-    facts = device_facts(
-        x,
-        "x",
-        spread=first in SHAPED,
-        signed=signed,
-        stats=stats,
-        squares=first == "genpareto",
-        logs=first == "gamma",
-    )
+    facts = device_facts(x, "x", **_first_stage_reads(first, signed, stats))
     check_length(facts.d, plan.ratio)
     values = facts.values
     unit = device_unit(facts.max)
@@ -383,15 +376,7 @@ def _multistage(
 ) -> PotResult:
     plan = _plan(ratio, stages, first, later, first_ratio, ratios, anchor, method, quantile)
     deltas = plan.deltas
-    mags = check_magnitudes(
-        abs_g,
-        "abs_g",
-        spread=first in SHAPED,
-        signed=signed,
-        stats=stats,
-        squares=first == "genpareto",
-        logs=first == "gamma",
-    )
+    mags = check_magnitudes(abs_g, "abs_g", **_first_stage_reads(first, signed, stats))
     check_length(mags.d, plan.ratio)
     x = mags.values
     host = S.on_host(x)
@@ -590,6 +575,19 @@ def _assemble(
     else:
         final = stages[-1].threshold if stages else S.as_tensor(done[completed - 1].threshold, device)
     return PotResult(threshold=final, stages=stages, stopped_reason=reason)
+
+
+def _first_stage_reads(first: str, signed: bool, stats: torch.Tensor | None) -> dict[str, Any]:
+    """What stage 1 of the law ``first`` checks and reads in the validation pass, as both forms ask it of
+    :func:`~gradstat.theory.estimators.magnitudes.check_magnitudes` and ``device_facts``: the spread of a shaped law,
+    the sum of squares for the generalized Pareto's variance, the sum of logarithms for the gamma."""
+    return {
+        "spread": first in SHAPED,
+        "signed": signed,
+        "stats": stats,
+        "squares": first == "genpareto",
+        "logs": first == "gamma",
+    }
 
 
 def _stop_reason(counts: list[float], oks: list[float]) -> str | None:
