@@ -15,17 +15,16 @@ runs the first tensor's kernels while the host queues the next tensor's, and the
 
 A compressor whose message size is fixed, and whose encode of a float32 gradient reads nothing back but its checks
 that the gradient and what it sends are finite (the quantizers, random-k, top-k: ``defers_checks``), is queued by
-running its encode with those checks deferred
-(:func:`deferring`, :func:`finite`): each check leaves its answer on the device and is assumed to pass; the
-answers are read back with the payload, and where one failed the synchronous encode runs again and raises its
-error.
+running its encode with those checks deferred (:func:`deferring`, :func:`finite`): each check leaves its answer on
+the device and is assumed to pass; the answers are read back with the payload, and where one failed the synchronous
+encode runs again and raises its error.
 
 A compressor's per-worker state is read when an encode is queued and updated when its payload is read back (SIDCo's
 adaptive stage count): two encodes sharing one state are read back in turn before the next is queued (the DDP
 hook queues one block per state). The gradient given to ``enqueue`` must not change until :meth:`Pending.payload`
-has returned: where the device form
-does not represent an input (a non-finite or all-zero gradient, a selection larger than its buffer, a fit that
-needs the synchronous path's checks), settling re-runs the synchronous encode on it, which raises the usual errors.
+has returned: where the device form does not represent an input (a non-finite or all-zero gradient, a selection
+larger than its buffer, a fit that needs the synchronous path's checks), settling re-runs the synchronous encode on
+it, which raises the usual errors.
 """
 
 from __future__ import annotations
