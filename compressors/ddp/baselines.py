@@ -7,7 +7,9 @@ and the time spent in the hook's body (torch's callbacks run inside its futures 
 torch's ``batched_powerSGD_hook`` is broken in torch 2.13.0, so PowerSGD is ``powerSGD_hook``; it calls
 ``.wait()`` inside its ``then()`` callbacks, which can deadlock on gloo with several buckets: use it with one
 bucket (``bucket_cap_mb`` large enough) on gloo. Compression starts at iteration ``start_iter`` (torch requires
->= 2 with error feedback or warm start, because DDP rebuilds its buckets after the first iteration).
+>= 2 with error feedback or warm start, because DDP rebuilds its buckets after the first iteration). Its callbacks
+also synchronise CUDA whenever CUDA is available, with the gradients' own device: CPU gradients on a machine with a
+visible GPU fail there ("Expected a cuda device"), so the hook refuses them up front (:func:`check_powersgd_device`).
 """
 
 import time
@@ -64,12 +66,26 @@ def baseline_hook(
     raise ValueError(f"unknown baseline hook {name!r}; known: {', '.join(BASELINES)}")
 
 
+def check_powersgd_device(device: torch.device) -> None:
+    """Refuse what torch's PowerSGD hook cannot run: gradients off CUDA while CUDA is available (its callbacks call
+    ``torch.cuda.synchronize`` on the gradients' device whenever a GPU is visible, and fail inside the backward
+    pass)."""
+    if device.type != "cuda" and torch.cuda.is_available():
+        raise RuntimeError(
+            f"torch-powersgd: torch's PowerSGD hook synchronises CUDA whenever a GPU is visible and fails on "
+            f"{device.type} gradients; train on cuda, or hide the GPUs (CUDA_VISIBLE_DEVICES=) for {device.type}"
+        )
+
+
 def measured_hook(state: BaselineState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Call the wrapped torch hook and count its bytes and body time into ``state.metrics``."""
     start = time.perf_counter()
     numel = bucket.buffer().numel()
     inner = state.inner_state
-    before = inner.total_numel_after_compression if isinstance(inner, powerSGD_hook.PowerSGDState) else 0
+    before = 0
+    if isinstance(inner, powerSGD_hook.PowerSGDState):
+        check_powersgd_device(bucket.buffer().device)
+        before = inner.total_numel_after_compression
     fut = state.inner_hook(inner, bucket)
     if isinstance(inner, powerSGD_hook.PowerSGDState):
         after = inner.total_numel_after_compression - before

@@ -96,7 +96,9 @@ def loopback_master() -> list[str]:
 
 def test_accelerates_hook_option_drops_the_hook_and_expect_hook_says_so(tmp_path):
     pytest.importorskip("accelerate")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    # a CPU run (Accelerator(cpu=True)); with a GPU visible Accelerate's barrier still names each rank's CUDA device
+    # ("invalid device ordinal" for rank 1 on a one-GPU machine), so the GPUs are hidden
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     script = ROOT / "tests" / "distributed" / "_accelerate_kwargs.py"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", *loopback_master()]
     cmd += [str(script), str(tmp_path)]

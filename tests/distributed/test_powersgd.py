@@ -70,6 +70,8 @@ def test_per_parameter_matrices_train_like_torchs_powersgd_hook():
     factors of the power iteration and starts compressing at iteration 2; gradstat averages each rank's own
     reconstruction from iteration 0), so the check is that per-parameter matrices bring the loss to within a
     quarter of the flat bucket's distance from torch's."""
+    if torch.cuda.is_available():
+        pytest.skip("torch's PowerSGD hook cannot train CPU gradients where a GPU is visible (refused: next test)")
     import _scenarios
     from _ranks import run_ranks
 
@@ -79,6 +81,19 @@ def test_per_parameter_matrices_train_like_torchs_powersgd_hook():
         torch_loss, per_parameter, bucket = (rank[r]["eval"] for r in runs)
         assert abs(per_parameter - torch_loss) < 0.25 * abs(bucket - torch_loss), (torch_loss, per_parameter, bucket)
     assert all(res[0][r]["eval"] == res[1][r]["eval"] for r in runs)  # one model on both ranks
+
+
+def test_torchs_powersgd_hook_refuses_cpu_gradients_where_a_gpu_is_visible(monkeypatch):
+    """torch's hook synchronises CUDA with the gradients' device whenever CUDA is available ("Expected a cuda device,
+    but got: cpu" inside the backward pass, seen on a GPU machine): the baseline refuses that case with what to do."""
+    from gradstat.compressors.ddp.baselines import check_powersgd_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    check_powersgd_device(torch.device("cpu"))  # no GPU: trains on the CPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    check_powersgd_device(torch.device("cuda", 0))
+    with pytest.raises(RuntimeError, match="CUDA_VISIBLE_DEVICES"):
+        check_powersgd_device(torch.device("cpu"))
 
 
 def test_a_ddp_bucket_sends_vectors_dense_and_each_matrix_by_its_own_factors():
