@@ -4,13 +4,12 @@ build checked without a GPU. The equivalence of every form with the reference is
 
 from __future__ import annotations
 
-import threading
 import warnings
 
 import pytest
 import torch
 
-from gradstat.theory.kernels import bounded, policy, triton_select
+from gradstat.theory.kernels import bounded, policy, triton_runtime, triton_select
 
 needs_triton = pytest.mark.skipif(not triton_select.available(), reason="no Triton 3.0 or newer here")
 
@@ -160,7 +159,7 @@ def test_a_failed_triton_build_warns_once_and_the_eager_form_runs(monkeypatch):
 
     monkeypatch.setattr(triton_select, "build", broken_build)
     monkeypatch.setattr(triton_select, "available", lambda: True)
-    monkeypatch.setattr(bounded, "_BROKEN", threading.Event())
+    monkeypatch.setattr(bounded, "_BROKEN", triton_runtime.Fallback("the Triton bounded selection", policy.ENV))
     monkeypatch.setattr(bounded, "form_for", lambda x: "eager" if bounded._BROKEN.is_set() else "triton")
     want = bounded.reference(X, torch.tensor(2.0), True, 4)
     with warnings.catch_warnings(record=True) as caught:
@@ -184,7 +183,7 @@ def test_the_triton_form_itself_raises_rather_than_falls_back(monkeypatch):
 
 
 def test_the_package_imports_and_selects_without_triton(monkeypatch):
-    monkeypatch.setattr(triton_select, "_installed", lambda: False)
+    monkeypatch.setattr(triton_runtime, "_installed", lambda: False)
     assert not triton_select.available()
     assert bounded.form_for(X) == "eager"
     got = bounded.select_bounded(X, torch.tensor(2.0), True, 4)

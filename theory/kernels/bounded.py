@@ -26,13 +26,11 @@ reported once per process as a RuntimeWarning, and the eager form runs from then
 
 from __future__ import annotations
 
-import threading
-import warnings
 from dataclasses import dataclass
 
 import torch
 
-from gradstat.theory.kernels import policy, primitives, triton_select
+from gradstat.theory.kernels import policy, primitives, triton_runtime, triton_select
 
 DTYPES = (torch.float32, torch.float64)
 
@@ -127,7 +125,7 @@ def triton_exists(x: torch.Tensor, *_: object) -> bool:
     return x.device.type in ("cuda", "cpu") and triton_select.available()
 
 
-_BROKEN = threading.Event()
+_BROKEN = triton_runtime.Fallback("the Triton bounded selection", policy.ENV)
 """Set once the Triton form has failed in this process (reported once; the eager form runs from then on)."""
 
 
@@ -154,13 +152,4 @@ def select_bounded(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capac
 
 def _report_failure(exc: Exception) -> None:
     """Turn the Triton form off for this process, with one RuntimeWarning (the first failure's)."""
-    if _BROKEN.is_set():
-        return
-    _BROKEN.set()
-    first = str(exc).splitlines()[0] if str(exc) else ""
-    warnings.warn(
-        f"gradstat: the Triton bounded selection failed to build or run ({type(exc).__name__}: {first}); using the "
-        f"eager form for the rest of this run (set {policy.ENV}=never to skip the attempt)",
-        RuntimeWarning,
-        stacklevel=3,
-    )
+    _BROKEN.report(exc)

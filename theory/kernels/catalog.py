@@ -160,6 +160,11 @@ def _rows_compiled(name: str) -> Form:
     return _compiled(counter_dither.KERNELS[name])
 
 
+def _rows_triton(name: str) -> Form:
+    """The Triton form (:mod:`gradstat.theory.kernels.triton_dither`): compiled on CUDA, interpreted on a CPU."""
+    return Form(counter_dither.triton_form(name), counter_dither.triton_form_applies(name))
+
+
 def _native_quantize(out: torch.Tensor, x: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, key: torch.Tensor,
                      gain: float, lo: int, hi: int, shift: float, dtype: torch.dtype) -> torch.Tensor:  # fmt: skip
     return counter_native.quantize_rows_into(out, x, scale.reshape(-1), int(base), key, gain, lo, hi, shift)
@@ -312,6 +317,7 @@ KERNELS: dict[str, Kernel] = {
             {
                 "native": Form(_native_quantize, _native_quantize_applies),
                 "compiled": _rows_compiled("quantize_rows_into"),
+                "triton": _rows_triton("quantize_rows_into"),
             },
         ),
         Kernel(
@@ -321,13 +327,14 @@ KERNELS: dict[str, Kernel] = {
             {
                 "native": Form(_native_reconstruct, _native_reconstruct_applies),
                 "compiled": _rows_compiled("reconstruct_rows_into"),
+                "triton": _rows_triton("reconstruct_rows_into"),
             },
         ),
         Kernel(
             "signed_rows",
             "random signs of the counter hash times the rows (counter_dither.signed_rows_into)",
             counter_dither.KERNELS["signed_rows_into"].reference,
-            {"compiled": _rows_compiled("signed_rows_into")},
+            {"compiled": _rows_compiled("signed_rows_into"), "triton": _rows_triton("signed_rows_into")},
         ),
         Kernel(
             "nested_rows",

@@ -32,10 +32,11 @@ row count of 0 or 1 building its own variant once.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
+from gradstat.theory.kernels import policy, triton_dither, triton_runtime
 from gradstat.theory.kernels.fused import Fused
 from gradstat.theory.kernels.seeds import derive_seed
 
@@ -234,6 +235,40 @@ KERNELS = {
 tens of milliseconds per call and a build of seconds pays for itself; smaller ones run the eager tiles)."""
 
 
+TRITON_FALLBACK = triton_runtime.Fallback("the Triton counter-dither kernel", policy.ENV)
+"""Set once the Triton form has failed in this process (reported once; the eager tiles run from then on)."""
+
+
+def triton_for(name: str, out: torch.Tensor, blocks: tuple[torch.Tensor, ...], row_factor: torch.Tensor) -> bool:
+    """Whether :func:`run_rows` computes the kernel ``name`` by its Triton form
+    (:mod:`gradstat.theory.kernels.triton_dither`, one pass instead of the eager hash's twenty): on CUDA, where the
+    compiled kernels do not run, Triton is installed, the policy (``GRADSTAT_COMPILE``) is not ``never``, the form
+    has not failed in this process and it handles these tensors."""
+    return (
+        out.device.type == "cuda"
+        and policy.policy() != "never"
+        and not TRITON_FALLBACK.is_set()
+        and triton_dither.applies(name, out, blocks, row_factor)
+    )
+
+
+def triton_form(name: str) -> Callable[..., torch.Tensor]:
+    """The Triton form of the kernel ``name`` of :data:`KERNELS` with its reference's arguments (for the catalog)."""
+    inputs = 0 if name == "reconstruct_rows_in_place" else 1
+
+    def run(out: torch.Tensor, *args: Any) -> torch.Tensor:
+        blocks, (row_factor, base, key, *rest) = args[:inputs], args[inputs:]
+        return triton_dither.run(name, MULTIPLIERS, out, blocks, row_factor, base, key, *rest)
+
+    return run
+
+
+def triton_form_applies(name: str) -> Callable[..., bool]:
+    """Whether :func:`triton_form` of ``name`` exists for these arguments (CPU tensors: interpreted)."""
+    inputs = 0 if name == "reconstruct_rows_in_place" else 1
+    return lambda out, *args: triton_dither.applies(name, out, args[:inputs], args[inputs])
+
+
 def check_indices(base: int, n: int) -> None:
     """A clear error where elements ``base .. base + n - 1`` would run past the int32 counters."""
     if base + n > MAX_ELEMENTS:
@@ -256,7 +291,8 @@ def run_rows(
     """``fn(out, *blocks, row_factor, base, key, *rest)`` over 2-D ``block`` (one tensor, or a tuple of tensors of
     one shape, each tiled alike; an empty tuple for a kernel that reads ``out`` itself) and ``out`` of that shape,
     whose first element has index ``base``, ``row_factor`` of shape (rows, 1): compiled where the policy allows (a
-    failed build or run warns once and computes eagerly), else eager over tiles. ``fn``: a function of
+    failed build or run warns once and computes eagerly), else by its Triton form on CUDA (:func:`triton_for`), else
+    eager over tiles. ``fn``: a function of
     :data:`KERNELS` or a :class:`Fused` kernel of another module."""
     blocks = block if isinstance(block, tuple) else (block,)
     rows, size = (blocks[0] if blocks else out).shape
@@ -270,6 +306,11 @@ def run_rows(
     if compiled and kernel.compiled_for(out):
         kernel(out, *blocks, row_factor, at(0), key, *rest)  # a failed build or run warns once and runs eagerly
         return out
+    if compiled and triton_for(kernel.name, out, blocks, row_factor):
+        try:
+            return triton_dither.run(kernel.name, MULTIPLIERS, out, blocks, row_factor, at(0), key, *rest)
+        except Exception as exc:  # noqa: BLE001 - any build or launch failure falls back to the eager tiles
+            TRITON_FALLBACK.report(exc)
     # eager: on a CPU, tiles of about CHUNK_ELEMENTS (whole rows, or pieces of one long row), so temporaries stay in
     # cache; elsewhere one tile (a GPU reads at its bandwidth, and each tile costs a launch per operation)
     if device.type != "cpu":

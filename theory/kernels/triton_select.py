@@ -12,61 +12,27 @@ elements the rule selects as a 0-d device tensor, so that nothing waits for the 
    position is below ``capacity``.
 
 The sums and the scan combine with Triton's own ``_sum_combine`` through ``tl.reduce`` and ``tl.associative_scan``
-(what ``tl.sum`` and ``tl.cumsum`` call): those two are builtins the interpreter replaces by numpy's sum and
-cumulative sum, where ``tl.sum`` itself is a compiled-only function unless ``TRITON_INTERPRET=1`` was set before
-Triton was imported. So one process runs both: :class:`triton.runtime.interpreter.InterpretedFunction` over the
-same Python kernels for CPU tensors (how CI checks the kernels without a GPU; about a millisecond per program, so
-CPU inputs take at most :data:`INTERPRETED_PROGRAMS` blocks of at least :data:`INTERPRETED_BLOCK` elements) and
-:func:`triton.jit` for CUDA tensors (blocks of :data:`BLOCK` elements).
-
-Triton is imported on the first call (:func:`build`), never when this module is imported: the project imports and
-runs without it (:func:`available` says whether a recent enough one is installed).
+(what ``tl.sum`` and ``tl.cumsum`` call), builtins the interpreter always replaces. How the kernels are built for
+each device, and the import of Triton on first use, are :mod:`gradstat.theory.kernels.triton_runtime`'s.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
-import importlib.metadata
-import threading
 from typing import Any
 
 import torch
 
+from gradstat.theory.kernels import triton_runtime
+from gradstat.theory.kernels.triton_runtime import available
+
+__all__ = ["BLOCK", "available", "build", "select"]
+
 tl: Any = None
-"""``triton.language``, bound by :func:`build` (the kernels read it as a global, as Triton requires)."""
+"""``triton.language``, bound by :func:`gradstat.theory.kernels.triton_runtime.build` (the kernels read it as a
+global, as Triton requires)."""
 
 BLOCK = 1024
 """Elements per program on CUDA (a power of two: ``tl.arange``'s requirement)."""
-
-INTERPRETED_BLOCK = 16
-"""Smallest block of the interpreted (CPU) form."""
-
-INTERPRETED_PROGRAMS = 4
-"""Most programs per kernel of the interpreted form: each costs about a millisecond of Python, so a CPU input is cut
-into at most this many blocks (still several, so that every check of more than :data:`INTERPRETED_BLOCK` elements
-crosses a block boundary)."""
-
-
-TRITON = (3, 0)
-"""Oldest Triton used (the ``triton`` extra's floor): Triton 2.x (torch 2.1's) has no ``InterpretedFunction``."""
-
-
-def available() -> bool:
-    """Whether a Triton of version :data:`TRITON` or newer is installed here (read from its metadata, not imported)."""
-    return _installed()
-
-
-@functools.lru_cache(maxsize=1)
-def _installed() -> bool:
-    for distribution in ("triton", "pytorch-triton"):  # (the second: torch's nightly builds)
-        try:
-            version = importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        parts = [int("".join(c for c in part if c.isdigit()) or 0) for part in version.split(".")[:2]]
-        return tuple(parts) >= TRITON
-    return False
 
 
 # The kernels' arguments are annotated as Triton reads them (tl.constexpr marks a compile-time constant), not for mypy.
@@ -98,33 +64,10 @@ def _write_blocks(  # type: ignore[no-untyped-def]
     tl.store(values_ptr + position, v, mask=keep)
 
 
-_LOCK = threading.Lock()
-_KERNELS: dict[bool, tuple[Any, Any]] = {}
-
-
 def build(interpret: bool) -> tuple[Any, Any]:
-    """The two kernels, interpreted (for CPU tensors) or for compilation on CUDA (compiled at their first launch,
-    cached on disk by Triton); Triton is imported here. Raises ImportError where it is not installed."""
-    global tl
-    with _LOCK:
-        kernels = _KERNELS.get(interpret)
-        if kernels is None:
-            tl = importlib.import_module("triton.language")
-            if interpret:
-                wrap = importlib.import_module("triton.runtime.interpreter").InterpretedFunction
-            else:
-                wrap = importlib.import_module("triton").jit
-            kernels = _KERNELS[interpret] = (wrap(_count_blocks), wrap(_write_blocks))
-        return kernels
-
-
-def block_for(x: torch.Tensor) -> int:
-    """Elements per program for ``x``: :data:`BLOCK` on CUDA; for a CPU tensor (interpreted) the smallest power of
-    two of at least :data:`INTERPRETED_BLOCK` that covers it in :data:`INTERPRETED_PROGRAMS` blocks."""
-    if x.device.type != "cpu":
-        return BLOCK
-    per_program = -(-x.numel() // INTERPRETED_PROGRAMS)
-    return max(INTERPRETED_BLOCK, 1 << max(0, per_program - 1).bit_length())
+    """The two kernels, interpreted (for CPU tensors) or for compilation on CUDA. Raises ImportError where Triton is
+    not installed."""
+    return triton_runtime.build(_count_blocks, interpret), triton_runtime.build(_write_blocks, interpret)
 
 
 def select(
@@ -141,7 +84,7 @@ def select(
     values = torch.zeros(capacity, dtype=x.dtype, device=x.device)
     if n == 0:
         return indices, values, torch.zeros((), dtype=torch.int64, device=x.device)
-    block = block_for(x)
+    block = triton_runtime.block_for(x, BLOCK)
     grid = (-(-n // block),)
     counts = torch.empty(grid[0], dtype=torch.int64, device=x.device)
     count_kernel[grid](x, t, counts, n, SIGNED=signed, BLOCK=block)

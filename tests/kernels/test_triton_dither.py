@@ -1,0 +1,133 @@
+"""The counter-dither rows' Triton form (theory/kernels/triton_dither.py) beyond the battery of test_equivalence.py
+(which holds quantize, reconstruct and signed rows to their references on every device present): the in-place
+reconstruction, which run_rows takes on CUDA; which form run_rows picks, and its fallback; and the CUDA build's
+machine code, read on a machine without a GPU for the two properties that make it equal to the reference bit for bit
+(IEEE division and no fused multiply-add), and the absence of flushed subnormals."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+import torch
+
+from gradstat.theory.kernels import counter_dither, policy, triton_dither, triton_runtime
+
+needs_triton = pytest.mark.skipif(not triton_runtime.available(), reason="no Triton 3.0 or newer here")
+
+
+def _rows(rows: int, size: int, device: torch.device, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(rows * 1000 + size)
+    x = (torch.randn(rows * size, generator=gen) * scale).reshape(rows, size).to(device)
+    return x, x.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
+
+
+@needs_triton
+@pytest.mark.parametrize("subtract", [True, False])
+@pytest.mark.parametrize(("rows", "size"), [(1, 1), (3, 64), (1, 70_001)])
+def test_the_in_place_reconstruction_equals_its_reference(rows, size, subtract, device):
+    _, scale = _rows(rows, size, device)
+    gen = torch.Generator().manual_seed(7)
+    codes = torch.randint(-127, 128, (rows, size), generator=gen).to(torch.float32).to(device)
+    key, base = counter_dither.keys(3, 1, device), torch.tensor(11, dtype=torch.int32, device=device)
+    want = counter_dither.KERNELS["reconstruct_rows_in_place"].reference(
+        codes.clone(), scale, base, key, 7.0, 0.5, subtract
+    )
+    form = counter_dither.triton_form("reconstruct_rows_in_place")
+    assert counter_dither.triton_form_applies("reconstruct_rows_in_place")(codes, scale, base, key, 7.0, 0.5, subtract)
+    got = form(codes.clone(), scale, base, key, 7.0, 0.5, subtract)
+    assert torch.equal(got, want)
+
+
+@needs_triton
+def test_run_rows_takes_the_triton_form_on_cuda_only_and_never_under_never(device):
+    x, scale = _rows(5, 300, device)
+    out = torch.empty(x.shape, dtype=torch.int8, device=device)
+    expected = device.type == "cuda"
+    assert counter_dither.triton_for("quantize_rows_into", out, (x,), scale) == expected
+    with policy.forced("never"):
+        assert not counter_dither.triton_for("quantize_rows_into", out, (x,), scale)
+    # not a form it handles: a strided block, float64 values, a scale of the wrong shape
+    assert not triton_dither.applies("quantize_rows_into", out, (x.t().contiguous().t(),), scale)
+    assert not triton_dither.applies("quantize_rows_into", out, (x.double(),), scale)
+    assert not triton_dither.applies("quantize_rows_into", out, (x,), scale.reshape(-1))
+    key = counter_dither.keys(1, 1, device)
+    args = (2.0, -2, 2, 0.0, torch.int8)
+    got = counter_dither.run_rows(counter_dither.quantize_rows_into, out, x, scale, 4, key, *args)
+    with policy.forced("never"):
+        want = counter_dither.run_rows(
+            counter_dither.quantize_rows_into, torch.empty_like(out), x, scale, 4, key, *args
+        )
+    assert torch.equal(got, want)
+
+
+def test_a_failed_triton_form_warns_once_and_the_eager_tiles_run(monkeypatch):
+    def broken(*args: object) -> torch.Tensor:
+        raise RuntimeError("no GPU compiler here\nsecond line")
+
+    monkeypatch.setattr(
+        counter_dither, "TRITON_FALLBACK", triton_runtime.Fallback("the Triton counter-dither kernel", policy.ENV)
+    )
+    monkeypatch.setattr(triton_dither, "applies", lambda *args: True)
+    monkeypatch.setattr(triton_dither, "run", broken)
+    x, scale = _rows(2, 100, torch.device("cpu"))
+    key = counter_dither.keys(1, 2, "cpu")
+    with policy.forced("never"):
+        want = counter_dither.run_rows(counter_dither.signed_rows_into, torch.empty_like(x), x, scale, 0, key, True)
+    monkeypatch.setattr(counter_dither, "triton_for", lambda *args: not counter_dither.TRITON_FALLBACK.is_set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = [
+            counter_dither.run_rows(counter_dither.signed_rows_into, torch.empty_like(x), x, scale, 0, key, True)
+            for _ in range(2)
+        ]
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1 and "(RuntimeError: no GPU compiler here)" in messages[0], messages
+    assert all(torch.equal(g, want) for g in got)
+
+
+SIGNATURE = {
+    "f_ptr": "*fp32", "f_stride": "i32", "base_ptr": "*i32", "key_ptr": "*i32", "n": "i32", "size": "i32",
+    "gain": "fp32", "lo": "fp32", "hi": "fp32", "shift": "fp32", "offset": "fp32", "MODE": "constexpr",
+    "FLAG": "constexpr", "M0": "constexpr", "M1": "constexpr", "BLOCK": "constexpr",
+}  # fmt: skip
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    ("mode", "out", "x"),
+    [
+        (triton_dither.QUANTIZE, "*i8", "*fp32"),
+        (triton_dither.RECONSTRUCT, "*fp32", "*i8"),
+        (triton_dither.SIGN, "*fp32", "*fp32"),
+    ],
+)
+def test_the_cuda_build_divides_exactly_and_never_fuses_or_flushes(mode, out, x, tmp_path, monkeypatch):
+    """Triton's compiler down to sm_90 machine code with the options the CUDA form launches with: IEEE division
+    (``div.rn.f32``, never ``div.approx``/``div.full``), no fused multiply-add (``fma``: ``x / s gain + u`` rounded
+    once), no ``.ftz`` (``floor`` by libdevice flushed subnormals: floor(-1e-40) = 0), the hash's wrapping 32-bit
+    products. With Triton's default options the same source does fuse (checked, so the test can see one)."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel = triton_dither.kernel(interpret=False)
+    signature = {**SIGNATURE, "out_ptr": out, "x_ptr": x}
+    ordered = {name: signature[name] for name in kernel.arg_names}
+    m0, m1 = counter_dither.MULTIPLIERS
+    constants = {"MODE": mode, "FLAG": True, "M0": m0, "M1": m1, "BLOCK": triton_dither.BLOCK}
+
+    def ptx(options: dict) -> str:
+        compiled = triton.compile(
+            ASTSource(kernel, ordered, constants), target=GPUTarget("cuda", 90, 32), options=options
+        )
+        return compiled.asm["ptx"]
+
+    code = ptx(triton_dither.COMPILE_OPTIONS)
+    assert "div.rn.f32" in code and not re.search(r"div\.(approx|full)", code)
+    assert not re.search(r"\bfma\.", code) and ".ftz" not in code
+    assert "mul.lo.s32" in code
+    if mode != triton_dither.SIGN:  # (the signs multiply nothing by anything that is then added)
+        assert re.search(r"\bfma\.", ptx({})), "Triton's defaults no longer fuse: the check above proves nothing"
