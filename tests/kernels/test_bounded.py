@@ -206,17 +206,20 @@ def test_the_triton_kernels_compile_for_cuda_without_a_gpu(dtype, tmp_path, monk
     count_blocks, write_blocks = triton_select.build(interpret=False)
     constants = {"SIGNED": True, "BLOCK": triton_select.BLOCK}
     common = {"x_ptr": f"*{dtype}", "t_ptr": f"*{dtype}", "n": "i32", "SIGNED": "constexpr", "BLOCK": "constexpr"}
-    signatures = (
-        (count_blocks, {**common, "counts_ptr": "*i64"}),
+    counting = {**common, "counts_ptr": "*i64", "tops_ptr": f"*{dtype}", "EXTREMES": "constexpr"}
+    builds = (
+        (count_blocks, counting, {**constants, "EXTREMES": False}),
+        (count_blocks, counting, {**constants, "EXTREMES": True}),  # (the exact selection's, with block maxima)
         (
             write_blocks,
             {**common, "starts_ptr": "*i64", "indices_ptr": "*i64", "values_ptr": f"*{dtype}", "capacity": "i32"},
+            constants,
         ),  # fmt: skip
     )
-    for kernel, signature in signatures:
+    for kernel, signature, values in builds:
         names = kernel.arg_names
         ordered = {name: signature[name] for name in names}
-        compiled = triton.compile(ASTSource(kernel, ordered, constants), target=GPUTarget("cuda", 90, 32))
+        compiled = triton.compile(ASTSource(kernel, ordered, values), target=GPUTarget("cuda", 90, 32))
         ptx = compiled.asm["ptx"]
         assert ".ftz" not in ptx  # subnormals compared as they are (the threshold may be the smallest one)
         assert compiled.asm["cubin"]

@@ -32,6 +32,8 @@ from gradstat.theory.kernels import (
     policy,
     primitives,
     stage_stats,
+    triton_runtime,
+    triton_select,
 )
 from gradstat.theory.kernels.fused import Fused
 
@@ -143,6 +145,20 @@ def _numpy_gather(x: torch.Tensor, t: float, signed: bool) -> tuple[torch.Tensor
     found = primitives._select_chunked(x.reshape(-1), primitives.positive_threshold(t, x), signed, gather=True)
     assert found[1] is not None
     return found[0], found[1]
+
+
+def _triton_select(x: torch.Tensor, t: float, signed: bool) -> torch.Tensor:
+    return triton_select.select_exact(x.reshape(-1), primitives.positive_threshold(t, x), signed, False)[0]
+
+
+def _triton_gather(x: torch.Tensor, t: float, signed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    indices, values, _ = triton_select.select_exact(x.reshape(-1), primitives.positive_threshold(t, x), signed, False)
+    return indices, values.abs() if signed else values
+
+
+def _triton_exists(x: torch.Tensor, *_: Any) -> bool:
+    """The exact selection's Triton form: compiled on CUDA, interpreted on a CPU (never chosen there in use)."""
+    return x.device.type in ("cuda", "cpu") and x.dtype in bounded.DTYPES and triton_runtime.available()
 
 
 def _cpu_numpy(x: torch.Tensor, *_: Any) -> bool:
@@ -258,6 +274,7 @@ KERNELS: dict[str, Kernel] = {
                 "numpy": Form(_numpy_select, _cpu_numpy),
                 "compiled": Form(_compiled_select, lambda x, *_: compiler_for(x.device) and x.numel() >= 2),
                 "eager": Form(_eager_policy(_blocked_select)),
+                "triton": Form(_triton_select, _triton_exists),
             },
         ),
         Kernel(
@@ -274,6 +291,7 @@ KERNELS: dict[str, Kernel] = {
                 "native": Form(_native_gather, _native_select_applies),
                 "numpy": Form(_numpy_gather, _cpu_numpy),
                 "eager": Form(_eager_policy(primitives.gather_at_least)),
+                "triton": Form(_triton_gather, _triton_exists),
             },
         ),
         Kernel(

@@ -27,7 +27,7 @@ import weakref
 import numpy as np
 import torch
 
-from gradstat.theory.kernels import compaction
+from gradstat.theory.kernels import compaction, policy, triton_runtime, triton_select
 from gradstat.theory.kernels.fused import fused
 from gradstat.theory.kernels.scratch import _SCRATCH, abs_scratch, release_scratch, scratch, scratch_like  # noqa: F401
 
@@ -242,6 +242,9 @@ def select_at_least(
     """Indices (int64, 1-D, increasing) of the nonzero entries of ``abs_g`` with ``abs_g >= threshold``
     (of ``|abs_g| >= threshold`` when ``signed``: the magnitudes of a signed vector, never formed in full).
 
+    On CUDA with Triton (:func:`triton_exact`) two reads of the vector: the counts per block, then, after reading
+    the total back, the writes (:func:`gradstat.theory.kernels.triton_select.select_exact`).
+
     On a CPU (float32 or float64) the vector is read once: by the compaction kernel where it is built
     (:mod:`gradstat.theory.kernels.compaction`, ~1.2 read passes at 26M and delta = 1e-3), else chunk by chunk
     (:data:`SELECT_CHUNK` elements), each chunk's magnitudes, its comparison mask and the mask's nonzero search on
@@ -255,6 +258,8 @@ def select_at_least(
     compaction kernel where the block maxima run compiled, the block search is used there too (it reads the few
     candidate blocks only; measured at 26M and delta = 1e-3: ~2.1 read passes against ~2.6)."""
     flat = abs_g.reshape(-1)
+    if triton_exact(flat) and (found := _select_triton(flat, threshold, signed, False)) is not None:
+        return found[0]
     if compaction.available(flat):
         expected = None if density is None else math.ceil(density * flat.numel())
         return compaction.select(flat, positive_float(threshold, flat.dtype), signed, expected=expected)[0]
@@ -366,9 +371,13 @@ def scan_at_least(
     abs_g: torch.Tensor, threshold: torch.Tensor | float, signed: bool = False
 ) -> tuple[torch.Tensor, float]:
     """:func:`select_at_least` and the largest magnitude of the whole vector (NaN if any element is NaN, +inf if
-    any is infinite): on a CPU in the same read (the chunks' maxima are taken in cache), so that the selection is
-    also the finiteness check; elsewhere one more pass."""
+    any is infinite; on CUDA by Triton, +inf for either): on a CPU in the same read (the chunks' maxima are taken in
+    cache), so that the selection is also the finiteness check; on CUDA with Triton in the selection's first read
+    (:func:`triton_exact`); elsewhere one more pass."""
     flat = abs_g.reshape(-1)
+    if triton_exact(flat) and (found := _select_triton(flat, threshold, signed, True)) is not None:
+        assert found[2] is not None  # (read with the counts: extremes)
+        return found[0], found[2]
     if compaction.available(flat):
         indices, _, top = compaction.select(flat, float(positive_threshold(threshold, abs_g)), signed)
         return indices, top
@@ -384,6 +393,8 @@ def gather_at_least(
     """:func:`select_at_least` and the magnitudes it selects (``|abs_g|`` there when ``signed``), in one read on a
     CPU (each chunk's selected magnitudes are taken while it is in cache); elsewhere a gather after the selection."""
     flat = abs_g.reshape(-1)
+    if triton_exact(flat) and (found := _select_triton(flat, threshold, signed, False)) is not None:
+        return found[0], found[1].abs_() if signed else found[1]
     if compaction.available(flat):
         indices, values, _ = compaction.select(flat, positive_float(threshold, flat.dtype), signed, gather=True)
         assert values is not None
@@ -395,6 +406,37 @@ def gather_at_least(
     indices = select_at_least(flat, threshold, signed)
     values = flat.index_select(0, indices)
     return indices, values.abs_() if signed else values
+
+
+EXACT_FALLBACK = triton_runtime.Fallback("the Triton exact selection", policy.ENV)
+"""Set once the Triton exact selection has failed in this process (reported once; the other forms run from then
+on)."""
+
+
+def triton_exact(flat: torch.Tensor) -> bool:
+    """Whether the selections above run on ``flat`` by Triton's two passes
+    (:func:`gradstat.theory.kernels.triton_select.select_exact`: the counts, one read back of the total, the writes):
+    a CUDA float32 or float64 vector, Triton installed, the policy (``GRADSTAT_COMPILE``) not ``never``, and the
+    form not failed in this process. Elsewhere, and as the fallback, the forms of the CPU and the block search."""
+    return (
+        flat.device.type == "cuda"
+        and flat.dtype in (torch.float32, torch.float64)
+        and policy.policy() != "never"
+        and not EXACT_FALLBACK.is_set()
+        and triton_runtime.available()
+    )
+
+
+def _select_triton(
+    flat: torch.Tensor, threshold: torch.Tensor | float, signed: bool, extremes: bool
+) -> tuple[torch.Tensor, torch.Tensor, float | None] | None:
+    """:func:`gradstat.theory.kernels.triton_select.select_exact` of ``flat`` at the positive threshold, or None
+    where it fails (reported once; the caller runs another form)."""
+    try:
+        return triton_select.select_exact(flat, positive_threshold(threshold, flat), signed, extremes)
+    except Exception as exc:  # noqa: BLE001 - any build or launch failure falls back to the other forms
+        EXACT_FALLBACK.report(exc)
+        return None
 
 
 def _select_blocked(flat: torch.Tensor, t: torch.Tensor, signed: bool) -> torch.Tensor:

@@ -38,14 +38,23 @@ BLOCK = 1024
 # The kernels' arguments are annotated as Triton reads them (tl.constexpr marks a compile-time constant), not for mypy.
 
 
-def _count_blocks(x_ptr, t_ptr, counts_ptr, n, SIGNED: tl.constexpr, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
-    """``counts[b]``: how many of block b's elements are selected."""
+def _count_blocks(  # type: ignore[no-untyped-def]
+    x_ptr, t_ptr, counts_ptr, tops_ptr, n, SIGNED: tl.constexpr, EXTREMES: tl.constexpr, BLOCK: tl.constexpr
+):
+    """``counts[b]``: how many of block b's elements are selected; with EXTREMES also ``tops[b]``, the block's
+    largest magnitude (+inf where it holds a NaN or an infinity: the finiteness check rides on the same read)."""
     block = tl.program_id(0)
     offsets = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = offsets < n
     v = tl.load(x_ptr + offsets, mask=inside, other=0.0)
     hit = ((tl.abs(v) if SIGNED else v) >= tl.load(t_ptr)) & inside
     tl.store(counts_ptr + block, tl.reduce(hit.to(tl.int64), 0, tl.standard._sum_combine))
+    if EXTREMES:
+        a = tl.abs(v)
+        bad = (a - a) != 0  # NaN or an infinity (inf - inf is NaN)
+        top = tl.reduce(tl.where(bad, 0.0, a), 0, tl.standard._elementwise_max)
+        nonfinite = tl.reduce(bad.to(tl.int32), 0, tl.standard._sum_combine)
+        tl.store(tops_ptr + block, tl.where(nonfinite > 0, float("inf"), top))
 
 
 def _write_blocks(  # type: ignore[no-untyped-def]
@@ -87,8 +96,38 @@ def select(
     block = triton_runtime.block_for(x, BLOCK)
     grid = (-(-n // block),)
     counts = torch.empty(grid[0], dtype=torch.int64, device=x.device)
-    count_kernel[grid](x, t, counts, n, SIGNED=signed, BLOCK=block)
+    count_kernel[grid](x, t, counts, counts, n, SIGNED=signed, EXTREMES=False, BLOCK=block)
     ends = torch.cumsum(counts, 0)
     if capacity:
         write_kernel[grid](x, t, ends - counts, indices, values, n, capacity, SIGNED=signed, BLOCK=block)
     return indices, values, ends[-1]
+
+
+def select_exact(
+    x: torch.Tensor, t: torch.Tensor, signed: bool, extremes: bool
+) -> tuple[torch.Tensor, torch.Tensor, float | None]:
+    """``(indices, values, top)``: every index of the selection ``v >= t`` (``v = |x|`` when ``signed``) of the 1-D
+    float32 or float64 ``x``, increasing (int64), ``x`` there, and with ``extremes`` the largest ``|x|`` (+inf where
+    ``x`` holds a NaN or an infinity; else None), in two reads of ``x``: the counts (and block maxima), then the
+    writes, with one read back between them (the count, which sizes the output, and the maximum, in one copy).
+    ``t``: as for :func:`select`."""
+    count_kernel, write_kernel = build(interpret=x.device.type == "cpu")
+    x = x.contiguous()
+    n = x.numel()
+    if n == 0:
+        empty = torch.zeros(0, dtype=torch.int64, device=x.device)
+        return empty, x[:0], (0.0 if extremes else None)
+    block = triton_runtime.block_for(x, BLOCK)
+    grid = (-(-n // block),)
+    counts = torch.empty(grid[0], dtype=torch.int64, device=x.device)
+    tops = torch.empty(grid[0], dtype=x.dtype, device=x.device) if extremes else counts
+    count_kernel[grid](x, t, counts, tops, n, SIGNED=signed, EXTREMES=extremes, BLOCK=block)
+    ends = torch.cumsum(counts, 0)
+    read = torch.stack([ends[-1].to(torch.float64), tops.amax().to(torch.float64)]) if extremes else ends[-1:]
+    values_read = read.tolist()  # the one host read: the output's size
+    total = int(values_read[0])
+    indices = torch.empty(total, dtype=torch.int64, device=x.device)
+    values = torch.empty(total, dtype=x.dtype, device=x.device)
+    if total:
+        write_kernel[grid](x, t, ends - counts, indices, values, n, total, SIGNED=signed, BLOCK=block)
+    return indices, values, (float(values_read[1]) if extremes else None)
