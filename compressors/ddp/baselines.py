@@ -9,7 +9,8 @@ torch's ``batched_powerSGD_hook`` is broken in torch 2.13.0, so PowerSGD is ``po
 bucket (``bucket_cap_mb`` large enough) on gloo. Compression starts at iteration ``start_iter`` (torch requires
 >= 2 with error feedback or warm start, because DDP rebuilds its buckets after the first iteration). Its callbacks
 also synchronise CUDA whenever CUDA is available, with the gradients' own device: CPU gradients on a machine with a
-visible GPU fail there ("Expected a cuda device"), so the hook refuses them up front (:func:`check_powersgd_device`).
+visible GPU fail there ("Expected a cuda device"), so the hook refuses them at its first bucket, with what to do
+(:func:`check_powersgd_device`).
 """
 
 import time

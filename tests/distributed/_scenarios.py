@@ -353,6 +353,8 @@ def powersgd_against_torch(rank: int, world: int, workload: str, runs: list[str]
     initial model and batches with each of ``runs``: ``torch-powersgd`` (torch's hook: rank 1, error feedback, warm
     start, compression from iteration 2), ``allreduce``, or a gradstat spec with error feedback. Per run: the
     training losses and the evaluation loss after training."""
+    from unittest import mock
+
     from gradstat.compressors.ddp import baseline_hook
 
     wl = get_workload(workload)
@@ -366,7 +368,10 @@ def powersgd_against_torch(rank: int, world: int, workload: str, runs: list[str]
             ddp.register_comm_hook(*make_hook(run, "ef", model=model, seed=1))
         opt = wl.optimizer(model)
         batches = _batches(wl, rank, world)
-        losses = [_step(wl, ddp, opt, *next(batches)) for _ in range(iterations)]
+        # a CPU rank: torch's hook synchronises CUDA whenever a GPU is visible (and fails on CPU gradients), so the
+        # GPUs are hidden from it, as CUDA_VISIBLE_DEVICES= would (gradstat's baseline refuses the visible case)
+        with mock.patch.object(torch.cuda, "is_available", return_value=False):
+            losses = [_step(wl, ddp, opt, *next(batches)) for _ in range(iterations)]
         out[run] = {"losses": losses, "eval": _eval_loss(wl, model)}
     return out
 

@@ -6,6 +6,7 @@ machine code, read on a machine without a GPU for the two properties that make i
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 
@@ -125,9 +126,37 @@ def test_the_cuda_build_divides_exactly_and_never_fuses_or_flushes(mode, out, x,
         )
         return compiled.asm["ptx"]
 
-    code = ptx(triton_dither.COMPILE_OPTIONS)
-    assert "div.rn.f32" in code and not re.search(r"div\.(approx|full)", code)
+    code = ptx(triton_runtime.COMPILE_OPTIONS)
+    assert not re.search(r"div\.(approx|full)", code)
+    assert "div.rn.f32" in code  # (FLAG: the signs divide too)
     assert not re.search(r"\bfma\.", code) and ".ftz" not in code
-    assert "mul.lo.s32" in code
+    for multiplier in (m0, m1):  # the hash's wrapping 32-bit products, by the constants themselves
+        assert re.search(rf"mul\.lo\.s32\s+%r\d+, %r\d+, {multiplier};", code), multiplier
     if mode != triton_dither.SIGN:  # (the signs multiply nothing by anything that is then added)
-        assert re.search(r"\bfma\.", ptx({})), "Triton's defaults no longer fuse: the check above proves nothing"
+        assert re.search(r"\bfma\.", ptx({"enable_fp_fusion": True})), "no fusion to switch off: proves nothing"
+
+
+@needs_triton
+def test_the_signs_flip_the_sign_bit_of_zeros_and_nans_as_the_reference_does(device):
+    """``r x`` for r = -1 is the reference's negation: -0.0 from +0.0, a NaN with its sign flipped (compared bit for
+    bit: torch.equal counts -0.0 equal to +0.0)."""
+    x = torch.tensor([0.0, -0.0, math.nan, -math.nan, math.inf, 1e-45] * 50, device=device).reshape(2, -1)
+    ones = torch.ones((), device=device).expand(2, 1)
+    key, base = counter_dither.keys(9, 2, device), torch.tensor(0, dtype=torch.int32, device=device)
+    want = counter_dither.KERNELS["signed_rows_into"].reference(torch.empty_like(x), x, ones, base, key, False)
+    got = counter_dither.triton_form("signed_rows_into")(torch.empty_like(x), x, ones, base, key, False)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    assert bool((want.view(torch.int32) != x.view(torch.int32)).any())  # some signs were flipped
+
+
+def test_a_fallback_warns_once_per_process():
+    fallback = triton_runtime.Fallback("the Triton thing", policy.ENV)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            fallback.report(RuntimeError("first\nsecond"))
+    assert fallback.is_set()
+    assert [str(w.message) for w in caught] == [
+        f"gradstat: the Triton thing failed to build or run (RuntimeError: first); using the eager form for the rest "
+        f"of this run (set {policy.ENV}=never to skip the attempt)"
+    ]

@@ -391,7 +391,8 @@ def gather_at_least(
     abs_g: torch.Tensor, threshold: torch.Tensor | float, signed: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`select_at_least` and the magnitudes it selects (``|abs_g|`` there when ``signed``), in one read on a
-    CPU (each chunk's selected magnitudes are taken while it is in cache); elsewhere a gather after the selection."""
+    CPU (each chunk's selected magnitudes are taken while it is in cache); on CUDA with Triton by the selection's
+    writes (:func:`triton_exact`); elsewhere a gather after the selection."""
     flat = abs_g.reshape(-1)
     if triton_exact(flat) and (found := _select_triton(flat, threshold, signed, False)) is not None:
         return found[0], found[1].abs_() if signed else found[1]

@@ -11,7 +11,9 @@ pass (read the block, write the result), written by hand so that every operation
   plus masks, the dither ``(h >> 8) 2^-24`` from an arithmetic shift;
 - float32 arithmetic in the reference's order, with IEEE division (``tl.div_rn``: Triton's ``/`` may be an
   approximate division on a GPU) and the compiled build's contraction of products and sums into fused multiply-adds
-  switched off (``enable_fp_fusion=False``: ``x / s * gain + u`` rounded once would move a code across a floor);
+  switched off (:data:`~gradstat.theory.kernels.triton_runtime.COMPILE_OPTIONS`: ``x / s * gain + u`` rounded once
+  would move a code across a floor); the reference divides by a tensor (:func:`~gradstat.theory.kernels.
+  counter_dither.divided`), which torch's CUDA kernels also divide exactly;
 
 so that it equals the reference bit for bit (the battery in ``tests/kernels`` holds the interpreted form to it on a
 CPU and the compiled one on a GPU; ``tests/kernels/test_triton_dither.py`` also builds the CUDA form on a machine
@@ -36,9 +38,6 @@ tl: Any = None
 BLOCK = 1024
 """Elements per program on CUDA."""
 
-COMPILE_OPTIONS = {"enable_fp_fusion": False}
-"""Triton's build options for the compiled (CUDA) form: no contraction of a product and a sum into one rounding."""
-
 QUANTIZE, RECONSTRUCT, SIGN = 0, 1, 2
 """The kernel's modes (compile-time constants: each builds its own code)."""
 
@@ -58,7 +57,9 @@ def _rows(  # type: ignore[no-untyped-def]
     out_ptr, x_ptr, f_ptr, f_stride, base_ptr, key_ptr, n, size, gain, lo, hi, shift, offset,
     MODE: tl.constexpr, FLAG: tl.constexpr, M0: tl.constexpr, M1: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """One block of a counter-dither row kernel. QUANTIZE: ``clamp(floor(x / f gain + u + shift), lo, hi)``;
+    """One block of a counter-dither row kernel (finite inputs: where the reference's code would come from a NaN,
+    this one is ``lo``; the quantizers refuse non-finite gradients and scales before they quantize).
+    QUANTIZE: ``clamp(floor(x / f gain + u + shift), lo, hi)``;
     RECONSTRUCT: ``(x + offset - u) / gain f`` (``- u`` where FLAG); SIGN: ``r x`` (divided by f where FLAG)."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # int32: a call indexes fewer than 2^31 elements
     inside = offsets < n
@@ -84,7 +85,9 @@ def _rows(  # type: ignore[no-untyped-def]
             v = v - u
         v = tl.div_rn(v, gain) * f
     else:
-        v = tl.where(h < 0, -x, x)
+        # r x with r = -1 where the hash is negative: its sign bit flipped (the reference's negation, -0.0 and NaN
+        # included; Triton's own ``-x`` was ``0 - x``, which keeps +0.0, before version 3.9)
+        v = (x.to(tl.int32, bitcast=True) ^ (h & -2147483648)).to(tl.float32, bitcast=True)
         if FLAG:
             v = tl.div_rn(v, f)
     tl.store(out_ptr + offsets, v.to(out_ptr.dtype.element_ty), mask=inside)
@@ -135,9 +138,10 @@ def run(name: str, multipliers: tuple[int, int], out: torch.Tensor, blocks: tupl
         flag = bool(rest[0])
     block = triton_runtime.block_for(out, BLOCK)
     grid = (-(-n // block),)
-    options = {} if out.device.type == "cpu" else COMPILE_OPTIONS
-    kernel(interpret=out.device.type == "cpu")[grid](
-        out, source, row_factor, row_factor.stride(0), base, key, n, out.shape[1], gain, lo, hi, shift, offset,
-        MODE=mode, FLAG=flag, M0=multipliers[0], M1=multipliers[1], BLOCK=block, **options,
-    )  # fmt: skip
+    context, options = triton_runtime.launch(out)
+    with context:
+        kernel(interpret=out.device.type == "cpu")[grid](
+            out, source, row_factor, row_factor.stride(0), base, key, n, out.shape[1], gain, lo, hi, shift, offset,
+            MODE=mode, FLAG=flag, M0=multipliers[0], M1=multipliers[1], BLOCK=block, **options,
+        )  # fmt: skip
     return out

@@ -21,6 +21,7 @@ and runs without it (:func:`available` says whether a recent enough one is insta
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.metadata
@@ -77,6 +78,20 @@ def build(fn: Callable[..., Any], interpret: bool) -> Any:
                 wrap = importlib.import_module("triton").jit
             kernel = _BUILT[(fn, interpret)] = wrap(fn)
         return kernel
+
+
+COMPILE_OPTIONS = {"enable_fp_fusion": False}
+"""Triton's build options for every compiled (CUDA) kernel here: no contraction of a product and a sum into one
+rounding (the references round each operation), stated rather than left to Triton's default, which changes."""
+
+
+def launch(x: torch.Tensor) -> tuple[contextlib.AbstractContextManager[object], dict[str, bool]]:
+    """``(context, options)`` of a launch over ``x``'s tensors: on CUDA, ``x``'s device made current (Triton
+    launches on the current device and its stream, whichever device the tensors are on) and
+    :data:`COMPILE_OPTIONS`; on a CPU (interpreted) nothing of either."""
+    if x.device.type == "cuda":
+        return torch.cuda.device(x.device), COMPILE_OPTIONS
+    return contextlib.nullcontext(), {}
 
 
 def block_for(x: torch.Tensor, block: int) -> int:

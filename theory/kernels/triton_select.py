@@ -1,4 +1,4 @@
-"""The bounded selection's Triton form: two kernels over blocks, compiled for CUDA tensors and interpreted for CPU ones.
+"""The selections' Triton forms: two kernels over blocks, compiled for CUDA tensors and interpreted for CPU ones.
 
 :func:`select` writes the first ``capacity`` increasing indices of ``v_i >= t`` (``v = |x|`` or ``x``, ``t`` read
 inside the kernels from its 0-d tensor) and ``x`` there into buffers of that fixed size, and returns how many
@@ -12,7 +12,11 @@ elements the rule selects as a 0-d device tensor, so that nothing waits for the 
    position is below ``capacity``.
 
 The sums and the scan combine with Triton's own ``_sum_combine`` through ``tl.reduce`` and ``tl.associative_scan``
-(what ``tl.sum`` and ``tl.cumsum`` call), builtins the interpreter always replaces. How the kernels are built for
+(what ``tl.sum`` and ``tl.cumsum`` call), builtins the interpreter always replaces.
+
+:func:`select_exact` is the exact selection (every selected index, the output sized by the count): the same two
+kernels, the first one also storing each block's largest magnitude (``EXTREMES``), with one read back of the total
+and the maximum between them. How the kernels are built for
 each device, and the import of Triton on first use, are :mod:`gradstat.theory.kernels.triton_runtime`'s.
 """
 
@@ -25,7 +29,7 @@ import torch
 from gradstat.theory.kernels import triton_runtime
 from gradstat.theory.kernels.triton_runtime import available
 
-__all__ = ["BLOCK", "available", "build", "select"]
+__all__ = ["BLOCK", "available", "build", "select", "select_exact"]
 
 tl: Any = None
 """``triton.language``, bound by :func:`gradstat.theory.kernels.triton_runtime.build` (the kernels read it as a
@@ -96,10 +100,12 @@ def select(
     block = triton_runtime.block_for(x, BLOCK)
     grid = (-(-n // block),)
     counts = torch.empty(grid[0], dtype=torch.int64, device=x.device)
-    count_kernel[grid](x, t, counts, counts, n, SIGNED=signed, EXTREMES=False, BLOCK=block)
-    ends = torch.cumsum(counts, 0)
-    if capacity:
-        write_kernel[grid](x, t, ends - counts, indices, values, n, capacity, SIGNED=signed, BLOCK=block)
+    context, options = triton_runtime.launch(x)
+    with context:
+        count_kernel[grid](x, t, counts, counts, n, SIGNED=signed, EXTREMES=False, BLOCK=block, **options)
+        ends = torch.cumsum(counts, 0)
+        if capacity:
+            write_kernel[grid](x, t, ends - counts, indices, values, n, capacity, SIGNED=signed, BLOCK=block, **options)
     return indices, values, ends[-1]
 
 
@@ -121,7 +127,9 @@ def select_exact(
     grid = (-(-n // block),)
     counts = torch.empty(grid[0], dtype=torch.int64, device=x.device)
     tops = torch.empty(grid[0], dtype=x.dtype, device=x.device) if extremes else counts
-    count_kernel[grid](x, t, counts, tops, n, SIGNED=signed, EXTREMES=extremes, BLOCK=block)
+    context, options = triton_runtime.launch(x)
+    with context:
+        count_kernel[grid](x, t, counts, tops, n, SIGNED=signed, EXTREMES=extremes, BLOCK=block, **options)
     ends = torch.cumsum(counts, 0)
     read = torch.stack([ends[-1].to(torch.float64), tops.amax().to(torch.float64)]) if extremes else ends[-1:]
     values_read = read.tolist()  # the one host read: the output's size
@@ -129,5 +137,6 @@ def select_exact(
     indices = torch.empty(total, dtype=torch.int64, device=x.device)
     values = torch.empty(total, dtype=x.dtype, device=x.device)
     if total:
-        write_kernel[grid](x, t, ends - counts, indices, values, n, total, SIGNED=signed, BLOCK=block)
+        with context:
+            write_kernel[grid](x, t, ends - counts, indices, values, n, total, SIGNED=signed, BLOCK=block, **options)
     return indices, values, (float(values_read[1]) if extremes else None)

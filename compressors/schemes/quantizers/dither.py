@@ -386,7 +386,8 @@ class ScaledQuantizer:
             return _counter_rows(fn, wide, None, self.bucket_size(d), scale, key, (gain, offset, self.subtract))
         # in place on the output, in the order of the plain form (decode_reference)
         u = draw_dither_scratch(d, seed, codes.device) if self.subtract else None
-        out = reconstruct(codes.reshape(-1), u, offset).div_(gain)
+        out = reconstruct(codes.reshape(-1), u, offset)
+        out = counter_dither.divided(out, gain, out=out)  # (IEEE division on every device)
         return _per_bucket("mul", out, scale, self.bucket_size(d), out)
 
     def encode_reference(self, x: torch.Tensor, payload: Payload, seed: int) -> None:
@@ -408,7 +409,7 @@ class ScaledQuantizer:
         value = codes.float() + offset if offset else codes.float()
         y = value - self._dither_reference(d, seed, codes.device) if self.subtract else value
         blocks = to_buckets(y, self.bucket_size(d))
-        return (blocks / gain).mul_(scale[:, None]).reshape(-1)[:d]
+        return counter_dither.divided(blocks, gain).mul_(scale[:, None]).reshape(-1)[:d]
 
     def _dither_reference(self, d: int, seed: int, device: torch.device) -> torch.Tensor:
         """All ``d`` dithers of the plain forms at once: torch's draw, or the counter uniforms of indices 0..d-1."""
