@@ -23,9 +23,10 @@ from gradstat.compressors.base import Compressor
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import create
 from gradstat.compressors.schemes.sparsifiers import queued as queued_module
+from gradstat.compressors.schemes.sparsifiers import threshold as threshold_module
 from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier
 from gradstat.compressors.wire.payload import Payload
-from gradstat.theory.kernels import stage_stats
+from gradstat.theory.kernels import stage_stats, triton_runtime
 from gradstat.theory.kernels.policy import forced
 
 QUEUED = [
@@ -132,7 +133,7 @@ def test_the_queued_encode_reads_nothing_back(spec, stages_read):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("spec", QUEUED + CHECKS_DEFERRED)
+@pytest.mark.parametrize("spec", QUEUED + CHECKS_DEFERRED + ["threshold:eta=2.0"])
 def test_the_queued_encode_does_not_synchronise_on_cuda(spec):
     """torch's own count of the operations that make the host wait (its CUDA sync debug mode), at 2.6M elements."""
     c = create(spec)
@@ -257,12 +258,36 @@ def test_a_pending_payload_is_finished_once():
 
 
 def test_encodes_without_a_queued_form_finish_at_once():
-    """A fixed threshold has no queued form (no target to size a buffer by), and on a CPU's host scalars no encode
-    is queued: both finish in enqueue."""
+    """A fixed threshold is queued only where its exact selection runs by Triton (CUDA: no target to size a buffer
+    by, so it counts first), and on a CPU's host scalars no encode is queued: both finish in enqueue here."""
     g = _laplace(1000, 2)
     with forced("never"):
         assert create("threshold:eta=1.0").enqueue(g, Context(seed=1)).settled
     assert create("qsgd").enqueue(g, Context(seed=1)).settled
+
+
+@pytest.mark.skipif(not triton_runtime.available(), reason="no Triton 3.0 or newer here")
+def test_a_fixed_threshold_queued_by_triton_equals_the_synchronous_encode(monkeypatch):
+    """Where the exact selection runs by Triton (CUDA; here its interpreted form, by saying it runs) the fixed
+    threshold counts in enqueue and selects when read back: the synchronous payload at three scales, with zeros, an
+    all-zero vector (nothing sent, threshold +inf) and non-finite values (the gradient's error, on every read)."""
+    cases = [(_laplace(30_000, s, scale), 2.0 * scale) for s, scale in ((1, 1.0), (2, 1e-30), (3, 1e30))]
+    cases[0][0][::89] = 0.0
+    cases.append((torch.zeros(5000), 1.0))
+    want = [create(f"threshold:eta={eta!r}").encode(g, Context(seed=1)) for g, eta in cases]
+    monkeypatch.setattr(threshold_module, "triton_exact", lambda x: True)
+    for (g, eta), synchronous in zip(cases, want, strict=True):
+        pending = create(f"threshold:eta={eta!r}").enqueue(g, Context(seed=1))
+        assert not pending.settled
+        _same(pending.payload(), synchronous)
+    assert want[-1].info["k_hat"] == 0 and want[0].info["k_hat"] > 0
+    for bad in (math.nan, -math.inf):
+        g = _laplace(3000, 4)
+        g[2999] = bad
+        pending = create("threshold:eta=1.0").enqueue(g, Context(seed=1))
+        for _ in range(2):
+            with pytest.raises(ValueError, match="NaN|Inf|finite"):
+                pending.payload()
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])

@@ -22,6 +22,7 @@ each device, and the import of Triton on first use, are :mod:`gradstat.theory.ke
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,7 +30,7 @@ import torch
 from gradstat.theory.kernels import triton_runtime
 from gradstat.theory.kernels.triton_runtime import available
 
-__all__ = ["BLOCK", "available", "build", "select", "select_exact"]
+__all__ = ["BLOCK", "Counted", "available", "build", "count_exact", "select", "select_exact"]
 
 tl: Any = None
 """``triton.language``, bound by :func:`gradstat.theory.kernels.triton_runtime.build` (the kernels read it as a
@@ -116,27 +117,59 @@ def select_exact(
     float32 or float64 ``x``, increasing (int64), ``x`` there, and with ``extremes`` the largest ``|x|`` (+inf where
     ``x`` holds a NaN or an infinity; else None), in two reads of ``x``: the counts (and block maxima), then the
     writes, with one read back between them (the count, which sizes the output, and the maximum, in one copy).
-    ``t``: as for :func:`select`."""
-    count_kernel, write_kernel = build(interpret=x.device.type == "cpu")
+    ``t``: as for :func:`select`. :func:`count_exact` then :meth:`Counted.finish`."""
+    return count_exact(x, t, signed, extremes).finish()
+
+
+def count_exact(x: torch.Tensor, t: torch.Tensor, signed: bool, extremes: bool) -> Counted:
+    """The first half of :func:`select_exact`: the counts per block (and block maxima) launched, nothing read back;
+    :meth:`Counted.finish` reads the total and writes the selection (a queued encode finishes when it sends)."""
     x = x.contiguous()
     n = x.numel()
-    if n == 0:
-        empty = torch.zeros(0, dtype=torch.int64, device=x.device)
-        return empty, x[:0], (0.0 if extremes else None)
     block = triton_runtime.block_for(x, BLOCK)
-    grid = (-(-n // block),)
-    counts = torch.empty(grid[0], dtype=torch.int64, device=x.device)
-    tops = torch.empty(grid[0], dtype=x.dtype, device=x.device) if extremes else counts
-    context, options = triton_runtime.launch(x)
-    with context:
-        count_kernel[grid](x, t, counts, tops, n, SIGNED=signed, EXTREMES=extremes, BLOCK=block, **options)
+    blocks = -(-n // block)
+    counts = torch.zeros(max(blocks, 1), dtype=torch.int64, device=x.device)
+    tops = torch.zeros(max(blocks, 1), dtype=x.dtype, device=x.device) if extremes else counts
+    if n:
+        count_kernel, _ = build(interpret=x.device.type == "cpu")
+        context, options = triton_runtime.launch(x)
+        with context:
+            count_kernel[(blocks,)](x, t, counts, tops, n, SIGNED=signed, EXTREMES=extremes, BLOCK=block, **options)
     ends = torch.cumsum(counts, 0)
     read = torch.stack([ends[-1].to(torch.float64), tops.amax().to(torch.float64)]) if extremes else ends[-1:]
-    values_read = read.tolist()  # the one host read: the output's size
-    total = int(values_read[0])
-    indices = torch.empty(total, dtype=torch.int64, device=x.device)
-    values = torch.empty(total, dtype=x.dtype, device=x.device)
-    if total:
-        with context:
-            write_kernel[grid](x, t, ends - counts, indices, values, n, total, SIGNED=signed, BLOCK=block, **options)
-    return indices, values, (float(values_read[1]) if extremes else None)
+    return Counted(x, t, signed, block, counts, ends, read, extremes)
+
+
+@dataclass(frozen=True)
+class Counted:
+    """A selection counted on the device (:func:`count_exact`): ``read`` holds its total (and, with ``extremes``,
+    the largest magnitude) for one read back."""
+
+    x: torch.Tensor
+    t: torch.Tensor
+    signed: bool
+    block: int
+    counts: torch.Tensor
+    ends: torch.Tensor
+    read: torch.Tensor
+    extremes: bool
+
+    def finish(self) -> tuple[torch.Tensor, torch.Tensor, float | None]:
+        """Read the total back (one copy, with the maximum), then write the selection: :func:`select_exact`'s
+        result."""
+        values_read = self.read.tolist()  # the one host read: the output's size
+        total = int(values_read[0])
+        x = self.x
+        indices = torch.empty(total, dtype=torch.int64, device=x.device)
+        values = torch.empty(total, dtype=x.dtype, device=x.device)
+        if total:
+            _, write_kernel = build(interpret=x.device.type == "cpu")
+            context, options = triton_runtime.launch(x)
+            grid = (-(-x.numel() // self.block),)
+            starts = self.ends - self.counts
+            with context:
+                write_kernel[grid](
+                    x, self.t, starts, indices, values, x.numel(), total, SIGNED=self.signed, BLOCK=self.block,
+                    **options,
+                )  # fmt: skip
+        return indices, values, (float(values_read[1]) if self.extremes else None)

@@ -39,12 +39,15 @@ from gradstat.theory.kernels.primitives import (
     count_at_smallest,
     max_abs,
     normalise_by_pow2,
+    positive_threshold,
     pow2_exponent,
     scale_by_pow2,
     scan_at_least,
     select_at_least,
+    triton_exact,
 )
 from gradstat.theory.kernels.stage_stats import summary
+from gradstat.theory.kernels.triton_select import count_exact
 
 THRESHOLD_CONTRACTION = "1 - k_hat/d"
 """Contraction constant of any sparsifier that keeps the k_hat largest magnitudes (k_hat = nonzeros sent)."""
@@ -362,10 +365,32 @@ class FixedThreshold(ThresholdSparsifier):
     absolute_threshold = True
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
-        return torch.tensor(float(self.eta), dtype=abs_g.dtype, device=abs_g.device)
+        # filled on the device (a tensor copied from the host would wait for a GPU's queue)
+        return torch.full((), float(self.eta), dtype=abs_g.dtype, device=abs_g.device)
 
     def _validates_finite(self, flat: torch.Tensor) -> bool:
         return True  # the selection's read gives max |g| (NaN and Inf reach it): see _encode
+
+    def _enqueue(self, x: torch.Tensor, payload: Payload, ctx: Context) -> Callable[[], Payload] | None:
+        """Queued where the exact selection runs by Triton (:func:`~gradstat.theory.kernels.primitives.triton_exact`:
+        CUDA): the counts per block and the largest magnitude are launched here, nothing read back; the returned
+        function reads the count and the maximum in one copy (the wire needs the count: no buffer can be sized
+        without a target), then writes the selection. The synchronous encode's payload and errors, in the same two
+        reads of ``x`` (:func:`~gradstat.theory.kernels.triton_select.select_exact`, split at its read back)."""
+        if not triton_exact(x):
+            return None
+        eta = self._threshold(x, x, ctx, payload)
+        counted = count_exact(x, positive_threshold(eta, x), True, True)
+
+        def finish() -> Payload:
+            indices, _, top = counted.finish()
+            assert top is not None  # (counted with the block maxima)
+            if not math.isfinite(top):
+                raise nonfinite_error(x, self.name)
+            self._send(payload, x, indices, eta if top > 0 else None)
+            return payload
+
+        return finish
 
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         # eta is in g's units: compare |g| with it directly (exact); one read selects and proves g finite
