@@ -54,6 +54,10 @@ def device_unit(top: torch.Tensor) -> torch.Tensor:
     return torch.where(usable, top / (2.0 * mantissa), 1.0)
 
 
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+"""The floating dtypes a fit's data may have (each has its own noise floor)."""
+
+
 def noise_floor(dtype: torch.dtype) -> float:
     """Relative size below which a difference of two reductions in ``dtype`` is rounding (32 ulps)."""
     return _RELATIVE_NOISE * torch.finfo(dtype).eps

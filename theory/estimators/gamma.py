@@ -10,13 +10,11 @@ sufficient statistics (mean and mean log), so the MLE costs no more passes over 
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from gradstat.theory import scalars as S
 from gradstat.theory.estimators.estimate import Estimate
-from gradstat.theory.estimators.exceedances import Exceedances, noise_floor
+from gradstat.theory.estimators.exceedances import FLOAT_DTYPES, Exceedances, noise_floor
 
 MLE_STEPS = 6
 """Newton steps of the exact MLE (4 reach float64 precision from Minka's start for s in [1e-4, 50]; tests check)."""
@@ -36,12 +34,6 @@ def log_ratio_statistic(data: Exceedances) -> S.Scalar:
     return S.log(data.mean()) - data.mean_log()
 
 
-@functools.lru_cache(maxsize=4)
-def _near_constant_warning(floor: float) -> str:
-    """The warning of a degenerate fit at the noise floor ``floor`` (written once per floor)."""
-    return NEAR_CONSTANT_WARNING.format(floor=floor, shape=float(minka_shape(torch.tensor(floor, device="cpu"))))
-
-
 def minka_shape(s: S.Scalar) -> S.Scalar:
     """Minka's closed-form shape (SIDCo (16)/(27)): (3 - s + sqrt((s - 3)^2 + 24 s)) / (12 s)."""
     return (3.0 - s + S.sqrt((s - 3.0) ** 2 + 24.0 * s)) / (12.0 * s)
@@ -56,6 +48,17 @@ def newton_steps(shape: S.Scalar, s: S.Scalar, steps: int) -> S.Scalar:
     return shape
 
 
+def _near_constant_warning(dtype: torch.dtype) -> str:
+    """The warning of a degenerate fit of ``dtype`` data (at its noise floor)."""
+    floor = noise_floor(dtype)
+    return NEAR_CONSTANT_WARNING.format(floor=floor, shape=float(minka_shape(floor)))
+
+
+_NEAR_CONSTANT_WARNINGS = {dtype: _near_constant_warning(dtype) for dtype in FLOAT_DTYPES}
+"""The warning per dtype, written at import: a fit compiled by torch.compile looks it up instead of tracing its
+arithmetic (dynamo warns at a cached function, and reads the floor as a symbolic number)."""
+
+
 def _estimate(data: Exceedances, steps: int) -> Estimate:
     floor = noise_floor(data.x.dtype)
     raw = log_ratio_statistic(data)
@@ -67,7 +70,7 @@ def _estimate(data: Exceedances, steps: int) -> Estimate:
         converged = abs(residual) <= MLE_TOLERANCE * (1 + s)
     else:
         converged = S.flag(True, data.x, data.host)
-    message = _near_constant_warning(floor)
+    message = _NEAR_CONSTANT_WARNINGS[data.x.dtype]
     return Estimate(
         params={"shape": shape, "scale": data.mean() / shape * data.unit},
         iterations=steps,

@@ -16,7 +16,6 @@ alpha > -1 kept, where the MLE exists), all in torch float64 on the data's devic
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ import torch
 
 from gradstat.theory import scalars as S
 from gradstat.theory.estimators.estimate import Estimate
-from gradstat.theory.estimators.exceedances import Exceedances, noise_floor
+from gradstat.theory.estimators.exceedances import FLOAT_DTYPES, Exceedances, noise_floor
 
 MM_RELIABLE_SHAPE = 0.25
 MM_WARNING = "moment matching is unreliable for shape >= 1/4 (infinite 4th moment)"
@@ -51,10 +50,12 @@ _CHUNK = 1 << 16  # float64 elements per chunk of a likelihood pass (256 KiB per
 _THETA_FLOOR = 1e-7  # |theta| (normalised) kept above this: the profile has a removable singularity at 0
 
 
-@functools.lru_cache(maxsize=4)
-def _near_constant_warning(floor: float) -> str:
-    """The warning of a degenerate moment-matching fit at the noise floor ``floor`` (written once per floor)."""
-    return NEAR_CONSTANT_WARNING.format(floor=floor, ratio=1.0 / floor)
+_NEAR_CONSTANT_WARNINGS = {
+    dtype: NEAR_CONSTANT_WARNING.format(floor=noise_floor(dtype), ratio=1.0 / noise_floor(dtype))
+    for dtype in FLOAT_DTYPES
+}
+"""The warning of a degenerate moment-matching fit per dtype (at its noise floor), written at import: a fit
+compiled by torch.compile looks it up instead of tracing a cached function (dynamo warns there)."""
 
 
 def moment_matching(data: Exceedances) -> Estimate:
@@ -77,7 +78,7 @@ def moment_matching(data: Exceedances) -> Estimate:
         converged=S.logical_not(degenerate),
         flags=[
             (shape >= MM_RELIABLE_SHAPE, MM_WARNING),
-            (degenerate, _near_constant_warning(floor)),
+            (degenerate, _NEAR_CONSTANT_WARNINGS[data.x.dtype]),
         ],
         degenerate=degenerate,
     )
