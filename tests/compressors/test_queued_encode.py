@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -26,7 +27,7 @@ from gradstat.compressors.schemes.sparsifiers import queued as queued_module
 from gradstat.compressors.schemes.sparsifiers import threshold as threshold_module
 from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier
 from gradstat.compressors.wire.payload import Payload
-from gradstat.theory.kernels import stage_stats, triton_runtime
+from gradstat.theory.kernels import primitives, stage_stats, triton_runtime, triton_select
 from gradstat.theory.kernels.policy import forced
 
 QUEUED = [
@@ -274,13 +275,16 @@ def test_a_fixed_threshold_queued_by_triton_equals_the_synchronous_encode(monkey
     cases = [(_laplace(30_000, s, scale), 2.0 * scale) for s, scale in ((1, 1.0), (2, 1e-30), (3, 1e30))]
     cases[0][0][::89] = 0.0
     cases.append((torch.zeros(5000), 1.0))
+    cases.append((_laplace(3000, 5), 1e39))  # beyond float32: inf, nothing selected (as a host number would give)
     want = [create(f"threshold:eta={eta!r}").encode(g, Context(seed=1)) for g, eta in cases]
-    monkeypatch.setattr(threshold_module, "triton_exact", lambda x: True)
+    _triton_selects(monkeypatch)
     for (g, eta), synchronous in zip(cases, want, strict=True):
         pending = create(f"threshold:eta={eta!r}").enqueue(g, Context(seed=1))
         assert not pending.settled
         _same(pending.payload(), synchronous)
-    assert want[-1].info["k_hat"] == 0 and want[0].info["k_hat"] > 0
+    assert want[0].info["k_hat"] > 0
+    for empty in want[-2:]:
+        assert empty.info["k_hat"] == 0 and math.isinf(float(empty.info["threshold"]))
     for bad in (math.nan, -math.inf):
         g = _laplace(3000, 4)
         g[2999] = bad
@@ -288,6 +292,46 @@ def test_a_fixed_threshold_queued_by_triton_equals_the_synchronous_encode(monkey
         for _ in range(2):
             with pytest.raises(ValueError, match="NaN|Inf|finite"):
                 pending.payload()
+
+
+def _triton_selects(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Say the exact selection runs by Triton (on CUDA it does; here its interpreted form then runs)."""
+    monkeypatch.setattr(threshold_module, "triton_exact", lambda x: True)
+    monkeypatch.setattr(primitives, "triton_exact", lambda x: True)
+
+
+@pytest.mark.skipif(not triton_runtime.available(), reason="no Triton 3.0 or newer here")
+@pytest.mark.parametrize("fails", ["count", "write"])
+def test_a_failed_triton_selection_makes_the_fixed_threshold_encode_synchronously(fails, monkeypatch):
+    """A Triton kernel that fails to build or run, at the count (in enqueue) or at the writes (when read back), is
+    reported once and the synchronous encode runs: its payload, never the error."""
+    g = _laplace(20_000, 6)
+    want = create("threshold:eta=1.5").encode(g, Context(seed=1))
+    _triton_selects(monkeypatch)
+    monkeypatch.setattr(primitives, "EXACT_FALLBACK", triton_runtime.Fallback("the Triton exact selection", "X"))
+    original = triton_select.build
+
+    def build(interpret: bool) -> tuple[object, object]:
+        count_kernel, write_kernel = original(interpret)
+        return (_Launcher(), write_kernel) if fails == "count" else (count_kernel, _Launcher())
+
+    monkeypatch.setattr(triton_select, "build", build)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = create("threshold:eta=1.5").enqueue(g, Context(seed=1)).payload()
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1 and "ptxas failed here" in messages[0], messages
+    _same(got, want)
+
+
+class _Launcher:
+    """A Triton kernel that fails at its launch (``kernel[grid](*args)`` raises, as a failed build would)."""
+
+    def __getitem__(self, grid: object) -> Callable[..., None]:
+        def launch(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("ptxas failed here")
+
+        return launch
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])

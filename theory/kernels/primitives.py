@@ -440,6 +440,31 @@ def _select_triton(
         return None
 
 
+def count_triton(
+    flat: torch.Tensor, threshold: torch.Tensor | float, signed: bool, extremes: bool
+) -> triton_select.Counted | None:
+    """The first half of the exact selection by Triton (:func:`gradstat.theory.kernels.triton_select.count_exact`,
+    launched, nothing read back) where :func:`triton_exact` says it runs, else None; a failure is reported once
+    (:data:`EXACT_FALLBACK`) and gives None too. The caller finishes it with :func:`finish_triton`."""
+    if not triton_exact(flat):
+        return None
+    try:
+        return triton_select.count_exact(flat, positive_threshold(threshold, flat), signed, extremes)
+    except Exception as exc:  # noqa: BLE001 - any build or launch failure falls back to the other forms
+        EXACT_FALLBACK.report(exc)
+        return None
+
+
+def finish_triton(counted: triton_select.Counted) -> tuple[torch.Tensor, torch.Tensor, float | None] | None:
+    """:meth:`Counted.finish <gradstat.theory.kernels.triton_select.Counted.finish>`, or None where it fails
+    (reported once; the caller runs its synchronous form)."""
+    try:
+        return counted.finish()
+    except Exception as exc:  # noqa: BLE001 - any build or launch failure falls back to the other forms
+        EXACT_FALLBACK.report(exc)
+        return None
+
+
 def _select_blocked(flat: torch.Tensor, t: torch.Tensor, signed: bool) -> torch.Tensor:
     """:func:`select_at_least` through block maxima (any device): a sparse selection compares only inside the
     blocks whose maximum reaches ``t``."""

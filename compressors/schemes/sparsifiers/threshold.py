@@ -37,9 +37,10 @@ from gradstat.theory.kernels.primitives import (
     all_finite,
     count_at_least,
     count_at_smallest,
+    count_triton,
+    finish_triton,
     max_abs,
     normalise_by_pow2,
-    positive_threshold,
     pow2_exponent,
     scale_by_pow2,
     scan_at_least,
@@ -47,7 +48,6 @@ from gradstat.theory.kernels.primitives import (
     triton_exact,
 )
 from gradstat.theory.kernels.stage_stats import summary
-from gradstat.theory.kernels.triton_select import count_exact
 
 THRESHOLD_CONTRACTION = "1 - k_hat/d"
 """Contraction constant of any sparsifier that keeps the k_hat largest magnitudes (k_hat = nonzeros sent)."""
@@ -365,8 +365,9 @@ class FixedThreshold(ThresholdSparsifier):
     absolute_threshold = True
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
-        # filled on the device (a tensor copied from the host would wait for a GPU's queue)
-        return torch.full((), float(self.eta), dtype=abs_g.dtype, device=abs_g.device)
+        # filled on the device (a tensor copied from the host would wait for a GPU's queue), in float64 and then
+        # narrowed: an eta beyond the dtype's range rounds to inf (nothing is selected), as a host number would
+        return torch.full((), float(self.eta), dtype=torch.float64, device=abs_g.device).to(abs_g.dtype)
 
     def _validates_finite(self, flat: torch.Tensor) -> bool:
         return True  # the selection's read gives max |g| (NaN and Inf reach it): see _encode
@@ -380,10 +381,15 @@ class FixedThreshold(ThresholdSparsifier):
         if not triton_exact(x):
             return None
         eta = self._threshold(x, x, ctx, payload)
-        counted = count_exact(x, positive_threshold(eta, x), True, True)
+        counted = count_triton(x, eta, True, True)
+        if counted is None:  # (the Triton form failed: reported once, and the synchronous encode runs)
+            return None
 
         def finish() -> Payload:
-            indices, _, top = counted.finish()
+            found = finish_triton(counted)
+            if found is None:
+                return self._encode_now(x, Payload(shape=payload.shape, dtype=payload.dtype), ctx)
+            indices, _, top = found
             assert top is not None  # (counted with the block maxima)
             if not math.isfinite(top):
                 raise nonfinite_error(x, self.name)
