@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from gradstat.analysis.bench import microbench
+from gradstat.analysis.bench import microbench, profile
 from gradstat.analysis.bench.timing import Timing
 from gradstat.analysis.cli.main import main
 from gradstat.theory.kernels import native
@@ -17,6 +17,7 @@ TINY = {
     "dumps": ["--set", "steps=1", "--set", "workers=2", "--set", "warmup=0", "--set", "reads=1"],
     "estimators": ["--set", "sizes=200", "--set", "repeats=1", "--set", "threads=1"],
     "microbench": ["--set", "sizes=3000", "--set", "ratios=0.01", "--set", "threads=1", "--set", "repeats=1"],
+    "profile": ["--set", "size=3000", "--set", "repeats=1", "--set", "specs=sidco;qsgd", "--set", "top=2"],
 }
 
 
@@ -154,3 +155,26 @@ def test_goal_rows_judge_what_their_labels_say():
         ],
         "(CUDA, d = 26,000,000) sidco:dist=exp,stages=3 >= 2x torch.topk, delta=0.001": ["6.00x", "yes"],
     }
+
+
+def test_profile_counts_each_encodes_operators_and_lists_its_most_expensive(device):
+    """Per spec an ``(all)`` row whose calls and time are the sums of the profile's rows (all of them, not only the
+    listed ones), then the ``top`` rows most expensive first; topk first; vs_topk on CUDA only, where the kernels'
+    device time is the encode's (on a CPU the C loops are not in the profile). A compressor whose encode
+    dispatches more operators shows more calls: qsgd's eager quantization against a fixed threshold's selection."""
+    table = profile.run(specs="threshold;qsgd", size=20_000, repeats=2, device=device.type, top=3)
+    assert list(dict.fromkeys(table["spec"])) == ["torch.topk", "threshold", "qsgd"]
+    for spec, rows in table.groupby("spec", sort=False):
+        total, listed = rows.iloc[0], rows.iloc[1:]
+        assert total["kernel"] == "(all)" and 1 <= len(listed) <= 3
+        assert list(listed["ms"]) == sorted(listed["ms"], reverse=True)
+        assert listed["ms"].sum() <= total["ms"] * (1 + 1e-12) and listed["calls"].sum() <= total["calls"]
+        assert ((listed["share"] - listed["ms"] / total["ms"]).abs() < 1e-12).all()
+        assert (total["calls"] >= 1) and (total["calls"] == round(total["calls"] * 2) / 2)  # (per encode, 2 runs)
+        assert math.isnan(total["vs_topk"]) == (device.type != "cuda"), spec
+    calls = table[table["kernel"] == "(all)"].set_index("spec")["calls"]
+    assert calls["qsgd"] > calls["threshold"]
+    with pytest.raises(ValueError, match="specs is empty"):
+        profile.run(specs=" ; ", size=100)
+    with pytest.raises(ValueError, match="unknown"):
+        profile.run(specs="nosuch", size=100)

@@ -42,7 +42,7 @@ def test_the_dry_run_names_every_step_and_writes_nothing():
     assert listing() == before
     lines = proc.stdout.splitlines()
     steps = {line.split(" (at most ")[0]: line.split(": ", 1)[1] for line in lines if " (at most " in line}
-    assert list(steps) == ["install", "suite", "cross-device", "microbench", "train"]
+    assert list(steps) == ["install", "suite", "cross-device", "microbench", "train", "profile"]
     assert steps["install"].endswith("-m pip install --no-deps --no-build-isolation --no-index -e .")
     assert " -m pytest " in steps["suite"] and " -m slow" not in steps["suite"] and " tests/" not in steps["suite"]
     cross = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("tests/**/test_*cross_device*.py"))
@@ -54,6 +54,8 @@ def test_the_dry_run_names_every_step_and_writes_nothing():
     train = steps["train"].split()
     assert train[1:4] == ["-m", "gradstat", "train"]
     assert " --backend nccl --nproc 1 " in steps["train"] and train.count("--compressor") == 3
+    profile = steps["profile"].split()
+    assert profile[1:5] == ["-m", "gradstat", "bench", "profile"] and "device=cuda" in profile
     assert lines[-1].startswith("summary: reports/gpu/") and lines[-1].endswith(".md (not written: --dry-run)")
 
 
