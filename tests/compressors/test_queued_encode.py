@@ -41,8 +41,13 @@ QUEUED = [
     "sidco:ratio=0.01,dist=exp,stages=2,anchor=min_survivor",
     "sidco:ratio=0.01,dist=gamma,stages=2,quantile=approx",
     "sidco:ratio=0.001",
+    "redsync:ratio=0.01",
+    "redsync:ratio=0.001,band=1.0,max_iter=5",
+    "gaussianksgd:ratio=0.01",
+    "gaussianksgd:ratio=0.001,max_iter=2",
 ]
-"""Every rule with a queued form, its laws, stage counts, anchors and quantiles."""
+"""Every rule with a queued form, its laws, stage counts, anchors and quantiles, and the searches (bounds and
+iteration counts that stop inside and outside the band)."""
 
 CHECKS_DEFERRED = [
     "qsgd",

@@ -201,6 +201,15 @@ def count_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> int:
     return count_true(abs_g >= t)
 
 
+def count_at_least_deferred(abs_g: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    """:func:`count_at_least` as a 0-d float64 tensor on ``abs_g``'s device, nothing read back (the count of an
+    iterative threshold search that decides on the device)."""
+    t = positive_threshold(threshold, abs_g)
+    if count_excess.compiled_for(abs_g):
+        return count_excess(abs_g.reshape(-1), t.double())[0]
+    return torch.count_nonzero(abs_g >= t).double()
+
+
 SELECT_BLOCK = 64
 """Elements per block of :func:`select_at_least`'s block-maximum pass (64 float32 = one 256-byte run; smaller
 blocks make torch's CPU row reduction fall off its vectorised path)."""

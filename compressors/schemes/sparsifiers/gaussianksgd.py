@@ -23,8 +23,10 @@ import torch
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
+from gradstat.compressors.schemes.sparsifiers.queued import Queued
 from gradstat.compressors.schemes.sparsifiers.threshold import (
     ThresholdSparsifier,
+    queued_search,
     search_threshold,
     threshold_properties,
 )
@@ -69,3 +71,17 @@ class GaussianKSGD(ThresholdSparsifier):
         )
         payload.info["search_steps"] = steps
         return eta
+
+    def _queued(self, g: torch.Tensor, ctx: Context, payload: Payload) -> tuple[torch.Tensor, Queued, int] | None:
+        """The same search with its decisions on the device (every one of ``max_iter`` counts made), read back with
+        the selection (:func:`~gradstat.compressors.schemes.sparsifiers.threshold.queued_search`)."""
+        d = g.numel()
+        check_ratio(self.ratio, d, who="gaussianksgd ratio")
+        z = NormalDist().inv_cdf(1.0 - self.ratio / 2.0)
+
+        def start(g_n: torch.Tensor, _: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            std, mean = torch.std_mean(g_n, correction=0)
+            return mean.abs() + z * std, {}
+
+        band = (self.band_low, self.band_high)
+        return queued_search(g, payload, math.ceil(self.ratio * d), start, band, self.max_iter)

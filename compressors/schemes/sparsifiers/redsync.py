@@ -23,8 +23,10 @@ from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.sparsifiers.degenerate import ExactFallback
+from gradstat.compressors.schemes.sparsifiers.queued import Queued
 from gradstat.compressors.schemes.sparsifiers.threshold import (
     ThresholdSparsifier,
+    queued_search,
     search_threshold,
     threshold_properties,
 )
@@ -65,3 +67,15 @@ class RedSync(ExactFallback, ThresholdSparsifier):
         )
         payload.info["search_steps"] = steps
         return eta
+
+    def _queued(self, g: torch.Tensor, ctx: Context, payload: Payload) -> tuple[torch.Tensor, Queued, int] | None:
+        """The same search with its decisions on the device (every one of ``max_iter`` counts made), read back with
+        the selection (:func:`~gradstat.compressors.schemes.sparsifiers.threshold.queued_search`)."""
+        d = g.numel()
+        check_ratio(self.ratio, d, who="redsync ratio")
+
+        def start(_: torch.Tensor, abs_g: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            mean, top = abs_g.mean(), abs_g.max()
+            return (mean + top) / 2, {"low": mean, "high": top}
+
+        return queued_search(g, payload, math.ceil(self.ratio * d), start, (1.0, self.band), self.max_iter)

@@ -19,9 +19,10 @@ Sec. 4: estimation quality k_hat/k). Here the count is measured and the threshol
 
 The band is at least k - 1 .. k + 1 (a band narrower than one element cannot be hit when k is small). At most
 ``max_counts`` counts; if the band is not reached, the measured threshold whose count came closest to k (reported
-in ``payload.info["counts"]`` and ``["in_band"]``). Each count needs its value on the host, the same inherent
-synchronisation as RedSync's and GaussianKSGD's searches
-(:func:`gradstat.compressors.schemes.sparsifiers.threshold.search_threshold`).
+in ``payload.info["counts"]`` and ``["in_band"]``). Each count needs its value on the host (its steps, the
+interpolation and the closest count are host decisions), so unlike RedSync's and GaussianKSGD's searches, which
+a device runs queued (:func:`gradstat.compressors.schemes.sparsifiers.threshold.search_threshold_deferred`), it
+waits for the device at every count.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import torch
 from gradstat.compressors.base import Compressor, Properties, nonfinite_error
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
-from gradstat.compressors.schemes.sparsifiers.queued import Queued, smallest_count
+from gradstat.compressors.schemes.sparsifiers.queued import Queued, capacity, smallest_count
 from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.floats import widened
 from gradstat.compressors.wire.payload import Payload, index_width
@@ -36,6 +36,7 @@ from gradstat.theory.kernels.primitives import (
     abs_scratch,
     all_finite,
     count_at_least,
+    count_at_least_deferred,
     count_at_smallest,
     count_triton,
     finish_triton,
@@ -111,6 +112,77 @@ def search_threshold(
             high = eta
             eta = (low + high) / 2 if low is not None else high / expand
     return eta, steps
+
+
+def search_threshold_deferred(
+    abs_g: torch.Tensor,
+    k: int,
+    eta: torch.Tensor,
+    band: tuple[float, float],
+    max_iter: int,
+    low: torch.Tensor | None = None,
+    high: torch.Tensor | None = None,
+    expand: float = 2.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`search_threshold` with every decision on the device: the same thresholds, counts and steps, nothing
+    read back (a queued encode's search). Where the synchronous search stops (the count in the band, or a threshold
+    that is not positive), this one keeps its state through the remaining counts instead of breaking out, so it
+    always makes ``max_iter`` counts (passes over ``abs_g``): the price of not waiting for the host at every step.
+    Returns ``(eta, steps)``, both 0-d tensors on ``abs_g``'s device (``steps`` int64: the synchronous search's
+    count of counts)."""
+    device = abs_g.device
+    lo_k, hi_k = band[0] * k, band[1] * k
+    known_low = torch.full((), low is not None, dtype=torch.bool, device=device)
+    known_high = torch.full((), high is not None, dtype=torch.bool, device=device)
+    low = eta if low is None else low  # (a placeholder where unknown: never read then)
+    high = eta if high is None else high
+    factor = torch.full((), expand, dtype=eta.dtype, device=device)  # (divided by a tensor: exact on every device)
+    done = torch.zeros((), dtype=torch.bool, device=device)
+    steps = torch.zeros((), dtype=torch.int64, device=device)
+    for step in range(1, max_iter + 1):
+        n = count_at_least_deferred(abs_g, eta)
+        stop = ((n >= lo_k) & (n <= hi_k)) | ~(eta > 0)
+        steps = torch.where(done, steps, step)
+        move = ~(done | stop)
+        done = done | stop
+        too_many = n > hi_k  # rise (low = eta), to the midpoint once the other side is known; else fall (high = eta)
+        rise = torch.where(known_high, (eta + high) / 2, eta * expand)
+        fall = torch.where(known_low, (low + eta) / 2, eta / factor)
+        low = torch.where(move & too_many, eta, low)
+        high = torch.where(move & ~too_many, eta, high)
+        known_low = known_low | (move & too_many)
+        known_high = known_high | (move & ~too_many)
+        eta = torch.where(move, torch.where(too_many, rise, fall), eta)
+    return eta, steps
+
+
+def queued_search(
+    g: torch.Tensor,
+    payload: Payload,
+    k: int,
+    start: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, torch.Tensor]]],
+    band: tuple[float, float],
+    max_iter: int,
+) -> tuple[torch.Tensor, Queued, int]:
+    """A search rule's queued threshold (:meth:`ThresholdSparsifier._queued`) for a target of ``k``: ``|g|``
+    normalised by the power of two at its largest, as the synchronous encode normalises it, then
+    ``start(g_normalised, magnitudes) -> (eta_0, {"low": .., "high": ..})`` (the rule's first threshold and the
+    bounds it knows), :func:`search_threshold_deferred`, and the threshold scaled back to ``g``'s units; the search's
+    steps are read back with the selection (``payload.info["search_steps"]``)."""
+    d = g.numel()
+    top = max_abs(g)
+    e = pow2_exponent(top)
+    mags = normalise_by_pow2(abs_scratch(g), e)
+    g_n = scale_by_pow2(g, -e)
+    eta, bounds = start(g_n, mags)
+    eta, steps = search_threshold_deferred(mags, k, eta, band, max_iter, bounds.get("low"), bounds.get("high"))
+
+    def settle(values: list[float]) -> bool:
+        payload.info["search_steps"] = int(values[0])
+        return False
+
+    queued = Queued(scale_by_pow2(eta, e), steps.double().reshape(1), settle)
+    return top, queued, capacity(d, k)
 
 
 def add_sparse(
