@@ -3,8 +3,9 @@
 One Laplace(0, 1) vector of ``size`` elements on ``device``; each spec (built as ``microbench`` builds it: its
 ``ratio`` set, a fixed threshold at the exact (1 - ratio) quantile) is encoded once untimed and then ``repeats``
 times under torch.profiler, and so is ``torch.topk`` of the magnitudes at the same k. On CUDA the rows are the
-device kernels the encode launched (compiled and Triton kernels included): ``calls`` per encode is how many
-launches its per-call overhead pays for, ``ms`` their device time per encode. On a CPU the rows are torch's
+device activities the encode caused (kernels, compiled and Triton ones included, and the device's memory copies
+and fills, named ``Memcpy`` and ``Memset``): ``calls`` per encode is how many launches its per-call overhead pays
+for, ``ms`` their device time per encode. On a CPU the rows are torch's
 operators (every level: an operator that calls others counts each), with their self time on the host; gradstat's C
 loops and numpy's are no operators and are not in the profile, so there the calls say how many operators an encode
 dispatches and the times are those operators' only.
@@ -129,8 +130,14 @@ def run(
     for spec, fn in work:
         progress(f"bench profile: size {size:,}, device {dev.type}: {spec}")
         fn()  # untimed: builds what compiles, warms caches
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
         table = profile_calls(fn, repeats, dev)
         total = float(table["ms"].sum())
+        if dev.type == "cuda" and table.empty:
+            raise RuntimeError(
+                f"bench profile: torch.profiler recorded no CUDA kernel for {spec} (is CUPTI available to torch?)"
+            )
         if spec == "torch.topk":
             baseline = total
         comparable = dev.type == "cuda" and baseline > 0  # (on a CPU the C loops' time is not in the profile)

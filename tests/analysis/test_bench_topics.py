@@ -158,12 +158,17 @@ def test_goal_rows_judge_what_their_labels_say():
 
 
 def test_profile_counts_each_encodes_operators_and_lists_its_most_expensive(device):
-    """Per spec an ``(all)`` row whose calls and time are the sums of the profile's rows (all of them, not only the
-    listed ones), then the ``top`` rows most expensive first; topk first; vs_topk on CUDA only, where the kernels'
-    device time is the encode's (on a CPU the C loops are not in the profile). A compressor whose encode
-    dispatches more operators shows more calls: qsgd's eager quantization against a fixed threshold's selection."""
+    """Per spec an ``(all)`` row whose calls and time are the sums of the profile's rows (all of them: equal to
+    the listed ones' sums when every row is listed), then the ``top`` rows most expensive first; topk first;
+    vs_topk on CUDA only, where the kernels' device time is the encode's (on a CPU the C loops are not in the
+    profile). A compressor whose encode dispatches more operators shows more calls: qsgd's eager quantization
+    against a fixed threshold's selection."""
     table = profile.run(specs="threshold;qsgd", size=20_000, repeats=2, device=device.type, top=3)
     assert list(dict.fromkeys(table["spec"])) == ["torch.topk", "threshold", "qsgd"]
+    every = profile.run(specs="qsgd", size=20_000, repeats=2, device=device.type, top=10_000)  # every row listed
+    rows = every[every["spec"] == "qsgd"]
+    assert math.isclose(rows["ms"].iloc[1:].sum(), rows["ms"].iloc[0], rel_tol=1e-9)
+    assert math.isclose(rows["calls"].iloc[1:].sum(), rows["calls"].iloc[0], rel_tol=1e-12)
     for spec, rows in table.groupby("spec", sort=False):
         total, listed = rows.iloc[0], rows.iloc[1:]
         assert total["kernel"] == "(all)" and 1 <= len(listed) <= 3

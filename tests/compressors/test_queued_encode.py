@@ -169,6 +169,32 @@ def test_the_queued_encode_equals_the_synchronous_one(spec, scale, device, stage
     assert queued.info["k_hat"] > 0
 
 
+SEARCH_VECTORS = {
+    "sparse": lambda gen: torch.randn(50_000, generator=gen) * (torch.rand(50_000, generator=gen) < 0.003),
+    "two-valued": lambda gen: (
+        (1.0 + (torch.rand(50_000, generator=gen) < 0.5)) * torch.randn(50_000, generator=gen).sign()
+    ),
+    "few-valued": lambda gen: torch.randint(-3, 4, (50_000,), generator=gen).float(),
+}
+"""Vectors on which the searches take their other branches: fewer nonzeros than the band's low end (the threshold
+falls with no lower bound known, then the exact top-k fallback), and a few distinct values (a selection of every
+nonzero, or ties at the edge)."""
+
+
+@pytest.mark.parametrize("vector", sorted(SEARCH_VECTORS))
+@pytest.mark.parametrize("spec", ["redsync:ratio=0.01", "redsync:ratio=0.01,band=6", "gaussianksgd:ratio=0.01"])
+def test_the_queued_searches_equal_the_synchronous_ones_on_their_other_branches(spec, vector):
+    c = create(spec)
+    g = SEARCH_VECTORS[vector](torch.Generator().manual_seed(2))
+    with forced("never"):
+        pending = c.enqueue(g, _ctx(c))
+        assert not pending.settled
+        queued = pending.payload()
+        with _synchronous(c):
+            synchronous = c.encode(g, _ctx(c))
+    _same(queued, synchronous)
+
+
 @pytest.mark.parametrize("spec", ["sidco:ratio=0.01,dist=exp,stages=1", "dgc:ratio=0.01", "gmc_topk:ratio=0.01"])
 def test_a_selection_beyond_its_buffer_is_made_again(spec, monkeypatch):
     """A count beyond the buffer runs the synchronous encode: the same payload as without the buffer."""
@@ -194,7 +220,9 @@ def test_a_selection_beyond_its_buffer_is_made_again(spec, monkeypatch):
     _same(overflowed, synchronous)
 
 
-@pytest.mark.parametrize("spec", ["sidco:ratio=0.01,dist=exp,stages=3", "dgc:ratio=0.01", *CHECKS_DEFERRED])
+@pytest.mark.parametrize(
+    "spec", ["sidco:ratio=0.01,dist=exp,stages=3", "dgc:ratio=0.01", "redsync", "gaussianksgd", *CHECKS_DEFERRED]
+)
 def test_a_non_finite_gradient_is_refused_when_read_back(spec):
     """A threshold rule's read back, or a deferred check's, finds NaN and Inf and raises the gradient's error, again on
     every later read (never a payload)."""
@@ -300,9 +328,14 @@ def test_a_fixed_threshold_queued_by_triton_equals_the_synchronous_encode(monkey
 
 
 def _triton_selects(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Say the exact selection runs by Triton (on CUDA it does; here its interpreted form then runs)."""
-    monkeypatch.setattr(threshold_module, "triton_exact", lambda x: True)
-    monkeypatch.setattr(primitives, "triton_exact", lambda x: True)
+    """Say the exact selection runs by Triton until it has failed (on CUDA it does; here its interpreted form then
+    runs)."""
+
+    def runs(x: torch.Tensor) -> bool:
+        return not primitives.EXACT_FALLBACK.is_set()
+
+    monkeypatch.setattr(threshold_module, "triton_exact", runs)
+    monkeypatch.setattr(primitives, "triton_exact", runs)
 
 
 @pytest.mark.skipif(not triton_runtime.available(), reason="no Triton 3.0 or newer here")
@@ -321,19 +354,25 @@ def test_a_failed_triton_selection_makes_the_fixed_threshold_encode_synchronousl
         return (_Launcher(), write_kernel) if fails == "count" else (count_kernel, _Launcher())
 
     monkeypatch.setattr(triton_select, "build", build)
+    monkeypatch.setattr(_Launcher, "launches", 0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         got = create("threshold:eta=1.5").enqueue(g, Context(seed=1)).payload()
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(messages) == 1 and "ptxas failed here" in messages[0], messages
+    assert _Launcher.launches == 1  # failed once: the synchronous encode that follows does not try it again
     _same(got, want)
 
 
 class _Launcher:
-    """A Triton kernel that fails at its launch (``kernel[grid](*args)`` raises, as a failed build would)."""
+    """A Triton kernel that fails at its launch (``kernel[grid](*args)`` raises, as a failed build would); counts
+    the launches tried."""
+
+    launches = 0
 
     def __getitem__(self, grid: object) -> Callable[..., None]:
         def launch(*args: object, **kwargs: object) -> None:
+            _Launcher.launches += 1
             raise RuntimeError("ptxas failed here")
 
         return launch

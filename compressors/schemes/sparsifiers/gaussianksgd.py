@@ -84,4 +84,4 @@ class GaussianKSGD(ThresholdSparsifier):
             return mean.abs() + z * std, {}
 
         band = (self.band_low, self.band_high)
-        return queued_search(g, payload, math.ceil(self.ratio * d), start, band, self.max_iter)
+        return queued_search(g, payload, math.ceil(self.ratio * d), start, band, self.max_iter, self.needs_signed)

@@ -78,4 +78,5 @@ class RedSync(ExactFallback, ThresholdSparsifier):
             mean, top = abs_g.mean(), abs_g.max()
             return (mean + top) / 2, {"low": mean, "high": top}
 
-        return queued_search(g, payload, math.ceil(self.ratio * d), start, (1.0, self.band), self.max_iter)
+        k = math.ceil(self.ratio * d)
+        return queued_search(g, payload, k, start, (1.0, self.band), self.max_iter, self.needs_signed)

@@ -163,17 +163,20 @@ def queued_search(
     start: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, torch.Tensor]]],
     band: tuple[float, float],
     max_iter: int,
+    needs_signed: bool,
 ) -> tuple[torch.Tensor, Queued, int]:
     """A search rule's queued threshold (:meth:`ThresholdSparsifier._queued`) for a target of ``k``: ``|g|``
     normalised by the power of two at its largest, as the synchronous encode normalises it, then
     ``start(g_normalised, magnitudes) -> (eta_0, {"low": .., "high": ..})`` (the rule's first threshold and the
-    bounds it knows), :func:`search_threshold_deferred`, and the threshold scaled back to ``g``'s units; the search's
-    steps are read back with the selection (``payload.info["search_steps"]``)."""
+    bounds it knows; ``g_normalised`` is ``g`` itself unless ``needs_signed``), :func:`search_threshold_deferred`, and
+    the threshold scaled back to ``g``'s units; the search's steps are read back with the selection
+    (``payload.info["search_steps"]``). The selection's buffer holds the band's top end at least (a search that runs
+    out of counts may select more: the synchronous encode then runs)."""
     d = g.numel()
     top = max_abs(g)
     e = pow2_exponent(top)
     mags = normalise_by_pow2(abs_scratch(g), e)
-    g_n = scale_by_pow2(g, -e)
+    g_n = scale_by_pow2(g, -e) if needs_signed else g
     eta, bounds = start(g_n, mags)
     eta, steps = search_threshold_deferred(mags, k, eta, band, max_iter, bounds.get("low"), bounds.get("high"))
 
@@ -182,7 +185,7 @@ def queued_search(
         return False
 
     queued = Queued(scale_by_pow2(eta, e), steps.double().reshape(1), settle)
-    return top, queued, capacity(d, k)
+    return top, queued, max(capacity(d, k), min(d, math.ceil(band[1] * k)))
 
 
 def add_sparse(
@@ -437,9 +440,10 @@ class FixedThreshold(ThresholdSparsifier):
     absolute_threshold = True
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
-        # filled on the device (a tensor copied from the host would wait for a GPU's queue), in float64 and then
-        # narrowed: an eta beyond the dtype's range rounds to inf (nothing is selected), as a host number would
-        return torch.full((), float(self.eta), dtype=torch.float64, device=abs_g.device).to(abs_g.dtype)
+        # filled on the device (a tensor copied from the host would wait for a GPU's queue) with eta narrowed on the
+        # host: beyond the dtype's range it rounds to inf (nothing is selected), where torch.full would refuse it
+        narrowed = float(torch.tensor(float(self.eta), dtype=torch.float64).to(abs_g.dtype))
+        return torch.full((), narrowed, dtype=abs_g.dtype, device=abs_g.device)
 
     def _validates_finite(self, flat: torch.Tensor) -> bool:
         return True  # the selection's read gives max |g| (NaN and Inf reach it): see _encode
