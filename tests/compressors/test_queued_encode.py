@@ -25,6 +25,7 @@ from gradstat.compressors.context import Context
 from gradstat.compressors.registry import create
 from gradstat.compressors.schemes.sparsifiers import queued as queued_module
 from gradstat.compressors.schemes.sparsifiers import threshold as threshold_module
+from gradstat.compressors.schemes.sparsifiers import wangni as wangni_module
 from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.kernels import primitives, stage_stats, triton_runtime, triton_select
@@ -139,7 +140,7 @@ def test_the_queued_encode_reads_nothing_back(spec, stages_read):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("spec", QUEUED + CHECKS_DEFERRED + ["threshold:eta=2.0"])
+@pytest.mark.parametrize("spec", QUEUED + CHECKS_DEFERRED + ["threshold:eta=2.0", "wangni:ratio=0.01"])
 def test_the_queued_encode_does_not_synchronise_on_cuda(spec):
     """torch's own count of the operations that make the host wait (its CUDA sync debug mode), at 2.6M elements."""
     c = create(spec)
@@ -167,6 +168,42 @@ def test_the_queued_encode_equals_the_synchronous_one(spec, scale, device, stage
             synchronous = c.encode(g, _ctx(c))
     _same(queued, synchronous)
     assert queued.info["k_hat"] > 0
+
+
+@on_meta
+def test_wangnis_queued_encode_reads_nothing_back():
+    c = create("wangni:ratio=0.01")
+    with no_copy_to_device():
+        pending = c.enqueue(torch.empty(100_003, device="meta"), Context(seed=3))
+    assert not pending.settled
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1.0, 1e30])
+def test_wangnis_queued_encode_equals_the_synchronous_one(scale, monkeypatch):
+    """The probabilities and the coins on the device, the kept indices in a buffer: the synchronous payload bit for
+    bit (on a CPU under ``never``; the synchronous encode runs on a CPU otherwise), with zeros, for an all-zero
+    vector, and through the synchronous encode where the draw outgrows the buffer or the gradient is not finite."""
+    c = create("wangni:ratio=0.01")
+    g = _laplace(40_000, 12, scale)
+    g[::53] = 0.0
+    for vector in (g, torch.zeros(3000)):
+        want = c.encode(vector, Context(seed=3, step=2))
+        with forced("never"):
+            pending = c.enqueue(vector, Context(seed=3, step=2))
+            assert not pending.settled
+            _same(pending.payload(), want)
+    assert want.info["k_hat"] == 0
+    synchronous = c.encode(g, Context(seed=3, step=2))
+    monkeypatch.setattr(wangni_module, "capacity", lambda d, k: k // 2)  # (the draw keeps about k: overflows)
+    with forced("never"):
+        _same(c.enqueue(g, Context(seed=3, step=2)).payload(), synchronous)
+    bad = g.clone()
+    bad[7] = math.nan
+    with forced("never"):
+        pending = c.enqueue(bad, Context(seed=3))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="NaN|finite"):
+            pending.payload()
 
 
 SEARCH_VECTORS = {

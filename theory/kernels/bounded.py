@@ -93,6 +93,13 @@ def _eager(x: torch.Tensor, t: torch.Tensor, signed: bool, capacity: int) -> Bou
     return Bounded(indices, torch.where(indices >= 0, x.index_select(0, indices.clamp_min(0)), zero), count)
 
 
+def first_true(mask: torch.Tensor, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(indices, count)``: the first ``capacity`` indices of the True elements of the 1-D bool ``mask``, increasing,
+    then -1 (int64), and how many are True (0-d int64), on the mask's device with no read back: the bounded
+    selection of a rule that is not a threshold (a random draw's mask)."""
+    return _first_true(mask, capacity), torch.count_nonzero(mask)
+
+
 def _first_true(mask: torch.Tensor, capacity: int) -> torch.Tensor:
     """The first ``capacity`` indices of the True elements of the 1-D bool ``mask``, increasing, then -1 (int64):
     ``torch.nonzero_static``, or :func:`_first_true_scattered` on a device where this torch has no kernel for it."""

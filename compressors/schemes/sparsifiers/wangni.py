@@ -18,6 +18,7 @@ g), so ``bits = k_hat (ceil(log2 d) + 32)`` with ``E[k_hat] = k``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -25,10 +26,13 @@ import torch
 from gradstat.compressors.base import Properties, check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
+from gradstat.compressors.schemes.sparsifiers.queued import capacity
 from gradstat.compressors.schemes.sparsifiers.threshold import SparseMessage, add_sparse
 from gradstat.compressors.wire.payload import Payload
+from gradstat.theory import scalars as S
 from gradstat.theory.kernels import counter_dither
-from gradstat.theory.kernels.primitives import all_finite, pow2_exponent, scale_by_pow2
+from gradstat.theory.kernels.bounded import first_true
+from gradstat.theory.kernels.primitives import all_finite, max_abs, pow2_exponent, scale_by_pow2
 
 COIN_STREAM = 7
 """Sub-stream of the call seed for the keep coins (random-k's subset uses 5, DGC's sample 6)."""
@@ -39,11 +43,16 @@ def coins(p: torch.Tensor, seed: int) -> torch.Tensor:
     counter hash of ``(seed, COIN_STREAM)``, offset by 2^31 into ``h_i`` in ``[0, 2^32)``, satisfies
     ``h_i < p_i 2^32`` (compared in float64, exactly), i.e. with probability ``ceil(p_i 2^32) / 2^32``: within
     2^-32 of ``p_i``, 0 for ``p_i = 0`` and 1 for ``p_i = 1``. The same on every device."""
+    return torch.nonzero(coin_mask(p, seed)).squeeze(1)
+
+
+def coin_mask(p: torch.Tensor, seed: int) -> torch.Tensor:
+    """The keep mask of :func:`coins` (bool, ``p``'s length), nothing read back."""
     d = p.numel()
     counter_dither.check_indices(0, d)
     zero = torch.zeros((), dtype=torch.int32, device=p.device)
     h = counter_dither.counter_bits(1, d, zero, counter_dither.keys(seed, COIN_STREAM, p.device), p.device)
-    return torch.nonzero(h.reshape(-1).to(torch.float64).add_(2.0**31) < p.reshape(-1).double() * 2.0**32).squeeze(1)
+    return h.reshape(-1).to(torch.float64).add_(2.0**31) < p.reshape(-1).double() * 2.0**32
 
 
 def optimal_probabilities(abs_g: torch.Tensor, k: int) -> torch.Tensor:
@@ -72,7 +81,7 @@ def optimal_probabilities(abs_g: torch.Tensor, k: int) -> torch.Tensor:
     # (a_k <= a_k + S_k), and for the first j that fits every saturated a_i has lambda a_i > 1.
     fits = top * (k - j) <= rest
     j_star = torch.argmax(fits.to(torch.uint8))  # first j that fits (0-d tensor, no host sync)
-    rest_star = rest[j_star]
+    rest_star = rest.index_select(0, j_star.reshape(1)).reshape(())  # (rest[j_star] would read j_star back)
     lam = torch.where(rest_star > 0, (k - j_star).to(abs_g.dtype) / rest_star, torch.full_like(rest_star, math.inf))
     return torch.where(abs_g > 0, torch.clamp(abs_g * lam, max=1.0), torch.zeros_like(abs_g))
 
@@ -102,6 +111,36 @@ class Wangni(SparseMessage):
         check_ratio(self.ratio, d, who="wangni ratio")
         p = optimal_probabilities(g.abs(), math.ceil(self.ratio * d))
         indices = coins(p, ctx.call_seed)  # p_i = 0 is never kept, p_i = 1 always
+        self._send(payload, g, p, indices)
+
+    def _enqueue(self, x: torch.Tensor, payload: Payload, ctx: Context) -> Callable[[], Payload] | None:
+        """On a device (scalars not on the host: a GPU, or a CPU under ``never``): the probabilities and the coins'
+        mask on the device, the kept indices into a buffer of :func:`~gradstat.compressors.schemes.sparsifiers.
+        queued.capacity` (the expected count is k, its variance at most k), nothing read back; the returned function
+        reads the count and the largest magnitude in one copy and sends. A non-finite gradient or a draw beyond the
+        buffer runs the synchronous encode (its error, or the same payload)."""
+        if S.on_host(x):
+            return None
+        d = x.numel()
+        check_ratio(self.ratio, d, who="wangni ratio")
+        k = math.ceil(self.ratio * d)
+        p = optimal_probabilities(x.abs(), k)
+        room = capacity(d, k)
+        kept, count = first_true(coin_mask(p, ctx.call_seed), room)
+        reads = torch.stack([count.double(), max_abs(x).double()])
+
+        def finish() -> Payload:
+            values = reads.tolist()  # the one host read: the count the wire needs, and the finiteness check
+            n = int(values[0])
+            if not math.isfinite(values[1]) or n > room:
+                return self._encode_now(x, Payload(shape=payload.shape, dtype=payload.dtype), ctx)
+            self._send(payload, x, p, kept[:n])
+            return payload
+
+        return finish
+
+    def _send(self, payload: Payload, g: torch.Tensor, p: torch.Tensor, indices: torch.Tensor) -> None:
+        """Send ``g_i / p_i`` at the kept ``indices``."""
         add_sparse(payload, g / torch.where(p > 0, p, torch.ones_like(p)), indices, self.packed, exact=False)
         if not all_finite(payload["values"]):
             raise ValueError(
