@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import torch
 
-from gradstat.analysis.bench.timing import median_ms, progress
+from gradstat.analysis.bench.timing import bench_device, median_ms, progress
 
 if TYPE_CHECKING:
     from gradstat.compressors.base import Compressor
@@ -60,9 +60,7 @@ def run(
         raise ValueError(f"size and repeats must be >= 1, got size={size}, repeats={repeats}")
     if not (0.0 < ratio < 1.0):
         raise ValueError(f"ratio must lie in (0, 1), got {ratio}")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but no CUDA device is available")
+    dev = bench_device(device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     u = torch.rand(size, generator=gen, dtype=torch.float64) - 0.5
     g = (-torch.sign(u) * torch.log1p(-2 * u.abs())).float().to(dev)

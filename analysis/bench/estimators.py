@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from scipy import stats
 
-from gradstat.analysis.bench.timing import median_ms, progress, time_ms
+from gradstat.analysis.bench.timing import bench_device, median_ms, progress, time_ms
 from gradstat.theory.estimators import fit
 from gradstat.theory.estimators.registry import ESTIMATORS
 
@@ -75,9 +75,7 @@ def run(
         )
     if dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but no CUDA device is available")
+    dev = bench_device(device)
     previous_threads = torch.get_num_threads()
     if threads > 0:
         torch.set_num_threads(threads)

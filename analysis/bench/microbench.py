@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import pandas as pd
 import torch
 
-from gradstat.analysis.bench.timing import Timing, host_syncs, progress, time_ms
+from gradstat.analysis.bench.timing import Timing, bench_device, host_syncs, progress, time_ms
 from gradstat.analysis.measure import huge_pages
 from gradstat.theory.kernels import compaction
 from gradstat.theory.kernels.policy import can_compile, forced, policy
@@ -295,9 +295,7 @@ def run(
         raise ValueError(f"threads must be >= 0 (0: all cores), got {thread_counts}")
     if not (0.0 < memory_fraction <= 1.0):
         raise ValueError(f"memory_fraction must lie in (0, 1], got {memory_fraction}")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but no CUDA device is available")
+    dev = bench_device(device)
     previous = torch.get_num_threads()
     cores = os.cpu_count() or previous
     rows: list[dict] = []

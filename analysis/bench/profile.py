@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 
 from gradstat.analysis.bench.microbench import _build, _laplace
-from gradstat.analysis.bench.timing import progress
+from gradstat.analysis.bench.timing import bench_device, progress
 
 OPTIONS = """
 specs : str -- compressor specs separated by ';' (default: SIDCo's variants, DGC, the fixed threshold, top-k and the
@@ -107,9 +107,7 @@ def run(
         raise ValueError(f"size must be >= 2, repeats >= 1 and top >= 0, got size={size}, repeats={repeats}, top={top}")
     if not (0.0 < ratio < 1.0):
         raise ValueError(f"ratio must lie in (0, 1), got {ratio}")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but no CUDA device is available")
+    dev = bench_device(device)
     chosen = [s.strip() for s in specs.split(";") if s.strip()]
     if not chosen:
         raise ValueError("specs is empty: give compressor specs separated by ';'")

@@ -71,6 +71,15 @@ def median_ms(fn: Callable[[], object], repeats: int, device: torch.device | str
     return time_ms(fn, repeats, device, warmup).median
 
 
+def bench_device(device: str) -> torch.device:
+    """The device a benchmark runs on (``'cpu'``, ``'cuda'``, ``'cuda:1'``...), with a clear error where CUDA is asked
+    for and none is available."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but no CUDA device is available")
+    return dev
+
+
 def progress(message: str) -> None:
     """One progress line on stderr (benchmarks print their table on stdout)."""
     print(message, file=sys.stderr, flush=True)
