@@ -61,7 +61,7 @@ def test_a_failed_triton_selection_warns_once_and_another_form_runs(monkeypatch)
     want = primitives.select_at_least_reference(x, 1.0, True)
     monkeypatch.setattr(primitives, "EXACT_FALLBACK", triton_runtime.Fallback("the Triton exact selection", policy.ENV))
     monkeypatch.setattr(primitives, "triton_exact", lambda flat: not primitives.EXACT_FALLBACK.is_set())
-    monkeypatch.setattr(triton_select, "select_exact", broken)
+    monkeypatch.setattr(triton_select, "count_exact", broken)  # (the first of its two steps)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         got = [primitives.select_at_least(x, 1.0, signed=True), primitives.scan_at_least(x, 1.0, signed=True)[0]]

@@ -267,7 +267,7 @@ def select_at_least(
     compaction kernel where the block maxima run compiled, the block search is used there too (it reads the few
     candidate blocks only; measured at 26M and delta = 1e-3: ~2.1 read passes against ~2.6)."""
     flat = abs_g.reshape(-1)
-    if triton_exact(flat) and (found := _select_triton(flat, threshold, signed, False)) is not None:
+    if (found := _select_triton(flat, threshold, signed, False)) is not None:
         return found[0]
     if compaction.available(flat):
         expected = None if density is None else math.ceil(density * flat.numel())
@@ -384,7 +384,7 @@ def scan_at_least(
     cache), so that the selection is also the finiteness check; on CUDA with Triton in the selection's first read
     (:func:`triton_exact`); elsewhere one more pass."""
     flat = abs_g.reshape(-1)
-    if triton_exact(flat) and (found := _select_triton(flat, threshold, signed, True)) is not None:
+    if (found := _select_triton(flat, threshold, signed, True)) is not None:
         assert found[2] is not None  # (read with the counts: extremes)
         return found[0], found[2]
     if compaction.available(flat):
@@ -403,7 +403,7 @@ def gather_at_least(
     CPU (each chunk's selected magnitudes are taken while it is in cache); on CUDA with Triton by the selection's
     writes (:func:`triton_exact`); elsewhere a gather after the selection."""
     flat = abs_g.reshape(-1)
-    if triton_exact(flat) and (found := _select_triton(flat, threshold, signed, False)) is not None:
+    if (found := _select_triton(flat, threshold, signed, False)) is not None:
         return found[0], found[1].abs_() if signed else found[1]
     if compaction.available(flat):
         indices, values, _ = compaction.select(flat, positive_float(threshold, flat.dtype), signed, gather=True)
@@ -440,13 +440,11 @@ def triton_exact(flat: torch.Tensor) -> bool:
 def _select_triton(
     flat: torch.Tensor, threshold: torch.Tensor | float, signed: bool, extremes: bool
 ) -> tuple[torch.Tensor, torch.Tensor, float | None] | None:
-    """:func:`gradstat.theory.kernels.triton_select.select_exact` of ``flat`` at the positive threshold, or None
-    where it fails (reported once; the caller runs another form)."""
-    try:
-        return triton_select.select_exact(flat, positive_threshold(threshold, flat), signed, extremes)
-    except Exception as exc:  # noqa: BLE001 - any build or launch failure falls back to the other forms
-        EXACT_FALLBACK.report(exc)
-        return None
+    """:func:`gradstat.theory.kernels.triton_select.select_exact` of ``flat`` at the positive threshold where
+    :func:`triton_exact` says it runs (:func:`count_triton`, then :func:`finish_triton`), else None, as where it
+    fails (reported once; the caller runs another form)."""
+    counted = count_triton(flat, threshold, signed, extremes)
+    return None if counted is None else finish_triton(counted)
 
 
 def count_triton(
