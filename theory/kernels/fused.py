@@ -128,8 +128,22 @@ class Fused:
     def _kernel(self) -> Callable[..., torch.Tensor]:
         with self._lock:
             if self._compiled is None:
-                self._compiled = torch.compile(self.fn, dynamic=True, fullgraph=True)
+                self._compiled = torch.compile(self.fn, dynamic=True, fullgraph=True, options=compile_options())
             return self._compiled
+
+
+def compile_options() -> dict[str, object]:
+    """Inductor's options for every fused kernel: its pattern matcher off where this torch has the switch. Its
+    joint-graph pattern ``pointless_convert`` (torch 2.11 and older: 2.13 keeps a narrowing cast) replaces
+    float64 -> float32 -> float64 by nothing, i.e. drops the rounding of a threshold to the float32 that the
+    elements are compared with and shifted by, which the eager reference does on purpose; measured with torch 2.11
+    on a CPU, SIDCo's 3-stage exponential threshold then moved by 6e-8 relative. The kernels here are elementwise
+    loops and reductions, for which the matcher's other rewrites (matrix products, attention) find nothing."""
+    try:
+        from torch._inductor import config
+    except ImportError:  # (a torch without inductor compiles nothing: the policy runs the eager forms)
+        return {}
+    return {"pattern_matcher": False} if hasattr(config, "pattern_matcher") else {}
 
 
 def compiling() -> bool:
