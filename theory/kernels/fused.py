@@ -132,7 +132,7 @@ class Fused:
             return self._compiled
 
 
-def compile_options() -> dict[str, object]:
+def compile_options() -> dict[str, str | int | bool | Callable[..., object]]:
     """Inductor's options for every fused kernel: its pattern matcher off where this torch has the switch. Its
     joint-graph pattern ``pointless_convert`` (torch 2.11 and older: 2.13 keeps a narrowing cast) replaces
     float64 -> float32 -> float64 by nothing, i.e. drops the rounding of a threshold to the float32 that the
