@@ -193,6 +193,11 @@ def test_wangnis_queued_encode_equals_the_synchronous_one(scale, monkeypatch):
             assert not pending.settled
             _same(pending.payload(), want)
     assert want.info["k_hat"] == 0
+    huge = torch.full((40_000,), 3e38)  # every p_i = k / d = 0.01: each g_i / p_i = 3e40 exceeds float32's range
+    with forced("never"):
+        pending = c.enqueue(huge, Context(seed=3))
+    with pytest.raises(ValueError, match="divided by its probability exceeds"):
+        pending.payload()
     synchronous = c.encode(g, Context(seed=3, step=2))
     monkeypatch.setattr(wangni_module, "capacity", lambda d, k: k // 2)  # (the draw keeps about k: overflows)
     with forced("never"):

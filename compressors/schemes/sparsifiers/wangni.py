@@ -28,6 +28,7 @@ from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.sparsifiers.queued import capacity
 from gradstat.compressors.schemes.sparsifiers.threshold import SparseMessage, add_sparse
+from gradstat.compressors.wire.floats import wire_float
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory import scalars as S
 from gradstat.theory.kernels import counter_dither
@@ -117,8 +118,9 @@ class Wangni(SparseMessage):
         """On a device (scalars not on the host: a GPU, or a CPU under ``never``): the probabilities and the coins'
         mask on the device, the kept indices into a buffer of :func:`~gradstat.compressors.schemes.sparsifiers.
         queued.capacity` (the expected count is k, its variance at most k), nothing read back; the returned function
-        reads the count and the largest magnitude in one copy and sends. A non-finite gradient or a draw beyond the
-        buffer runs the synchronous encode (its error, or the same payload)."""
+        reads the count, the largest magnitude and the largest value sent in one copy and sends. A non-finite
+        gradient, a draw beyond the buffer or a value beyond the wire's range runs the synchronous encode or send
+        (its error, or the same payload)."""
         if S.on_host(x):
             return None
         d = x.numel()
@@ -127,24 +129,36 @@ class Wangni(SparseMessage):
         p = optimal_probabilities(x.abs(), k)
         room = capacity(d, k)
         kept, count = first_true(coin_mask(p, ctx.call_seed), room)
-        reads = torch.stack([count.double(), max_abs(x).double()])
+        scaled = _scaled(x, p)
+        # the values the wire would carry from the buffer (its unused slots hold -1: zero), for the range check
+        sent = torch.where(kept >= 0, scaled.index_select(0, kept.clamp(min=0)), 0.0).to(wire_float(payload.dtype))
+        reads = torch.stack([count.double(), max_abs(x).double(), max_abs(sent).double()])
 
         def finish() -> Payload:
-            values = reads.tolist()  # the one host read: the count the wire needs, and the finiteness check
+            values = reads.tolist()  # the one host read: the count the wire needs, and the two finiteness checks
             n = int(values[0])
             if not math.isfinite(values[1]) or n > room:
                 return self._encode_now(x, Payload(shape=payload.shape, dtype=payload.dtype), ctx)
-            self._send(payload, x, p, kept[:n])
+            if not math.isfinite(values[2]):  # a value beyond the wire's range: the synchronous send's error
+                self._send(payload, x, p, kept[:n])
+                return payload
+            add_sparse(payload, scaled, kept[:n], self.packed, exact=False)
+            payload.info["k_hat"] = n
             return payload
 
         return finish
 
     def _send(self, payload: Payload, g: torch.Tensor, p: torch.Tensor, indices: torch.Tensor) -> None:
         """Send ``g_i / p_i`` at the kept ``indices``."""
-        add_sparse(payload, g / torch.where(p > 0, p, torch.ones_like(p)), indices, self.packed, exact=False)
+        add_sparse(payload, _scaled(g, p), indices, self.packed, exact=False)
         if not all_finite(payload["values"]):
             raise ValueError(
                 f"wangni: a kept value divided by its probability exceeds {payload['values'].dtype}'s range, so the "
                 "unbiased reconstruction cannot be sent; scale the gradient down (e.g. by a power of two)"
             )
         payload.info["k_hat"] = indices.numel()
+
+
+def _scaled(g: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """``g_i / p_i`` (``g_i`` where ``p_i = 0``: never kept)."""
+    return g / torch.where(p > 0, p, torch.ones_like(p))
