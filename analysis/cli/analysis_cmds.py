@@ -202,10 +202,12 @@ def compress_cmd(
     block (compress_blocks.csv, comparable with the run's blocks.csv) and per step and worker
     (compress_ranks.csv, comparable with its steps.csv); --save-decoded adds the decoded tensors. Where the
     run recorded its residual (--residual), residual_as_recorded says whether the replay's residual before
-    each step is the recorded one bit for bit. For example, after "gradstat train --workload lenet --nproc 2
-    --compressor qsgd --feedback ef --granularity layer --record-every 1 --residual --seed 0 --out D",
-    "gradstat compress D --blocks layer --compressor qsgd --feedback ef --seed 0 --save-decoded --out R" writes
-    R/compress_blocks.csv with the bits and bytes of D.train/blocks.csv.
+    each step is the recorded one bit for bit: on the device the run trained on, where the replay runs unless
+    --device names another (there ties among equal magnitudes and the transforms' sums may go another way). For
+    example, after "gradstat train --workload lenet --nproc 2 --compressor qsgd --feedback ef --granularity layer
+    --record-every 1 --residual --seed 0 --out D", "gradstat compress D --blocks layer --compressor qsgd
+    --feedback ef --seed 0 --save-decoded --out R" writes R/compress_blocks.csv with the bits and bytes of
+    D.train/blocks.csv.
 
     --per-layer is a study beside these: on the first selected worker it compresses each tensor on its own
     and the flat model vector, and compares the two (tensors too small for the ratio are sent dense, as DGC

@@ -38,6 +38,8 @@ STORAGE_DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
 }
+RECORDED_DEVICE_KEY = "device"
+"""The manifest ``metadata`` key holding the device type ("cpu", "cuda") the recorded gradients were computed on."""
 SAFETENSORS_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 
 

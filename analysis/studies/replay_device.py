@@ -14,11 +14,9 @@ from typing import Any
 
 import torch
 
+from gradstat.analysis.dumps.format import RECORDED_DEVICE_KEY
 from gradstat.analysis.measure.selection import resolve_device
 from gradstat.analysis.studies.replay import ReplayWarning
-
-RECORDED_DEVICE_KEY = "device"
-"""The manifest ``metadata`` key holding the device type ("cpu", "cuda") the recorded gradients were computed on."""
 
 
 def recorded_device(dump: Any) -> str | None:

@@ -358,8 +358,7 @@ def _recorder(
             "workload_config": wl.config(),
             "workload_spec": wl.spec(),
             **wl.metadata(),
-            "device": next(ddp.module.parameters()).device.type,  # where a replay reproduces the run
-        },
+        },  # (and the device type the model computes on: RankRecorder.create)
         compression=compression,
     )
     rec.attach(state, optimizer)

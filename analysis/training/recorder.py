@@ -22,6 +22,7 @@ from torch import nn
 from tqdm import tqdm
 
 from gradstat.analysis.dumps import DumpWriter
+from gradstat.analysis.dumps.format import RECORDED_DEVICE_KEY
 from gradstat.analysis.training.parallel import DataParallel
 from gradstat.analysis.training.workloads import get_workload
 from gradstat.compressors import create, parse_feedback
@@ -61,6 +62,7 @@ class Recorder:
         Refused inside a distributed run (:func:`refuse_under_ddp`): use :func:`record_ranks` there."""
         refuse_under_ddp(model, "Recorder.create")
         params = [(n, tuple(p.shape)) for n, p in model.named_parameters() if p.requires_grad]
+        manifest = with_device(manifest, model)
         writer = DumpWriter(
             path, workload=workload, params=params, workers=workers, dtype=dtype, every=every, **manifest
         )
@@ -96,6 +98,17 @@ class Recorder:
                 self.record(step, [{n: p.grad for n, p in named if p.grad is not None}])  # none missing (checked)
 
         return optimizer.register_step_pre_hook(hook)
+
+
+def with_device(manifest: dict[str, Any], model: nn.Module) -> dict[str, Any]:
+    """``manifest`` with its ``metadata`` saying the device type ``model``'s parameters live on (where a replay
+    reproduces the run bit for bit: :mod:`gradstat.analysis.studies.replay_device`), unless the caller says."""
+    first = next(iter(model.parameters()), None)
+    if first is None:
+        return manifest
+    metadata = dict(manifest.get("metadata") or {})
+    metadata.setdefault(RECORDED_DEVICE_KEY, first.device.type)
+    return {**manifest, "metadata": metadata}
 
 
 def refuse_under_ddp(model: nn.Module, where: str) -> None:
@@ -161,7 +174,7 @@ def record(
         {"compressor": comp.spec(), "feedback": feedback or "none", "granularity": "whole model"} if comp else None
     )
     meta = {"workload_config": wl.config(), "workload_spec": wl.spec(), **wl.metadata(), **dict(metadata or {})}
-    meta["device"] = torch.device(device).type  # where a replay reproduces the run (studies.replay_device)
+    meta[RECORDED_DEVICE_KEY] = torch.device(device).type  # where a replay reproduces the run (studies.replay_device)
     rec = Recorder.create(
         out,
         model,
@@ -246,7 +259,7 @@ class RankRecorder:
                 workers=world,
                 every=every,
                 extras=["residual"] if residual else [],
-                **manifest,
+                **with_device(manifest, model),
             )
         dist.barrier(group=group)
         return self

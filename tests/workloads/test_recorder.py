@@ -121,3 +121,15 @@ def test_record_on_cuda_matches_cpu(tmp_path):
     )
     assert gpu.extras == ["residual", "compensated"]
     assert torch.allclose(gpu.flat(0, 1), cpu.flat(0, 1), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("metadata", [None, {"note": "mine"}, {"device": "cuda"}])
+def test_a_recorder_writes_the_device_its_model_computes_on(tmp_path, metadata):
+    """Where a replay reproduces the run (gradstat compress replays there by default): the parameters' device type,
+    unless the caller's metadata says; the caller's other metadata kept."""
+    model = nn.Linear(3, 2)
+    manifest = {} if metadata is None else {"metadata": metadata}
+    rec = Recorder.create(tmp_path / "d", model, "toy", **manifest)
+    rec.record(0, [{n: torch.ones_like(p) for n, p in model.named_parameters()}])
+    written = open_dump(tmp_path / "d").manifest["metadata"]
+    assert written == {**(metadata or {}), "device": (metadata or {}).get("device", "cpu")}
