@@ -36,12 +36,20 @@ def wire_float(dtype: torch.dtype) -> torch.dtype:
 
 
 def to_wire(
-    x: torch.Tensor, dtype: torch.dtype, who: str, what: str, *, up: bool = False, exact: bool = False
+    x: torch.Tensor,
+    dtype: torch.dtype,
+    who: str,
+    what: str,
+    *,
+    up: bool = False,
+    exact: bool = False,
+    checked: bool = False,
 ) -> torch.Tensor:
     """``x`` (finite) in ``dtype`` for the wire (see the module docstring for ``up`` and ``exact``); one read of
-    the result, except for a float32 ``x`` sent as float32 and for ``exact`` values (nothing to check)."""
+    the result, except for a float32 ``x`` sent as float32, for ``exact`` values (nothing to check) and where the
+    caller has ``checked`` already (with :func:`wire_flags`, read back with its own values)."""
     out = x.to(dtype)
-    if exact or x.numel() == 0 or x.dtype == dtype:
+    if exact or checked or x.numel() == 0 or x.dtype == dtype:
         return out
     if up:
         low = out.to(x.dtype) < x  # rounded down: one step up (x >= 0, so the bits of out order as its values)
@@ -63,6 +71,16 @@ def to_wire(
             f"sent as zero; scale the gradient up {hint}"
         )
     return out
+
+
+def wire_flags(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """What :func:`to_wire` (rounded to nearest) checks of ``x`` sent in ``dtype``, as a float64 pair on ``x``'s
+    device, nothing read back: the largest magnitude sent (not finite where a value is beyond the range, or NaN)
+    and 1.0 where a nonzero value would arrive as zero, else 0.0."""
+    out = x.to(dtype)
+    vanished = ((out == 0) & (x != 0)).any() if x.dtype != dtype else torch.zeros((), dtype=torch.bool, device=x.device)
+    top = out.abs().amax() if out.numel() else torch.zeros((), dtype=out.dtype, device=x.device)
+    return torch.stack([top.double(), vanished.double()])
 
 
 def widened(t: torch.Tensor) -> torch.Tensor:

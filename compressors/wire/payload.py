@@ -139,15 +139,25 @@ class Payload:
         return tensor
 
     def add_floats(
-        self, name: str, x: torch.Tensor, kind: PartKind, who: str, what: str, *, up: bool = False, exact: bool = False
+        self,
+        name: str,
+        x: torch.Tensor,
+        kind: PartKind,
+        who: str,
+        what: str,
+        *,
+        up: bool = False,
+        exact: bool = False,
+        checked: bool = False,
     ) -> torch.Tensor:
         """Add floating part ``name`` in the wire dtype of this payload's gradient
         (:func:`~gradstat.compressors.wire.floats.wire_float` of :attr:`dtype`: bf16 and fp16 at their 16 bits,
         float32 otherwise), counted at that width; returns the tensor sent. ``exact``: ``x`` holds elements of the
         gradient (a selection), exact in the gradient's dtype; ``up``: non-negative scales, rounded up (see
-        :func:`~gradstat.compressors.wire.floats.to_wire`, which raises where the dtype cannot carry ``x``)."""
+        :func:`~gradstat.compressors.wire.floats.to_wire`, which raises where the dtype cannot carry ``x``;
+        ``checked``: the caller has checked that already)."""
         dtype = wire_float(self.dtype)
-        sent = to_wire(x, dtype, who, what, up=up, exact=exact and dtype == self.dtype)
+        sent = to_wire(x, dtype, who, what, up=up, exact=exact and dtype == self.dtype, checked=checked)
         return self.add(name, sent, float_width(dtype), kind)
 
     def add_seed(self, seed: int) -> None:

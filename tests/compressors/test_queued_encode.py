@@ -193,11 +193,6 @@ def test_wangnis_queued_encode_equals_the_synchronous_one(scale, monkeypatch):
             assert not pending.settled
             _same(pending.payload(), want)
     assert want.info["k_hat"] == 0
-    huge = torch.full((40_000,), 3e38)  # every p_i = k / d = 0.01: each g_i / p_i = 3e40 exceeds float32's range
-    with forced("never"):
-        pending = c.enqueue(huge, Context(seed=3))
-    with pytest.raises(ValueError, match="divided by its probability exceeds"):
-        pending.payload()
     synchronous = c.encode(g, Context(seed=3, step=2))
     monkeypatch.setattr(wangni_module, "capacity", lambda d, k: k // 2)  # (the draw keeps about k: overflows)
     with forced("never"):
@@ -208,6 +203,66 @@ def test_wangnis_queued_encode_equals_the_synchronous_one(scale, monkeypatch):
         pending = c.enqueue(bad, Context(seed=3))
     for _ in range(2):
         with pytest.raises(ValueError, match="NaN|finite"):
+            pending.payload()
+
+
+@contextlib.contextmanager
+def _host_reads() -> Iterator[list[int]]:
+    """Counts the reads of tensor values back to the host (``tolist``, ``item``, ``bool``) in the enclosed code."""
+    count = [0]
+    names = ("tolist", "item", "__bool__")
+    originals = {name: getattr(torch.Tensor, name) for name in names}
+
+    def counted(original):  # type: ignore[no-untyped-def]
+        def read(*args, **kwargs):  # type: ignore[no-untyped-def]
+            count[0] += 1
+            return original(*args, **kwargs)
+
+        return read
+
+    try:
+        for name in names:
+            setattr(torch.Tensor, name, counted(originals[name]))
+        yield count
+    finally:
+        for name in names:
+            setattr(torch.Tensor, name, originals[name])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_wangnis_queued_payload_reads_back_once_in_every_dtype(dtype):
+    """The count, the gradient's finiteness and the send's checks of the values (their range in the wire dtype, a
+    nonzero value arriving as zero) in one read, where the send's own checks read again (float32: its finiteness;
+    the others: the cast to the wire's float32 or 16 bits); the payload the synchronous encode's."""
+    c = create("wangni:ratio=0.01")
+    g = _laplace(40_000, 13, 1.0).to(dtype)
+    want = c.encode(g, Context(seed=3))
+    with forced("never"):
+        pending = c.enqueue(g, Context(seed=3))
+    with _host_reads() as reads:
+        got = pending.payload()
+    assert reads[0] == 1
+    _same(got, want)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value", "match"),
+    [
+        (torch.float32, 3e38, "divided by its probability exceeds"),  # g_i / p_i = 3e40 (every p_i = k / d = 0.01)
+        (torch.bfloat16, 3e38, "exceeds bfloat16.s range"),
+        (torch.float64, 3e38, "exceeds float32's range"),  # sent in float32
+        (torch.float64, 1e-300, "would be sent as zero"),  # 1e-298 in float32
+    ],
+)
+def test_wangnis_queued_encode_raises_what_the_send_raises(dtype, value, match):
+    c = create("wangni:ratio=0.01")
+    g = torch.full((40_000,), value, dtype=dtype)
+    with pytest.raises(ValueError, match=match):
+        c.encode(g, Context(seed=3))
+    with forced("never"):
+        pending = c.enqueue(g, Context(seed=3))
+    for _ in range(2):
+        with pytest.raises(ValueError, match=match):
             pending.payload()
 
 

@@ -189,13 +189,21 @@ def queued_search(
 
 
 def add_sparse(
-    payload: Payload, g: torch.Tensor, indices: torch.Tensor, packed: bool = True, exact: bool = True
+    payload: Payload,
+    g: torch.Tensor,
+    indices: torch.Tensor,
+    packed: bool = True,
+    exact: bool = True,
+    values: torch.Tensor | None = None,
 ) -> None:
     """Put ``indices`` (at ``ceil(log2 d)`` bits if ``packed``, else 32) and ``g[indices]`` into ``payload``, the
     values in the gradient's wire dtype (:meth:`Payload.add_floats`: bf16 and fp16 at 16 bits, float32 otherwise).
-    ``exact``: ``g`` is the gradient itself (its elements travel exactly); False for values computed from it."""
+    ``exact``: ``g`` is the gradient itself (its elements travel exactly); False for values computed from it.
+    ``values``: the values at ``indices`` where the caller has them already, checked for the wire
+    (:func:`~gradstat.compressors.wire.floats.wire_flags`)."""
     payload.add("indices", indices, index_width(g.numel(), packed), "index")
-    payload.add_floats("values", g.index_select(0, indices), "value", "sparsifier", "selected value", exact=exact)
+    sent = g.index_select(0, indices) if values is None else values
+    payload.add_floats("values", sent, "value", "sparsifier", "selected value", exact=exact, checked=values is not None)
 
 
 def decode_sparse(payload: Payload) -> torch.Tensor:

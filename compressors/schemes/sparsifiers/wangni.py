@@ -28,7 +28,7 @@ from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
 from gradstat.compressors.schemes.sparsifiers.queued import capacity
 from gradstat.compressors.schemes.sparsifiers.threshold import SparseMessage, add_sparse
-from gradstat.compressors.wire.floats import wire_float
+from gradstat.compressors.wire.floats import wire_flags, wire_float
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory import scalars as S
 from gradstat.theory.kernels import counter_dither
@@ -118,9 +118,9 @@ class Wangni(SparseMessage):
         """On a device (scalars not on the host: a GPU, or a CPU under ``never``): the probabilities and the coins'
         mask on the device, the kept indices into a buffer of :func:`~gradstat.compressors.schemes.sparsifiers.
         queued.capacity` (the expected count is k, its variance at most k), nothing read back; the returned function
-        reads the count, the largest magnitude and the largest value sent in one copy and sends. A non-finite
-        gradient, a draw beyond the buffer or a value beyond the wire's range runs the synchronous encode or send
-        (its error, or the same payload)."""
+        reads the count, the largest magnitude and the send's checks of the values in one copy and sends (one read
+        in every dtype). A non-finite gradient, a draw beyond the buffer or a value the wire cannot carry runs the
+        synchronous encode or send (its error, or the same payload)."""
         if S.on_host(x):
             return None
         d = x.numel()
@@ -128,21 +128,23 @@ class Wangni(SparseMessage):
         k = math.ceil(self.ratio * d)
         p = optimal_probabilities(x.abs(), k)
         room = capacity(d, k)
+        wire = wire_float(payload.dtype)
         kept, count = first_true(coin_mask(p, ctx.call_seed), room)
-        scaled = _scaled(x, p)
-        # the values the wire would carry from the buffer (its unused slots hold -1: zero), for the range check
-        sent = torch.where(kept >= 0, scaled.index_select(0, kept.clamp(min=0)), 0.0).to(wire_float(payload.dtype))
-        reads = torch.stack([count.double(), max_abs(x).double(), max_abs(sent).double()])
+        # the values the wire would carry, over the buffer only (its unused slots hold -1: zero there), and what
+        # the send checks of them (their largest magnitude in the wire dtype, a nonzero value arriving as zero)
+        at = kept.clamp(min=0)
+        values = torch.where(kept >= 0, _scaled(x.index_select(0, at), p.index_select(0, at)), 0.0)
+        reads = torch.cat([count.double().reshape(1), max_abs(x).double().reshape(1), wire_flags(values, wire)])
 
         def finish() -> Payload:
-            values = reads.tolist()  # the one host read: the count the wire needs, and the two finiteness checks
-            n = int(values[0])
-            if not math.isfinite(values[1]) or n > room:
+            read = reads.tolist()  # the one host read: the count the wire needs, and the finiteness and range checks
+            n = int(read[0])
+            if not math.isfinite(read[1]) or n > room:
                 return self._encode_now(x, Payload(shape=payload.shape, dtype=payload.dtype), ctx)
-            if not math.isfinite(values[2]):  # a value beyond the wire's range: the synchronous send's error
+            if not math.isfinite(read[2]) or read[3]:  # a value the wire cannot carry: the synchronous send's error
                 self._send(payload, x, p, kept[:n])
                 return payload
-            add_sparse(payload, scaled, kept[:n], self.packed, exact=False)
+            add_sparse(payload, x, kept[:n], self.packed, exact=False, values=values[:n])
             payload.info["k_hat"] = n
             return payload
 
