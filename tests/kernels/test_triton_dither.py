@@ -141,7 +141,8 @@ def test_the_signs_flip_the_sign_bit_of_zeros_and_nans_as_the_reference_does(dev
     """``r x`` for r = -1 is the reference's negation: -0.0 from +0.0, a NaN with its sign flipped (compared bit for
     bit: torch.equal counts -0.0 equal to +0.0). On CUDA the reference's own negation (torch's ``-x``) turns a NaN
     into the canonical 0x7FFFFFFF (measured on an H100 with torch 2.11, where the kernel's flipped 0xFFC00000 was
-    compared with it), so there a NaN is compared as a NaN and every other element bit for bit."""
+    compared with it): against the reference on its own device a NaN is compared as a NaN and every other element bit
+    for bit; against the CPU's reference, every element bit for bit."""
     x = torch.tensor([0.0, -0.0, math.nan, -math.nan, math.inf, 1e-45] * 50, device=device).reshape(2, -1)
     ones = torch.ones((), device=device).expand(2, 1)
     key, base = counter_dither.keys(9, 2, device), torch.tensor(0, dtype=torch.int32, device=device)
@@ -149,9 +150,13 @@ def test_the_signs_flip_the_sign_bit_of_zeros_and_nans_as_the_reference_does(dev
     got = counter_dither.triton_form("signed_rows_into")(torch.empty_like(x), x, ones, base, key, False)
     nan = want.isnan()
     assert torch.equal(got.isnan(), nan)
-    if device.type == "cpu":
-        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
     assert torch.equal(got.view(torch.int32)[~nan], want.view(torch.int32)[~nan])
+    # every element bit for bit against the CPU's reference (the same signs on every device), NaNs included
+    cpu = torch.device("cpu")
+    on_cpu = counter_dither.KERNELS["signed_rows_into"].reference(
+        torch.empty_like(x, device=cpu), x.cpu(), ones.cpu(), base.cpu(), counter_dither.keys(9, 2, cpu), False
+    )
+    assert torch.equal(got.cpu().view(torch.int32), on_cpu.view(torch.int32))
     assert bool((want.view(torch.int32) != x.view(torch.int32))[~nan].any())  # some signs were flipped
 
 
