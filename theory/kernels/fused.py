@@ -137,8 +137,10 @@ def compile_options() -> dict[str, str | int | bool | Callable[..., object]]:
     joint-graph pattern ``pointless_convert`` (torch 2.11 and older: 2.13 keeps a narrowing cast) replaces
     float64 -> float32 -> float64 by nothing, i.e. drops the rounding of a threshold to the float32 that the
     elements are compared with and shifted by, which the eager reference does on purpose; measured with torch 2.11
-    on a CPU, SIDCo's 3-stage exponential threshold then moved by 6e-8 relative. The kernels here are elementwise
-    loops and reductions, for which the matcher's other rewrites (matrix products, attention) find nothing."""
+    on a CPU, SIDCo's 3-stage exponential threshold then moved by 6e-8 relative. The switch also turns off the
+    matcher's other rewrites (no-op and pointless view/permute removal, group-batch fusion, matrix-product and
+    attention patterns): measured on this CPU (torch 2.13, one thread), the fused signs of a 2000 x 2048 block take
+    2.5 ms either way (best of 20); on CUDA its cost is not measured yet."""
     try:
         from torch._inductor import config
     except ImportError:  # (a torch without inductor compiles nothing: the policy runs the eager forms)
