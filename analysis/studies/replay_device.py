@@ -3,8 +3,9 @@
 A replay reproduces what the recorded run did only on the device type the run computed on: the compressors' random
 draws are device-independent, but reductions (norms, sums, thresholds) round differently on CPU and CUDA, so the
 error-feedback residual and every value derived from it can drift from the recorded ones in the last bits. The
-recorders write the device type into the manifest's ``metadata`` (key :data:`RECORDED_DEVICE_KEY`); dumps that do
-not say (imported, or recorded before the key existed) replay where ``auto`` points (CUDA when present).
+recorders write the device type into the manifest's ``metadata`` (key
+:data:`~gradstat.analysis.dumps.format.RECORDED_DEVICE_KEY`); dumps that do not say (imported, or recorded before
+the key existed) replay where ``auto`` points (CUDA when present).
 """
 
 from __future__ import annotations

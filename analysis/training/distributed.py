@@ -354,11 +354,11 @@ def _recorder(
         workload=wl.name,
         optimizer=wl.optimizer_config(),
         seeds=seeds,
-        metadata={
+        metadata={  # (RankRecorder.create adds the device type the model computes on)
             "workload_config": wl.config(),
             "workload_spec": wl.spec(),
             **wl.metadata(),
-        },  # (and the device type the model computes on: RankRecorder.create)
+        },
         compression=compression,
     )
     rec.attach(state, optimizer)

@@ -58,7 +58,8 @@ class Recorder:
         **manifest: Any,
     ) -> "Recorder":
         """A recorder writing a new dump at ``path`` of ``model``'s trainable parameters (model order).
-        ``manifest`` keywords (optimizer, seeds, metadata, extras, compression) go to :class:`DumpWriter`.
+        ``manifest`` keywords (optimizer, seeds, metadata, extras, compression) go to :class:`DumpWriter`, the
+        metadata with the device type the parameters live on (:func:`with_device`).
         Refused inside a distributed run (:func:`refuse_under_ddp`): use :func:`record_ranks` there."""
         refuse_under_ddp(model, "Recorder.create")
         params = [(n, tuple(p.shape)) for n, p in model.named_parameters() if p.requires_grad]
@@ -247,7 +248,8 @@ class RankRecorder:
         group: Any = None,
         **manifest: Any,
     ) -> "RankRecorder":
-        """On rank 0 create the dump (``manifest`` keywords go to :class:`DumpWriter`), then synchronise."""
+        """On rank 0 create the dump (``manifest`` keywords go to :class:`DumpWriter`, the metadata with the device
+        type the parameters live on: :func:`with_device`), then synchronise."""
         import torch.distributed as dist
 
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]

@@ -12,8 +12,9 @@ import torch
 
 from gradstat.analysis.cli.main import main
 from gradstat.analysis.dumps import open_dump
+from gradstat.analysis.dumps.format import RECORDED_DEVICE_KEY
 from gradstat.analysis.studies import replay as replay_study
-from gradstat.analysis.studies.replay_device import RECORDED_DEVICE_KEY, recorded_device, replay_device
+from gradstat.analysis.studies.replay_device import recorded_device, replay_device
 
 HAS_CUDA = torch.cuda.is_available()
 WARNING = "gradstat: warning: the dump was recorded on {recorded} and is replayed on {used}"

@@ -54,6 +54,7 @@ def _train_and_record(rank: int, world: int, out: str, hook: str | None) -> dict
 def _check(out: Path, results: list[dict]) -> None:
     dump = open_dump(out)
     assert dump.workers == 2 and dump.steps == list(range(0, STEPS, EVERY))
+    assert dump.manifest["metadata"]["device"] == "cpu"  # where the ranks computed: where a replay is bit-exact
     for rank, result in enumerate(results):
         for step in dump.steps:
             recorded = dump.read(step, worker=rank)
