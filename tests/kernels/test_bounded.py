@@ -212,7 +212,14 @@ def test_the_triton_kernels_compile_for_cuda_without_a_gpu(dtype, tmp_path, monk
         (count_blocks, counting, {**constants, "EXTREMES": True}),  # (the exact selection's, with block maxima)
         (
             write_blocks,
-            {**common, "starts_ptr": "*i64", "indices_ptr": "*i64", "values_ptr": f"*{dtype}", "capacity": "i32"},
+            {
+                **common,
+                "starts_ptr": "*i64",
+                "counts_ptr": "*i64",
+                "indices_ptr": "*i64",
+                "values_ptr": f"*{dtype}",
+                "capacity": "i32",
+            },
             constants,
         ),  # fmt: skip
     )

@@ -68,3 +68,30 @@ def test_a_failed_triton_selection_warns_once_and_another_form_runs(monkeypatch)
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(messages) == 1 and "(RuntimeError: no GPU compiler here)" in messages[0], messages
     assert all(torch.equal(g, want) for g in got)
+
+
+def _sparse_blocks(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Four blocks of the Triton selection's size on ``device`` (16 elements interpreted, 1024 on a GPU), whose
+    selections at |x| >= 1 number 0, 1, 3 and 2: the blocks with nothing to write return before reading."""
+    block = triton_runtime.block_for(torch.empty(64, device=device), triton_select.BLOCK)
+    x = torch.full((4 * block,), 0.25)
+    x[1::2] = -0.5
+    picks = [block + 3, 2 * block + 1, 2 * block + 5, 3 * block - 1, 3 * block, 3 * block + 7]
+    x[picks] = torch.tensor([1.0, -2.0, 1.5, -1.0, 3.0, -1.25])
+    x = x.to(device)
+    assert triton_runtime.block_for(x, triton_select.BLOCK) == block
+    return x, torch.tensor(picks, device=device)
+
+
+@needs_triton
+def test_blocks_with_nothing_to_write_leave_the_output_as_the_reference(device):
+    x, picks = _sparse_blocks(device)
+    t = primitives.positive_threshold(1.0, x)
+    indices, values, _ = triton_select.select_exact(x, t, True, False)
+    assert torch.equal(indices, picks) and torch.equal(values, x[picks])
+    for capacity in range(len(picks) + 2):  # the bounded form: blocks starting past the capacity write nothing
+        kept = min(capacity, len(picks))
+        bounded, sent, count = triton_select.select(x, t, True, capacity)
+        assert int(count) == len(picks)
+        assert torch.equal(bounded[:kept], picks[:kept]) and bool((bounded[kept:] == -1).all())
+        assert torch.equal(sent[:kept], x[picks[:kept]]) and bool((sent[kept:] == 0).all())

@@ -63,16 +63,23 @@ def _count_blocks(  # type: ignore[no-untyped-def]
 
 
 def _write_blocks(  # type: ignore[no-untyped-def]
-    x_ptr, t_ptr, starts_ptr, indices_ptr, values_ptr, n, capacity, SIGNED: tl.constexpr, BLOCK: tl.constexpr
-):
-    """Block b's selected indices and values, in order, from output position ``starts[b]``, below ``capacity``."""
+    x_ptr, t_ptr, starts_ptr, counts_ptr, indices_ptr, values_ptr, n, capacity, SIGNED: tl.constexpr,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Block b's selected indices and values, in order, from output position ``starts[b]``, below ``capacity``. A
+    block with nothing to write (none selected, ``counts[b] = 0``, or its start past the capacity) returns before
+    reading ``x``: at ratio 1e-3 about a third of the blocks of 1024 elements. The ranks within a block are int32
+    (at most ``BLOCK``): half the scan of int64."""
     block = tl.program_id(0)
+    start = tl.load(starts_ptr + block)
+    if (tl.load(counts_ptr + block) == 0) | (start >= capacity):
+        return
     offsets = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = offsets < n
     v = tl.load(x_ptr + offsets, mask=inside, other=0.0)
     hit = ((tl.abs(v) if SIGNED else v) >= tl.load(t_ptr)) & inside
-    rank = tl.associative_scan(hit.to(tl.int64), 0, tl.standard._sum_combine)
-    position = tl.load(starts_ptr + block) + rank - 1
+    rank = tl.associative_scan(hit.to(tl.int32), 0, tl.standard._sum_combine)
+    position = start + rank.to(tl.int64) - 1
     keep = hit & (position < capacity)
     tl.store(indices_ptr + position, offsets, mask=keep)
     tl.store(values_ptr + position, v, mask=keep)
@@ -106,7 +113,9 @@ def select(
         count_kernel[grid](x, t, counts, counts, n, SIGNED=signed, EXTREMES=False, BLOCK=block, **options)
         ends = torch.cumsum(counts, 0)
         if capacity:
-            write_kernel[grid](x, t, ends - counts, indices, values, n, capacity, SIGNED=signed, BLOCK=block, **options)
+            write_kernel[grid](
+                x, t, ends - counts, counts, indices, values, n, capacity, SIGNED=signed, BLOCK=block, **options
+            )
     return indices, values, ends[-1]
 
 
@@ -169,7 +178,8 @@ class Counted:
             starts = self.ends - self.counts
             with context:
                 write_kernel[grid](
-                    x, self.t, starts, indices, values, x.numel(), total, SIGNED=self.signed, BLOCK=self.block,
+                    x, self.t, starts, self.counts, indices, values, x.numel(), total, SIGNED=self.signed,
+                    BLOCK=self.block,
                     **options,
                 )  # fmt: skip
         return indices, values, (float(values_read[1]) if self.extremes else None)
