@@ -38,6 +38,12 @@ session) ranks forked from it hung in their first DDP step: test_record_ranks an
 every run with ``torch._dynamo`` preloaded, and test_launchers' launch in a full run without it; there each rank is
 a fresh interpreter (``spawn``), as before the server."""
 
+GIL_TEARDOWN_TORCH = (2, 2)
+"""Below this torch (the oldest session's 2.1), a rank leaves without tearing the group down once its result is
+saved: there gloo's ``destroy_process_group`` after a rank's DDP hooks ran can wait without end while holding the
+GIL, so even the bounded teardown below could not time out (a hung rank 0 of test_record_ranks, 2 of 4 runs, sat
+in the teardown thread's ``Thread.start``)."""
+
 PRELOAD = [
     "torch",
     "torch.distributed",
@@ -65,6 +71,8 @@ def _entry(fn: Callable, rank: int, world: int, init_file: str, out_dir: str, kw
     except BaseException:  # report to the parent, which fails the test with it
         result = {"error": traceback.format_exc()}
     torch.save(result, Path(out_dir) / f"rank{rank}.pt")
+    if torch_version() < GIL_TEARDOWN_TORCH:
+        os._exit(0)
     # The result is saved. Tear the group down, but not forever: torch 2.1's gloo can wait without end in
     # destroy_process_group after a rank's DDP hooks ran (seen with the docs' DDP examples), and a rank that
     # cannot leave would fail a test whose work is done.
