@@ -21,6 +21,8 @@ Where the dtype cannot carry a value (a finite value beyond its range, a nonzero
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 NARROW_FLOATS: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16)
@@ -57,8 +59,8 @@ def to_wire(
         out = torch.where(low, (out.view(bits) + 1).view(dtype), out)
     name = str(dtype).removeprefix("torch.")
     info = torch.finfo(dtype)
-    finite, vanished = torch.isfinite(out).all(), ((out == 0) & (x != 0)).any()
-    ok_finite, ok_nonzero = (bool(v) for v in torch.stack((finite, ~vanished)).tolist())  # one read
+    flags = _flags(x, out).tolist()  # one read
+    ok_finite, ok_nonzero = math.isfinite(flags[0]), not flags[1]
     hint = "(e.g. by a power of two) before compressing"
     if not ok_finite:
         big = float(x.abs().max())
@@ -74,13 +76,18 @@ def to_wire(
 
 
 def wire_flags(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """What :func:`to_wire` (rounded to nearest) checks of ``x`` sent in ``dtype``, as a float64 pair on ``x``'s
-    device, nothing read back: the largest magnitude sent (not finite where a value is beyond the range, or NaN)
-    and 1.0 where a nonzero value would arrive as zero, else 0.0."""
-    out = x.to(dtype)
-    vanished = ((out == 0) & (x != 0)).any() if x.dtype != dtype else torch.zeros((), dtype=torch.bool, device=x.device)
-    top = out.abs().amax() if out.numel() else torch.zeros((), dtype=out.dtype, device=x.device)
-    return torch.stack([top.double(), vanished.double()])
+    """What :func:`to_wire` (rounded to nearest) checks of ``x`` sent in ``dtype``, nothing read back: the pair of
+    :func:`_flags` (a caller reads it with its own values, then sends with ``checked=True``)."""
+    return _flags(x, x.to(dtype))
+
+
+def _flags(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Of ``x`` as sent in ``out`` (its cast), a float64 pair on ``x``'s device: the largest magnitude sent (not
+    finite where a value is beyond the range, or NaN) and 1.0 where a nonzero value arrives as zero, else 0.0."""
+    if not out.numel():
+        return torch.zeros(2, dtype=torch.float64, device=x.device)
+    vanished = ((out == 0) & (x != 0)).any() if x.dtype != out.dtype else torch.zeros((), device=x.device)
+    return torch.stack([out.abs().amax().double(), vanished.double()])
 
 
 def widened(t: torch.Tensor) -> torch.Tensor:
