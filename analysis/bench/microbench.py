@@ -6,8 +6,9 @@ float32 vector per size; for each number of CPU threads (1 and all), each ratio 
 encode time next to ``torch.topk(|g|, ceil(delta d))`` measured in the same run; each quantizer's encode and decode
 throughput in GB/s (4 d bytes per call) next to one measured read pass (``g.sum()``, the machine's own limit);
 and SIDCo's time split into its phases (check + summary, fit + threshold, select, pack). SIDCo exp and the fixed
-threshold also run with the fused kernels and the compaction kernel off (``(eager)`` rows), so the compiled kernels'
-gain is measured in the same run. Every timing is
+threshold also run with the fused kernels and the compaction kernel off (``(eager)`` rows), and on CUDA SIDCo exp
+without CUDA graphs (``(no graphs)`` rows), so the compiled kernels' and the graphs' gains are measured in the same
+run. Every timing is
 the median of ``repeats`` calls after one warm-up call, with the min-max spread. A size whose working set does not
 fit in ``memory_fraction`` of the available memory is skipped, and a row says so.
 """
@@ -25,6 +26,7 @@ import torch
 
 from gradstat.analysis.bench.timing import Timing, bench_device, host_syncs, progress, time_ms
 from gradstat.analysis.measure import huge_pages
+from gradstat.compressors import graphs
 from gradstat.theory.kernels import compaction
 from gradstat.theory.kernels.policy import can_compile, forced, policy
 
@@ -54,6 +56,9 @@ EXTRA_SPARSIFIERS = (
 EAGER_TOO = ("sidco:dist=exp,stages=3", "threshold")
 """Also timed with the fused kernels and the compaction kernel off (``GRADSTAT_COMPILE=never``), rows named
 ``... (eager)``: what each costs without a compiler, measured beside what it costs with one."""
+NO_GRAPHS_TOO = ("sidco:dist=exp,stages=1", "sidco:dist=exp,stages=3")
+"""On CUDA also timed with every kernel launched one by one (``GRADSTAT_CUDA_GRAPHS=never``), rows named
+``... (no graphs)``: what the replay of a captured graph (:mod:`gradstat.compressors.graphs`) saves."""
 EXTRA_QUANTIZERS = ("qcs:k=64,Q=4,block=256", "qcs:k=256,Q=1", "dqsg:dither=torch")
 """Beyond the registered defaults: the issue's QCS settings, and DQSG with torch's generator instead of the default
 counter dither (what the draw of d uniforms costs, in encode and in decode)."""
@@ -202,13 +207,19 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
                 read_passes=topk.median / read.median,
             )
         )
-        for spec, mode in [(s, "auto") for s in _sparsifier_specs()] + [(s, "never") for s in EAGER_TOO]:
-            name = spec if mode == "auto" else f"{spec} (eager)"
+        runs = [(s, "auto", "auto", "") for s in _sparsifier_specs()]
+        runs += [(s, "never", "never", " (eager)") for s in EAGER_TOO]
+        if dev.type == "cuda":
+            runs += [(s, "auto", "never", " (no graphs)") for s in NO_GRAPHS_TOO]
+        for spec, mode, graph_mode, suffix in runs:
+            name = spec + suffix
             progress(f"bench microbench: size {size:,}, threads {threads}, ratio {ratio}: {name}")
             try:
                 c = _build(spec, ratio, abs_g)
                 ctx = Context(seed=seed).but(state=c.new_state(g))
-                with forced(mode):
+                with forced(mode), graphs.forced(graph_mode):
+                    for _ in range(graphs.CAPTURE_AFTER):  # (a graph is captured at the key's second encode)
+                        c.encode(g, ctx)
                     t = time_ms(functools.partial(c.encode, g, ctx), repeats, dev)
                     syncs = host_syncs(functools.partial(c.encode, g, ctx), dev)
                     queued = host_syncs(functools.partial(c.enqueue, g, ctx), dev)

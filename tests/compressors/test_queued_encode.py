@@ -19,6 +19,7 @@ from _no_host_reads import no_copy_to_device, on_meta
 
 import gradstat.compressors  # noqa: F401  (registers every compressor)
 from gradstat.analysis.bench.timing import host_syncs
+from gradstat.compressors import graphs
 from gradstat.compressors import pending as pending_module
 from gradstat.compressors.base import Compressor
 from gradstat.compressors.context import Context
@@ -142,14 +143,19 @@ def test_the_queued_encode_reads_nothing_back(spec, stages_read):
 @pytest.mark.cuda
 @pytest.mark.parametrize("spec", QUEUED + CHECKS_DEFERRED + ["threshold:eta=2.0", "wangni:ratio=0.01"])
 def test_the_queued_encode_does_not_synchronise_on_cuda(spec):
-    """torch's own count of the operations that make the host wait (its CUDA sync debug mode), at 2.6M elements."""
+    """torch's own count of the operations that make the host wait (its CUDA sync debug mode), at 2.6M elements,
+    with the encode's kernels launched one by one and as a CUDA graph's replay (where the compressor has one)."""
     c = create(spec)
     g = _laplace(2_600_000, 8).cuda()
     ctx = _ctx(c)
-    c.encode(g, ctx)  # builds what compiles
-    assert host_syncs(lambda: c.enqueue(g, ctx), "cuda") == 0
-    pending = c.enqueue(g, ctx)
-    assert host_syncs(pending.payload, "cuda") == 1  # the one read back: the count the wire needs, the checks
+    for mode in graphs.POLICIES:
+        with graphs.forced(mode):
+            for _ in range(graphs.CAPTURE_AFTER):  # builds what compiles; captures the graph (a synchronising step)
+                c.encode(g, ctx)
+            assert host_syncs(lambda: c.enqueue(g, ctx).payload(), "cuda") == 1, mode  # the settled one's release
+            assert host_syncs(lambda: c.enqueue(g, ctx), "cuda") == 0, mode
+            pending = c.enqueue(g, ctx)
+            assert host_syncs(pending.payload, "cuda") == 1, mode  # the one read back: the count, the checks
 
 
 @pytest.mark.parametrize("spec", QUEUED)

@@ -71,13 +71,14 @@ class _SampledThreshold(ThresholdSparsifier):
         check_ratio(self.ratio, abs_g.numel(), who=f"{self.name} ratio")
         return sampled_threshold(abs_g, self.ratio, self.sample_ratio, ctx.call_seed, self.replacement)
 
-    def _queued(self, g: torch.Tensor, ctx: Context, payload: Payload) -> tuple[torch.Tensor, Queued, int] | None:
+    def _queued(self, g: torch.Tensor, ctx: Context) -> tuple[torch.Tensor, Queued, int] | None:
         """The sampled threshold on the device (nothing of it is read back); the selection's buffer
         (:func:`~gradstat.compressors.schemes.sparsifiers.queued.capacity`) is sized for what passes it, at most
         ``fallback`` k where DGC keeps all that passed: DGC's exact top-k of a larger selection runs on the buffer
         once its count is read back (:meth:`_refine`)."""
         d = g.numel()
-        eta = self._threshold(g, g, ctx, payload)
+        check_ratio(self.ratio, d, who=f"{self.name} ratio")
+        eta = sampled_threshold(g, self.ratio, self.sample_ratio, ctx.call_seed, self.replacement)
         reads = torch.empty(0, dtype=torch.float64, device=g.device)
         return max_abs(g), Queued(eta, reads, nothing_to_settle), capacity(d, self._kept(d))
 

@@ -72,7 +72,7 @@ class GaussianKSGD(ThresholdSparsifier):
         payload.info["search_steps"] = steps
         return eta
 
-    def _queued(self, g: torch.Tensor, ctx: Context, payload: Payload) -> tuple[torch.Tensor, Queued, int] | None:
+    def _queued(self, g: torch.Tensor, ctx: Context) -> tuple[torch.Tensor, Queued, int] | None:
         """The same search with its decisions on the device (every one of ``max_iter`` counts made), read back with
         the selection (:func:`~gradstat.compressors.schemes.sparsifiers.threshold.queued_search`)."""
         d = g.numel()
@@ -84,4 +84,4 @@ class GaussianKSGD(ThresholdSparsifier):
             return mean.abs() + z * std, {}
 
         band = (self.band_low, self.band_high)
-        return queued_search(g, payload, math.ceil(self.ratio * d), start, band, self.max_iter, self.needs_signed)
+        return queued_search(g, math.ceil(self.ratio * d), start, band, self.max_iter, self.needs_signed)

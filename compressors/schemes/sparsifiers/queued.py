@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.kernels.bounded import Bounded
 
 CAPACITY_FACTOR = 4.0
@@ -35,15 +36,15 @@ reads back), not a wrong result."""
 class Queued:
     """A threshold computed on the device: ``threshold`` (0-d, the gradient's units), ``reads`` (1-D float64 on the
     device, possibly empty: what ``settle`` needs, read back with the selection's count in one copy) and
-    ``settle(values) -> bool``: True where the queued threshold does not stand for this input (the synchronous
+    ``settle(values, payload) -> bool``: True where the queued threshold does not stand for this input (the synchronous
     encode then runs instead); it may write diagnostics to the payload's ``info``."""
 
     threshold: torch.Tensor
     reads: torch.Tensor
-    settle: Callable[[list[float]], bool]
+    settle: Callable[[list[float], Payload], bool]
 
 
-def nothing_to_settle(values: list[float]) -> bool:
+def nothing_to_settle(values: list[float], payload: Payload) -> bool:
     """``settle`` of a threshold whose queued value always stands (no values read)."""
     return False
 

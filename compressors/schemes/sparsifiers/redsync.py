@@ -68,7 +68,7 @@ class RedSync(ExactFallback, ThresholdSparsifier):
         payload.info["search_steps"] = steps
         return eta
 
-    def _queued(self, g: torch.Tensor, ctx: Context, payload: Payload) -> tuple[torch.Tensor, Queued, int] | None:
+    def _queued(self, g: torch.Tensor, ctx: Context) -> tuple[torch.Tensor, Queued, int] | None:
         """The same search with its decisions on the device (every one of ``max_iter`` counts made), read back with
         the selection (:func:`~gradstat.compressors.schemes.sparsifiers.threshold.queued_search`)."""
         d = g.numel()
@@ -79,4 +79,4 @@ class RedSync(ExactFallback, ThresholdSparsifier):
             return (mean + top) / 2, {"low": mean, "high": top}
 
         k = math.ceil(self.ratio * d)
-        return queued_search(g, payload, k, start, (1.0, self.band), self.max_iter, self.needs_signed)
+        return queued_search(g, k, start, (1.0, self.band), self.max_iter, self.needs_signed)

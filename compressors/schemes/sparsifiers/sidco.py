@@ -24,11 +24,13 @@ Without a state (``ctx.state is None``) an adaptive SIDCo runs with ``initial_st
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
+from gradstat.compressors import graphs
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
@@ -143,7 +145,7 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
             return pot.threshold
         return Narrowed(pot.threshold, pot.candidates, pot.candidate_magnitudes)
 
-    def _queued(self, g: torch.Tensor, ctx: Context, payload: Payload) -> tuple[torch.Tensor, Queued, int] | None:
+    def _queued(self, g: torch.Tensor, ctx: Context) -> tuple[torch.Tensor, Queued, int] | None:
         """The closed-form stages on the device (:func:`gradstat.theory.pot.deferred_threshold`), read back with the
         selection; the MLE's stages compact their exceedances, and run synchronously. The stages read what the
         synchronous encode's read: ``g`` itself where the fused statistics run (:meth:`_signed_threshold`), else its
@@ -169,7 +171,7 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
             stats=stats if signed else None,
         )
 
-        def settle(values: list[float]) -> bool:
+        def settle(values: list[float], payload: Payload) -> bool:
             exact_path, reason = pot.settle(values)
             if not exact_path:
                 payload.info.update(stages=m, stopped_reason=reason)
@@ -177,6 +179,15 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
 
         threshold = pot.threshold if e is None else scale_by_pow2(pot.threshold, e)
         return stats[1], Queued(threshold, pot.reads, settle), capacity(d, math.ceil(self.ratio * d))
+
+    def _graph_key(self, ctx: Context) -> Hashable | None:
+        """The settings and the stage count M (the state's, where adaptive): all that :meth:`_queued` reads besides
+        the gradient (its closed-form stages only; the MLE's run synchronously)."""
+        if self.method != "closed_form":
+            return None
+        hyper = graphs.hyper_key(self)
+        state = ctx.state if isinstance(ctx.state, SIDCoState) else None
+        return None if hyper is None else (hyper, self.stage_count(state))
 
     def _fit(
         self,

@@ -17,12 +17,14 @@ every g (the top m of d squared values carry at least m/d of the sum); that is t
 from __future__ import annotations
 
 import math
+import weakref
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import torch
 
+from gradstat.compressors import graphs
 from gradstat.compressors.base import Compressor, Properties, nonfinite_error
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
@@ -31,7 +33,7 @@ from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.floats import widened
 from gradstat.compressors.wire.payload import Payload, index_width
 from gradstat.theory import scalars as S
-from gradstat.theory.kernels.bounded import select_bounded
+from gradstat.theory.kernels.bounded import Bounded, select_bounded
 from gradstat.theory.kernels.primitives import (
     abs_scratch,
     all_finite,
@@ -158,7 +160,6 @@ def search_threshold_deferred(
 
 def queued_search(
     g: torch.Tensor,
-    payload: Payload,
     k: int,
     start: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, torch.Tensor]]],
     band: tuple[float, float],
@@ -180,7 +181,7 @@ def queued_search(
     eta, bounds = start(g_n, mags)
     eta, steps = search_threshold_deferred(mags, k, eta, band, max_iter, bounds.get("low"), bounds.get("high"))
 
-    def settle(values: list[float]) -> bool:
+    def settle(values: list[float], payload: Payload) -> bool:
         payload.info["search_steps"] = int(values[0])
         return False
 
@@ -361,7 +362,47 @@ class ThresholdSparsifier(SparseMessage):
         SIDCo's stages read the signed gradient, the synchronous last stage sums the exceedances it gathered and
         the queued one the whole vector masked, so their thresholds agree to the last bits (tested to 1e-12) and
         the selections exactly unless an element lies within those bits of the threshold."""
-        found = None if S.on_host(x) else self._queued(x, ctx, payload)
+        if S.on_host(x):
+            return None
+        launched = graphs.launch(self, self._graph_key(ctx), x, lambda: self._launch_queued(x, ctx))
+        if launched.outputs is None:
+            launched.release()
+            return None
+        top, queued, room, selected, reads = launched.outputs
+
+        def finish() -> Payload:
+            try:
+                values = reads.tolist()  # the one host read: the wire needs the count anyway
+                largest, count, n_low = values[0], int(values[1]), int(values[2])
+                redo = not (math.isfinite(largest) and largest > 0) or count > room
+                redo = redo or queued.settle(values[3:], payload)
+                # a graph's outputs are overwritten by its next replay: the payload keeps copies
+                indices = selected.indices[:count]
+                threshold = queued.threshold
+                if launched.replayed and not redo:
+                    indices, threshold = indices.clone(), threshold.clone()
+            finally:
+                launched.release()
+            if redo:
+                return self._encode_now(x, Payload(shape=payload.shape, dtype=payload.dtype), ctx)
+            refined = self._refine(x, indices, payload, ctx)
+            ratio = getattr(self, "ratio", None)
+            if ratio is not None:
+                refined = break_ties(x, refined, math.ceil(ratio * x.numel()), n_low if refined is indices else None)
+            self._send(payload, x, refined, threshold)
+            return payload
+
+        if launched.replayed:  # a pending encode dropped unread frees its graph too
+            weakref.finalize(finish, launched.release)
+        return finish
+
+    def _launch_queued(
+        self, x: torch.Tensor, ctx: Context
+    ) -> tuple[torch.Tensor, Queued, int, Bounded, torch.Tensor] | None:
+        """The device part of the queued encode (what a CUDA graph replays, :mod:`gradstat.compressors.graphs`):
+        the rule's threshold (:meth:`_queued`), the selection into its buffer, the tie-break's count, and the one
+        vector read back, ``[max |x|, count, ties, *rule's reads]``; None where the rule has no queued form."""
+        found = self._queued(x, ctx)
         if found is None:
             return None
         top, queued, room = found
@@ -370,23 +411,15 @@ class ThresholdSparsifier(SparseMessage):
         reads = torch.cat(
             [top.double().reshape(1), selected.count.double().reshape(1), ties.double().reshape(1), queued.reads]
         )
+        return top, queued, room, selected, reads
 
-        def finish() -> Payload:
-            values = reads.tolist()  # the one host read: the wire needs the count anyway
-            largest, count, n_low = values[0], int(values[1]), int(values[2])
-            if not (math.isfinite(largest) and largest > 0) or count > room or queued.settle(values[3:]):
-                return self._encode_now(x, Payload(shape=payload.shape, dtype=payload.dtype), ctx)
-            indices = selected.indices[:count]
-            refined = self._refine(x, indices, payload, ctx)
-            ratio = getattr(self, "ratio", None)
-            if ratio is not None:
-                refined = break_ties(x, refined, math.ceil(ratio * x.numel()), n_low if refined is indices else None)
-            self._send(payload, x, refined, queued.threshold)
-            return payload
+    def _graph_key(self, ctx: Context) -> Hashable | None:
+        """What the device part (:meth:`_launch_queued`) depends on besides its input, for a CUDA graph to replay
+        it (:mod:`gradstat.compressors.graphs`): the hyper-parameters and the host values :meth:`_queued` reads
+        from ``ctx``; None (here) where the rule does not declare them, and its kernels launch one by one."""
+        return None
 
-        return finish
-
-    def _queued(self, g: torch.Tensor, ctx: Context, payload: Payload) -> tuple[torch.Tensor, Queued, int] | None:
+    def _queued(self, g: torch.Tensor, ctx: Context) -> tuple[torch.Tensor, Queued, int] | None:
         """Where the rule has a queued form for ``g`` (on a device): queue it, and return the largest magnitude
         (0-d, from a read the rule makes anyway where it can), the :class:`Queued` threshold in ``g``'s units and
         the selection's buffer size (:func:`~gradstat.compressors.schemes.sparsifiers.queued.capacity`). None

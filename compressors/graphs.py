@@ -1,0 +1,231 @@
+"""Queued encodes replayed as CUDA graphs: one launch in place of an encode's dozens where the input repeats.
+
+A queued encode (:mod:`gradstat.compressors.pending`) on a GPU launches some 20 to 70 kernels; at 26M elements on
+an H100 their device time is a third of the wall time, the rest is the host queuing them (Python, dispatch, the
+launches). A training loop's hook encodes the same buffers, of the same shape, step after step, which is what a
+CUDA graph is for: captured once, the whole device part of the encode is replayed with one launch.
+
+:func:`launch` runs a compressor's device part ``fn`` (a function of nothing but device tensors and host values
+fixed by its ``key``) either directly or as the replay of a graph captured from it:
+
+- the ``key`` names everything the device work depends on besides the contents of the input: the compressor's
+  hyper-parameters, the host values its queued form reads (e.g. SIDCo's stage count), the input's address, shape,
+  strides, dtype and device, and the compile policy. A compressor without a replayable form gives no key and always
+  launches directly;
+- a key is captured the :data:`CAPTURE_AFTER`-th time it is seen (a one-off encode, e.g. a dump's replay of fresh
+  tensors, never pays for a capture), after one warm-up on a side stream as torch requires; at most
+  :data:`MAX_GRAPHS` graphs are kept per compressor, the least recently used dropped first;
+- each graph owns its memory pool (graphs sharing one could overwrite each other's outputs while both are pending,
+  as when a bucket's layers are all queued before any is read);
+- a graph's outputs are overwritten by its next replay, so a replayed encode holds its graph until its payload has
+  copied what it keeps (:class:`Launched` ``release``); a second encode of the same key queued before then launches
+  directly;
+- a capture that fails (e.g. a device part that reads a value back after all) is reported once per compressor class
+  with its reason, and that compressor launches directly from then on: the result never depends on it.
+
+The policy is the environment variable ``GRADSTAT_CUDA_GRAPHS`` (``auto``, the default: graphs on CUDA; ``never``:
+no graph anywhere), or :func:`forced` for the code it encloses (the benchmarks time both).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import inspect
+import os
+import warnings
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import torch
+
+from gradstat.theory.kernels.policy import policy as compile_policy
+
+ENV = "GRADSTAT_CUDA_GRAPHS"
+POLICIES = ("auto", "never")
+CAPTURE_AFTER = 2
+"""The sighting of a key at which it is captured: the first encode of an input launches directly."""
+MAX_GRAPHS = 256
+"""Graphs kept per compressor (one per input buffer and stage count: a layer-wise hook's tensors); beyond it the
+least recently replayed is dropped with its memory."""
+MAX_SIGHTINGS = 4096
+"""Keys counted per compressor before the count starts over (a stream of fresh inputs never captures)."""
+
+T = TypeVar("T")
+_FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("gradstat_graphs_forced", default=None)
+
+
+def policy() -> str:
+    """``auto`` (graphs on CUDA) or ``never``, from ``GRADSTAT_CUDA_GRAPHS`` or :func:`forced`; a clear error for
+    another value (``0``/``off``/``false``/``no`` mean ``never``, ``1``/``on``/``true``/``yes`` mean ``auto``)."""
+    override = _FORCED.get()
+    if override is not None:
+        return override
+    raw = (os.environ.get(ENV) or "auto").strip().lower() or "auto"
+    value = {"0": "never", "off": "never", "false": "never", "no": "never"}.get(raw, raw)
+    value = {"1": "auto", "on": "auto", "true": "auto", "yes": "auto"}.get(value, value)
+    if value not in POLICIES:
+        raise ValueError(f"{ENV} must be one of {', '.join(POLICIES)} (or 0/1), got {raw!r}")
+    return value
+
+
+@contextlib.contextmanager
+def forced(mode: str) -> Iterator[None]:
+    """Run the enclosed code under graph policy ``mode`` (``auto`` or ``never``) in this thread (context) only."""
+    if mode not in POLICIES:
+        raise ValueError(f"graph policy must be one of {', '.join(POLICIES)}, got {mode!r}")
+    token = _FORCED.set(mode)
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
+def hyper_key(owner: object) -> tuple[Hashable, ...] | None:
+    """The part of a key that names a compressor's settings: its class and its hyper-parameters' values (None where
+    one of them cannot be hashed: no graph then)."""
+    values = (type(owner), *(getattr(owner, f.name) for f in dataclasses.fields(owner)))  # type: ignore[arg-type]
+    try:
+        hash(values)
+    except TypeError:
+        return None
+    return values
+
+
+def input_key(x: torch.Tensor) -> tuple[Hashable, ...]:
+    """The part of a key that names an input buffer: its address, shape, strides, dtype, device and the compile
+    policy (which forms of the kernels the device part launches)."""
+    return (x.data_ptr(), tuple(x.shape), x.stride(), x.dtype, x.device, compile_policy())
+
+
+@dataclass
+class Launched(Generic[T]):
+    """A device part launched: its ``outputs`` (the graph's own tensors where ``replayed``) and ``release``, to be
+    called once the caller has copied what it keeps from them (a no-op for a direct launch)."""
+
+    outputs: T
+    replayed: bool
+    release: Callable[[], None]
+
+
+def _nothing() -> None:
+    return None
+
+
+class Backend:
+    """How graphs are captured and replayed: CUDA's (here), or a stand-in for tests of the bookkeeping."""
+
+    def capture(self, fn: Callable[[], Any], device: torch.device) -> tuple[Any, Any]:
+        """Warm ``fn`` up on a side stream, capture it into a graph with a pool of its own, and return
+        ``(graph, outputs)``; the graph has not run yet."""
+        current = torch.cuda.current_stream(device)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            fn()
+        current.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, **_capture_options()):
+            outputs = fn()
+        return graph, outputs
+
+    def replay(self, graph: Any) -> None:
+        graph.replay()
+
+
+def _capture_options() -> dict[str, Any]:
+    """Capture errors only for this thread's own calls (a collective's watchdog thread may query events meanwhile),
+    where this torch has the option."""
+    if "capture_error_mode" in inspect.signature(torch.cuda.graph.__init__).parameters:
+        return {"capture_error_mode": "thread_local"}
+    return {}
+
+
+class _Entry:
+    __slots__ = ("graph", "outputs", "busy")
+
+    def __init__(self, graph: Any, outputs: Any) -> None:
+        self.graph, self.outputs, self.busy = graph, outputs, False
+
+
+class GraphCache:
+    """One compressor's graphs (:data:`MAX_GRAPHS` at most) and its count of keys seen."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self.seen: dict[Hashable, int] = {}
+        self.captures = 0
+        self.replays = 0
+
+    def launch(self, key: Hashable, device: torch.device, fn: Callable[[], T], who: str) -> Launched[T]:
+        entry = self.entries.get(key)
+        if entry is None:
+            if who in _FAILED:
+                return Launched(fn(), False, _nothing)
+            sightings = self.seen.get(key, 0) + 1
+            if len(self.seen) >= MAX_SIGHTINGS and key not in self.seen:
+                self.seen.clear()
+            self.seen[key] = sightings
+            if sightings < CAPTURE_AFTER:
+                return Launched(fn(), False, _nothing)
+            try:
+                graph, outputs = self.backend.capture(fn, device)
+            except Exception as exc:  # noqa: BLE001  (any failure to capture leaves the direct launch, reported)
+                _FAILED.add(who)
+                warnings.warn(
+                    f"gradstat: {who}'s queued encode could not be captured as a CUDA graph "
+                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); it launches its kernels "
+                    "one by one from now on (same results, more host time per call)",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+                return Launched(fn(), False, _nothing)
+            entry = self.entries[key] = _Entry(graph, outputs)
+            self.seen.pop(key, None)
+            self.captures += 1
+            while len(self.entries) > MAX_GRAPHS:
+                self.entries.popitem(last=False)
+        elif entry.busy:  # its outputs still wait to be read: this one launches on its own
+            return Launched(fn(), False, _nothing)
+        self.entries.move_to_end(key)
+        self.backend.replay(entry.graph)
+        self.replays += 1
+        entry.busy = True
+
+        def release() -> None:
+            entry.busy = False
+
+        return Launched(entry.outputs, True, release)
+
+
+_FAILED: set[str] = set()
+"""Compressor classes whose capture failed in this process (reported once each; they launch directly)."""
+_CACHES: dict[int, GraphCache] = {}
+
+
+def cache_of(owner: object, backend: Backend | None = None) -> GraphCache:
+    """``owner``'s graph cache (made on first use, dropped with ``owner``)."""
+    found = _CACHES.get(id(owner))
+    if found is None:
+        found = _CACHES[id(owner)] = GraphCache(backend or Backend())
+        weakref.finalize(owner, _CACHES.pop, id(owner), None)
+    return found
+
+
+def replays_on(x: torch.Tensor) -> bool:
+    """Whether an encode of ``x`` may replay a graph: ``x`` on a CUDA device, and no capture of the caller's own
+    under way (a graph is not captured inside another)."""
+    return x.device.type == "cuda" and not torch.cuda.is_current_stream_capturing()
+
+
+def launch(owner: object, key: Hashable | None, x: torch.Tensor, fn: Callable[[], T]) -> Launched[T]:
+    """Run ``fn`` (the device part of ``owner``'s encode of ``x``) directly, or as a CUDA graph's replay where
+    ``key`` is given, ``x`` is on a CUDA device and the policy allows (see the module docstring)."""
+    if key is None or policy() == "never" or not replays_on(x):
+        return Launched(fn(), False, _nothing)
+    return cache_of(owner).launch((key, input_key(x)), x.device, fn, type(owner).__name__)

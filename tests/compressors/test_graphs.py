@@ -1,0 +1,227 @@
+"""Queued encodes replayed as CUDA graphs (compressors/graphs.py).
+
+On a CUDA device the real graphs replay SIDCo's queued encode and are held to the encode without them, bit for bit.
+Without one, the bookkeeping (when a key is captured, which launches replay, what a replay's payload may keep of the
+graph's outputs, what happens when a capture fails) runs over an emulated graph: its capture runs the device part
+once and keeps the outputs; its replay runs it again and writes the results into those same tensors, as a real
+graph's replay writes into the memory it captured. A payload that kept a view of the outputs is then overwritten by
+the next replay, as it would be on a GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+import pytest
+import torch
+
+import gradstat.compressors  # noqa: F401  (registers every compressor)
+from gradstat.compressors import graphs
+from gradstat.compressors.context import Context
+from gradstat.compressors.registry import create
+from gradstat.compressors.wire.payload import Payload
+from gradstat.theory.kernels.policy import forced
+
+SPECS = [
+    "sidco:ratio=0.01,dist=exp,stages=1,packed=false",
+    "sidco:ratio=0.001,dist=exp,stages=3",
+    "sidco:ratio=0.001,dist=gamma,stages=3,packed=false",
+    "sidco:ratio=0.001,dist=gp,stages=3",
+    "sidco:ratio=0.001",
+]
+"""SIDCo's laws and stage counts (fixed and adaptive), with plain int32 indices (a payload that kept the graph's own
+index buffer would show it) and packed ones."""
+
+
+def _laplace(n: int, seed: int, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    u = torch.rand(n, generator=g, dtype=torch.float64) - 0.5
+    return (-scale * torch.sign(u) * torch.log1p(-2 * u.abs())).float()
+
+
+def _write_into(old: Any, new: Any) -> None:
+    """Copy ``new``'s tensors into ``old``'s, through tuples and dataclasses (what a replay does to the outputs)."""
+    if isinstance(old, torch.Tensor):
+        old.copy_(new)
+    elif isinstance(old, tuple):
+        for a, b in zip(old, new, strict=True):
+            _write_into(a, b)
+    elif dataclasses.is_dataclass(old):
+        for field in dataclasses.fields(old):
+            _write_into(getattr(old, field.name), getattr(new, field.name))
+
+
+class Emulated(graphs.Backend):
+    """A graph stand-in on any device (see the module docstring)."""
+
+    def capture(self, fn, device):
+        outputs = fn()
+        return (fn, outputs), outputs
+
+    def replay(self, graph):
+        fn, outputs = graph
+        _write_into(outputs, fn())
+
+
+class Failing(graphs.Backend):
+    def capture(self, fn, device):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    """Graphs on CPU tensors, over the queued form (which runs on a CPU under ``GRADSTAT_COMPILE=never``)."""
+    monkeypatch.setattr(graphs, "replays_on", lambda x: True)
+    monkeypatch.setattr(graphs, "_FAILED", set())
+    with forced("never"):
+        yield
+
+
+def _same(a: Payload, b: Payload) -> None:
+    assert sorted(a.parts) == sorted(b.parts)
+    for name in a.parts:
+        assert torch.equal(a[name], b[name]), name
+    assert a.bits == b.bits
+    assert a.info.keys() == b.info.keys()
+    for key, value in a.info.items():
+        other = b.info[key]
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, other), key
+        else:
+            assert value == other, key
+
+
+def _copy(p: Payload) -> Payload:
+    out = Payload(shape=p.shape, dtype=p.dtype)
+    for name, part in p.parts.items():
+        out.parts[name] = dataclasses.replace(part, tensor=part.tensor.clone())
+    out.info.update({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in p.info.items()})
+    return out
+
+
+def _steps(spec: str, device: str, steps: int = 5) -> tuple[list[Payload], list[Payload], graphs.GraphCache]:
+    """Encode ``steps`` different gradients held in one buffer, as a hook does, with graphs and without; the payloads
+    with graphs are kept whole until the end (a later replay must not change an earlier payload)."""
+    c, plain = create(spec), create(spec)
+    cache = graphs.cache_of(c, Emulated()) if device == "cpu" else graphs.cache_of(c)
+    buffer = torch.empty(60_000, device=device)
+    ctx, plain_ctx = Context(state=c.new_state()), Context(state=plain.new_state())
+    kept, copies, wanted = [], [], []
+    for step in range(steps):
+        buffer.copy_(_laplace(buffer.numel(), 100 + step))
+        payload = c.encode(buffer, ctx.but(step=step))
+        kept.append(payload)
+        copies.append(_copy(payload))
+        with graphs.forced("never"):
+            wanted.append(plain.encode(buffer, plain_ctx.but(step=step)))
+    for payload, copy in zip(kept, copies, strict=True):
+        _same(payload, copy)  # nothing a payload holds was overwritten by a later replay
+    return kept, wanted, cache
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_replayed_encodes_equal_the_direct_ones(spec, emulated):
+    """Bit for bit, every step, payloads kept across later replays; the key is captured at its second sighting and
+    replayed after (the adaptive SIDCo captures once per stage count it uses)."""
+    kept, wanted, cache = _steps(spec, "cpu")
+    for got, want in zip(kept, wanted, strict=True):
+        _same(got, want)
+    assert cache.captures >= 1
+    assert cache.replays >= 5 - graphs.CAPTURE_AFTER - (cache.captures - 1)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("spec", SPECS)
+def test_cuda_graphs_equal_the_direct_encode(spec):
+    """The real graphs: the same check on the GPU, with the compiled kernels where they build (``auto``)."""
+    kept, wanted, cache = _steps(spec, "cuda")
+    for got, want in zip(kept, wanted, strict=True):
+        _same(got, want)
+    assert cache.replays >= 1 and cache.captures >= 1
+
+
+def test_a_key_is_captured_at_its_second_sighting_and_a_busy_graph_is_not_replayed(emulated):
+    c = create("sidco:ratio=0.01,dist=exp,stages=1,packed=false")
+    cache = graphs.cache_of(c, Emulated())
+    g = _laplace(30_000, 3)
+    first = c.enqueue(g)
+    assert (cache.captures, cache.replays) == (0, 0)  # the first sighting launches directly
+    second = c.enqueue(g)  # captured and replayed: its outputs are held until its payload is read
+    assert (cache.captures, cache.replays) == (1, 1)
+    third = c.enqueue(g)  # the graph is busy: a direct launch
+    assert cache.replays == 1
+    payloads = [p.payload() for p in (first, second, third)]
+    c.enqueue(g).payload()  # released: replayed again
+    assert cache.replays == 2
+    for p in payloads[1:]:
+        _same(p, payloads[0])
+
+
+def test_a_pending_encode_dropped_unread_frees_its_graph(emulated):
+    c = create("sidco:ratio=0.01,dist=exp,stages=1")
+    cache = graphs.cache_of(c, Emulated())
+    g = _laplace(30_000, 3)
+    c.encode(g)
+    c.enqueue(g)  # captured, replayed, never read
+    c.encode(g)
+    assert cache.replays == 2
+
+
+def test_different_buffers_and_settings_are_different_graphs(emulated):
+    c = create("sidco:ratio=0.01,dist=exp,stages=1")
+    cache = graphs.cache_of(c, Emulated())
+    a, b = _laplace(30_000, 3), _laplace(30_000, 4)
+    for _ in range(3):
+        c.encode(a)
+        c.encode(b)
+    assert (cache.captures, cache.replays) == (2, 4)  # each captured at its second sighting, replayed from then on
+    c.ratio = 0.02  # another setting: a new key (seen once: direct)
+    c.encode(a)
+    assert (cache.captures, cache.replays) == (2, 4)
+
+
+def test_a_failed_capture_is_reported_once_and_the_encode_launches_directly(emulated):
+    c = create("sidco:ratio=0.01,dist=exp,stages=1")
+    cache = graphs.cache_of(c, Failing())
+    g = _laplace(30_000, 5)
+    want = c.encode(g)
+    with pytest.warns(RuntimeWarning, match="could not be captured as a CUDA graph.*RuntimeError"):
+        got = c.encode(g)
+    _same(got, want)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _same(c.encode(g), want)
+    assert (cache.captures, cache.replays) == (0, 0)
+
+
+def test_no_graph_without_a_key_or_under_never(emulated):
+    dgc = create("dgc:ratio=0.01")  # its sample is drawn with each step's seed: no key
+    sidco = create("sidco:ratio=0.01")
+    caches = [graphs.cache_of(c, Emulated()) for c in (dgc, sidco)]
+    g = _laplace(30_000, 6)
+    for step in range(3):
+        dgc.encode(g, Context(step=step))
+        with graphs.forced("never"):
+            sidco.encode(g)
+    assert all((cache.captures, cache.replays) == (0, 0) for cache in caches)
+
+
+def test_the_least_recently_used_graph_is_dropped_beyond_the_limit(emulated, monkeypatch):
+    monkeypatch.setattr(graphs, "MAX_GRAPHS", 2)
+    c = create("sidco:ratio=0.01,dist=exp,stages=1")
+    cache = graphs.cache_of(c, Emulated())
+    vectors = [_laplace(30_000, 10 + i) for i in range(3)]
+    for v in vectors + vectors:
+        c.encode(v)
+    assert len(cache.entries) == 2 and cache.captures == 3
+
+
+def test_the_policy_reads_the_environment(monkeypatch):
+    for value, want in [("", "auto"), ("never", "never"), ("0", "never"), ("on", "auto")]:
+        monkeypatch.setenv(graphs.ENV, value)
+        assert graphs.policy() == want
+    monkeypatch.setenv(graphs.ENV, "sometimes")
+    with pytest.raises(ValueError, match="GRADSTAT_CUDA_GRAPHS must be one of auto, never"):
+        graphs.policy()
