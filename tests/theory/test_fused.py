@@ -18,7 +18,7 @@ from gradstat.compressors.schemes.sparsifiers.sidco import exceedances_above
 from gradstat.theory.estimators import exceedances as exc_mod
 from gradstat.theory.estimators.exceedances import Exceedances
 from gradstat.theory.kernels import policy as policy_mod
-from gradstat.theory.kernels.fused import Fused
+from gradstat.theory.kernels.fused import Fused, TritonForm
 from gradstat.theory.kernels.policy import forced, policy
 from gradstat.theory.kernels.primitives import block_max
 from gradstat.theory.kernels.stage_stats import summary, tail_moments
@@ -79,6 +79,36 @@ def test_a_build_that_fails_warns_once_and_falls_back_to_the_reference(monkeypat
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a second warning would fail here: the first one was the only one
             assert float(kernel(x)) == 45.0
+
+
+def test_a_triton_form_runs_first_where_it_applies_and_a_failure_falls_back_once():
+    """The Triton form of a kernel runs where it says it runs (a CUDA tensor in use; said of a CPU one here), before
+    the C loop and the compiled form, not under ``never``; its first failure is reported once, and the other forms
+    run from then on."""
+    calls, failures = [], []
+
+    def run(x):
+        calls.append(x.numel())
+        if len(calls) > 1:
+            raise RuntimeError("no such kernel")
+        return x.sum() + 100
+
+    triton = TritonForm(run, lambda x: not failures, failures.append)
+    kernel = Fused(lambda x: x.sum(), triton=triton)
+    x = torch.arange(10.0)
+    assert kernel.form_for(x) == "triton" and float(kernel(x)) == 145.0
+    with forced("never"):
+        assert kernel.form_for(x) == "eager" and float(kernel(x)) == 45.0
+    assert float(kernel(x)) == 45.0  # failed: reported, and the reference answered
+    assert len(failures) == 1 and str(failures[0]) == "no such kernel"
+    assert kernel.form_for(x) != "triton" and float(kernel(x)) == 45.0 and len(calls) == 2
+
+
+def test_the_summary_has_a_triton_form_for_cuda_tensors_only():
+    from gradstat.theory.kernels import triton_stats
+
+    assert summary.triton is not None and summary.triton.run is triton_stats.summary
+    assert not triton_stats.runs_on(torch.ones(3))  # a CPU tensor: its C loop
 
 
 # -- compiled == eager reference ------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from gradstat.theory.kernels import (
     stage_stats,
     triton_runtime,
     triton_select,
+    triton_stats,
 )
 from gradstat.theory.kernels.fused import Fused
 
@@ -298,7 +299,11 @@ KERNELS: dict[str, Kernel] = {
             "summary",
             "stage statistics: min, max, nonzero count, sums of |x|, |x|^2 and log |x| (stage_stats.summary)",
             stage_stats.summary.reference,
-            {"native": _native(stage_stats.summary), "compiled": _compiled(stage_stats.summary)},
+            {
+                "native": _native(stage_stats.summary),
+                "compiled": _compiled(stage_stats.summary),
+                "triton": Form(triton_stats.summary, triton_stats.exists),
+            },
             bound=_summary_bound,
         ),
         Kernel(

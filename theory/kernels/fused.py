@@ -26,6 +26,7 @@ import contextlib
 import threading
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -62,8 +63,11 @@ class Fused:
         native: Callable[..., torch.Tensor] | None = None,
         native_applies: Callable[..., bool] | None = None,
         compiles_on: tuple[str, ...] | None = None,
+        triton: TritonForm | None = None,
     ) -> None:
         self.fn = fn
+        self.triton = triton
+        """Its Triton form for CUDA tensors, if it has one: chosen before the others there (see :meth:`form_for`)."""
         self.name = fn.__name__
         self.native = native
         self._native_applies = native_applies
@@ -81,9 +85,12 @@ class Fused:
     def form_for(self, x: torch.Tensor, *args: object) -> str:
         """The form a call with these arguments runs in: ``native``, ``compiled`` or ``eager``
         (:func:`gradstat.theory.kernels.policy.choose`); ``compiled`` inside a function torch.compile is tracing
-        (the kernel joins that function's graph)."""
+        (the kernel joins that function's graph); ``triton`` for a CUDA tensor where the kernel has a Triton form
+        that runs on it and the policy is not ``never`` (one read of the vector, no build by torch.compile)."""
         if compiling():
             return "compiled"
+        if self.triton is not None and policy.native_allowed() and self.triton.runs_on(x):
+            return "triton"
         return policy.choose(x, native=self.native_for(x, *args), compiled=self.may_compile(x))
 
     def fast_for(self, x: torch.Tensor, *args: object) -> bool:
@@ -103,6 +110,13 @@ class Fused:
         if compiling():  # inside a function torch.compile is tracing: this kernel's expression joins its graph
             return self.fn(x, *args)
         form = self.form_for(x, *args)
+        if form == "triton":
+            assert self.triton is not None
+            try:
+                return self.triton.run(x, *args)
+            except Exception as exc:  # noqa: BLE001 - a failed build or launch falls back to the other forms
+                self.triton.report(exc)
+                form = self.form_for(x, *args)
         if form == "native":
             assert self.native is not None
             return self.native(x, *args)
@@ -159,10 +173,24 @@ def fused(fn: Callable[..., torch.Tensor]) -> Fused:
     return Fused(fn)
 
 
-def with_native(native: Callable[..., torch.Tensor], applies: Callable[..., bool]) -> Callable[..., Fused]:
-    """Decorator: ``@with_native(loop, applies) def kernel(x, ...)``, a :class:`Fused` kernel with a C loop."""
+@dataclass(frozen=True)
+class TritonForm:
+    """A kernel's Triton form (:mod:`gradstat.theory.kernels.triton_runtime`): ``run`` (the kernel's arguments),
+    ``runs_on(x)`` (whether it runs on ``x``: a CUDA tensor, Triton installed, the form not failed) and ``report(exc)`` (its failure, once
+    per process; the other forms run from then on)."""
+
+    run: Callable[..., torch.Tensor]
+    runs_on: Callable[[torch.Tensor], bool]
+    report: Callable[[Exception], None]
+
+
+def with_native(
+    native: Callable[..., torch.Tensor], applies: Callable[..., bool], triton: TritonForm | None = None
+) -> Callable[..., Fused]:
+    """Decorator: ``@with_native(loop, applies) def kernel(x, ...)``, a :class:`Fused` kernel with a C loop (and a
+    Triton form for CUDA tensors where ``triton`` is given)."""
 
     def wrap(fn: Callable[..., torch.Tensor]) -> Fused:
-        return Fused(fn, native, applies)
+        return Fused(fn, native, applies, triton=triton)
 
     return wrap

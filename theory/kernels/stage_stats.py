@@ -11,7 +11,9 @@ float32 vector, and the elements are never rewritten.
 
 Each is one read of ``x`` by gradstat's C loop (``summary_f32``/``tail_f32`` of the extension: a contiguous float32
 CPU vector) or by its compiled kernel (:mod:`gradstat.theory.kernels.fused`), as
-:mod:`gradstat.theory.kernels.policy` chooses; eagerly, the same functions are the plain reference (several passes
+:mod:`gradstat.theory.kernels.policy` chooses; :func:`summary` of a CUDA tensor by its two Triton kernels
+(:mod:`gradstat.theory.kernels.triton_stats`: one read, where torch's compiled form took three and wrote ``|x|``)
+unless the policy is ``never``; eagerly, the same functions are the plain reference (several passes
 and float64 temporaries). The forms agree within the rounding of float64 sums taken in another order.
 """
 
@@ -24,8 +26,8 @@ from typing import TypeVar
 
 import torch
 
-from gradstat.theory.kernels import native
-from gradstat.theory.kernels.fused import compiling, with_native
+from gradstat.theory.kernels import native, triton_stats
+from gradstat.theory.kernels.fused import TritonForm, compiling, with_native
 
 T = TypeVar("T")
 
@@ -138,7 +140,11 @@ def count_true(mask: torch.Tensor) -> torch.Tensor:
     return mask.sum(dtype=torch.float64) if compiling() else torch.count_nonzero(mask).double()
 
 
-@with_native(_native_summary, _summary_applies)
+@with_native(
+    _native_summary,
+    _summary_applies,
+    TritonForm(triton_stats.summary, triton_stats.runs_on, triton_stats.report),
+)
 def summary(
     x: torch.Tensor, absolute: bool, extremes: bool = True, squares: bool = True, logs: bool = False
 ) -> torch.Tensor:
