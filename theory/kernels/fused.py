@@ -176,8 +176,8 @@ def fused(fn: Callable[..., torch.Tensor]) -> Fused:
 @dataclass(frozen=True)
 class TritonForm:
     """A kernel's Triton form (:mod:`gradstat.theory.kernels.triton_runtime`): ``run`` (the kernel's arguments),
-    ``runs_on(x)`` (whether it runs on ``x``: a CUDA tensor, Triton installed, the form not failed) and ``report(exc)`` (its failure, once
-    per process; the other forms run from then on)."""
+    ``runs_on(x)`` (whether it runs on ``x``: a CUDA tensor, Triton installed, the form not failed) and
+    ``report(exc)`` (its failure, once per process; the other forms run from then on)."""
 
     run: Callable[..., torch.Tensor]
     runs_on: Callable[[torch.Tensor], bool]
