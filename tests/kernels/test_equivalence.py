@@ -151,6 +151,22 @@ def _statistics_cases() -> dict[str, dict[str, Case]]:
                 _f64(1.0, device),
                 False,
             )
+    for n in (17, 70_001):
+
+        def with_ties(device, n=n):  # elements at exactly the threshold, of both signs (not used: > only)
+            x = _laplace(n, 13)
+            x[n // 5 :: 7] = x[n // 3]
+            x[n // 4 :: 11] = -x[n // 3]
+            return x.to(device)
+
+        for logs in (False, True):
+            tails[f"n={n}-ties-logs={logs}"] = lambda device, f=with_ties, logs=logs, n=n: (
+                f(device),
+                f(device)[n // 3].abs().double(),
+                _f64(0.0 if logs else 0.25, device),
+                _f64(2.0, device),
+                logs,
+            )
     return {"summary": summary, "tail_moments": tails, "count_excess": excess}
 
 

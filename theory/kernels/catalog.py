@@ -310,7 +310,11 @@ KERNELS: dict[str, Kernel] = {
             "tail_moments",
             "stage statistics over |x| > t: count, sums of z, z^2, log z (stage_stats.tail_moments)",
             stage_stats.tail_moments.reference,
-            {"native": _native(stage_stats.tail_moments), "compiled": _compiled(stage_stats.tail_moments)},
+            {
+                "native": _native(stage_stats.tail_moments),
+                "compiled": _compiled(stage_stats.tail_moments),
+                "triton": Form(triton_stats.tail_moments, triton_stats.exists),
+            },
             bound=_tail_bound,
         ),
         Kernel(

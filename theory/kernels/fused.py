@@ -108,6 +108,9 @@ class Fused:
 
     def __call__(self, x: torch.Tensor, *args: object) -> torch.Tensor:
         if compiling():  # inside a function torch.compile is tracing: this kernel's expression joins its graph
+            triton = self.triton
+            if triton is not None and triton.op is not None and triton.in_graph is not None and triton.in_graph(x):
+                return triton.op(x, *args)  # (its Triton kernels, called from the compiled function as they are)
             return self.fn(x, *args)
         form = self.form_for(x, *args)
         if form == "triton":
@@ -182,6 +185,10 @@ class TritonForm:
     run: Callable[..., torch.Tensor]
     runs_on: Callable[[torch.Tensor], bool]
     report: Callable[[Exception], None]
+    op: Callable[..., torch.Tensor] | None = None
+    """The same kernels as a torch operator opaque to torch.compile (``torch.library.custom_op``), which a compiled
+    function calls in place of tracing the reference where ``in_graph(x)`` holds; None where this torch has none."""
+    in_graph: Callable[[torch.Tensor], bool] | None = None
 
 
 def with_native(

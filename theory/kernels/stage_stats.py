@@ -143,7 +143,13 @@ def count_true(mask: torch.Tensor) -> torch.Tensor:
 @with_native(
     _native_summary,
     _summary_applies,
-    TritonForm(triton_stats.summary, triton_stats.runs_on, triton_stats.report),
+    TritonForm(
+        triton_stats.summary,
+        triton_stats.runs_on,
+        triton_stats.report,
+        triton_stats.summary_in_graph if triton_stats.SUMMARY_OP is not None else None,
+        triton_stats.in_graph,
+    ),
 )
 def summary(
     x: torch.Tensor, absolute: bool, extremes: bool = True, squares: bool = True, logs: bool = False
@@ -173,7 +179,17 @@ def summary(
     return torch.stack(parts)
 
 
-@with_native(_native_tail, _tail_applies)
+@with_native(
+    _native_tail,
+    _tail_applies,
+    TritonForm(
+        triton_stats.tail_moments,
+        triton_stats.runs_on,
+        triton_stats.report,
+        triton_stats.tail_in_graph if triton_stats.TAIL_OP is not None else None,
+        triton_stats.in_graph,
+    ),
+)
 def tail_moments(
     x: torch.Tensor, above: torch.Tensor, shift: torch.Tensor, inv_unit: torch.Tensor, logs: bool, squares: bool = True
 ) -> torch.Tensor:

@@ -115,6 +115,8 @@ class Fallback:
         self.setting = setting
         """The environment variable whose ``never`` skips the attempt (the policy's, which the warning names)."""
         self._event = threading.Event()
+        self.failed = False
+        """:meth:`is_set` as a plain attribute, for code that torch.compile traces (it guards on its value)."""
 
     def is_set(self) -> bool:
         return self._event.is_set()
@@ -124,6 +126,7 @@ class Fallback:
         if self._event.is_set():
             return
         self._event.set()
+        self.failed = True
         first = str(exc).splitlines()[0] if str(exc) else ""
         warnings.warn(
             f"gradstat: {self.what} failed to build or run ({type(exc).__name__}: {first}); using the eager form "

@@ -18,6 +18,7 @@ sums taken in another order, and of each float32 logarithm (the catalog's bound,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -65,7 +66,7 @@ def _summary_blocks(  # type: ignore[no-untyped-def]
 
 def _summary_finish(  # type: ignore[no-untyped-def]
     part_ptr, out_ptr, blocks, EXTREMES: tl.constexpr, SQUARES: tl.constexpr, LOGS: tl.constexpr,
-    CHUNK: tl.constexpr,
+    CHUNK: tl.constexpr, STEPS: tl.constexpr,
 ):  # fmt: skip
     lo = tl.full((CHUNK,), float("inf"), tl.float64)
     hi = tl.full((CHUNK,), float("-inf"), tl.float64)
@@ -75,8 +76,8 @@ def _summary_finish(  # type: ignore[no-untyped-def]
     squares = tl.full((CHUNK,), 0.0, tl.float64)
     logs = tl.full((CHUNK,), 0.0, tl.float64)
     nans = tl.full((CHUNK,), 0.0, tl.float64)
-    for start in range(0, blocks, CHUNK):
-        rows = start + tl.arange(0, CHUNK)
+    for step in range(STEPS):  # (a constant count: Triton 3.6's interpreter cannot loop to a runtime bound)
+        rows = step * CHUNK + tl.arange(0, CHUNK)
         used = rows < blocks
         at = part_ptr + rows.to(tl.int64) * 8
         hi = tl.maximum(hi, tl.load(at + 1, mask=used, other=float("-inf")))
@@ -108,6 +109,53 @@ def _summary_finish(  # type: ignore[no-untyped-def]
         tl.store(out_ptr + 5, float("inf"))
     if LOGS:
         tl.store(out_ptr + 6, tl.where(nan, not_a_number, tl.reduce(logs, 0, tl.standard._sum_combine)))
+
+
+def _tail_blocks(  # type: ignore[no-untyped-def]
+    x_ptr, above_ptr, shift_ptr, inv_unit_ptr, part_ptr, n, LOGS: tl.constexpr, SQUARES: tl.constexpr,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    block = tl.program_id(0)
+    offsets = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < n
+    x = tl.load(x_ptr + offsets, mask=inside, other=0.0)
+    a = tl.abs(x)
+    wide = a.to(tl.float64)
+    used = (wide > tl.load(above_ptr)) & inside
+    z = tl.where(used, (wide - tl.load(shift_ptr)) * tl.load(inv_unit_ptr), 0.0)
+    out = part_ptr + block.to(tl.int64) * 4
+    tl.store(out + 0, tl.reduce(used.to(tl.int32), 0, tl.standard._sum_combine).to(tl.float64))
+    tl.store(out + 1, tl.reduce(z, 0, tl.standard._sum_combine))
+    if SQUARES:
+        tl.store(out + 2, tl.reduce(z * z, 0, tl.standard._sum_combine))
+    if LOGS:  # each logarithm of |x| in x's dtype, plus log(inv_unit) in float64, as the reference
+        log_a = tl.log(tl.where(used, a, 1.0)).to(tl.float64)
+        log_z = tl.where(used, log_a + tl.log(tl.load(inv_unit_ptr)), 0.0)
+        tl.store(out + 3, tl.reduce(log_z, 0, tl.standard._sum_combine))
+
+
+def _tail_finish(  # type: ignore[no-untyped-def]
+    part_ptr, out_ptr, blocks, LOGS: tl.constexpr, SQUARES: tl.constexpr, CHUNK: tl.constexpr, STEPS: tl.constexpr
+):
+    count = tl.full((CHUNK,), 0.0, tl.float64)
+    total = tl.full((CHUNK,), 0.0, tl.float64)
+    squares = tl.full((CHUNK,), 0.0, tl.float64)
+    logs = tl.full((CHUNK,), 0.0, tl.float64)
+    for step in range(STEPS):  # (a constant count: Triton 3.6's interpreter cannot loop to a runtime bound)
+        rows = step * CHUNK + tl.arange(0, CHUNK)
+        used = rows < blocks
+        at = part_ptr + rows.to(tl.int64) * 4
+        count += tl.load(at + 0, mask=used, other=0.0)
+        total += tl.load(at + 1, mask=used, other=0.0)
+        if SQUARES:
+            squares += tl.load(at + 2, mask=used, other=0.0)
+        if LOGS:
+            logs += tl.load(at + 3, mask=used, other=0.0)
+    tl.store(out_ptr + 0, tl.reduce(count, 0, tl.standard._sum_combine))
+    tl.store(out_ptr + 1, tl.reduce(total, 0, tl.standard._sum_combine))
+    tl.store(out_ptr + 2, tl.reduce(squares, 0, tl.standard._sum_combine) if SQUARES else float("nan"))
+    if LOGS:
+        tl.store(out_ptr + 3, tl.reduce(logs, 0, tl.standard._sum_combine))
 
 
 _BROKEN = triton_runtime.Fallback("the Triton stage statistics", "GRADSTAT_COMPILE")
@@ -144,11 +192,111 @@ def summary(
         blocks_kernel[(blocks,)](
             flat, parts, n, ABSOLUTE=absolute, EXTREMES=extremes, SQUARES=squares, LOGS=logs, BLOCK=block, **options
         )
-        chunk = CHUNK if flat.device.type == "cuda" else triton_runtime.INTERPRETED_BLOCK
-        finish_kernel[(1,)](parts, out, blocks, EXTREMES=extremes, SQUARES=squares, LOGS=logs, CHUNK=chunk, **options)
+        chunk, steps = _chunks(blocks, flat)
+        finish_kernel[(1,)](
+            parts, out, blocks, EXTREMES=extremes, SQUARES=squares, LOGS=logs, CHUNK=chunk, STEPS=steps, **options
+        )
+    return out
+
+
+def _chunks(blocks: int, x: torch.Tensor) -> tuple[int, int]:
+    """``(CHUNK, STEPS)`` of a finishing program over ``blocks`` partials: the steps a power of two (a kernel is
+    built per value: a handful of sizes), at least 1."""
+    chunk = CHUNK if x.device.type == "cuda" else triton_runtime.INTERPRETED_BLOCK
+    steps = -(-blocks // chunk)
+    return chunk, 1 << max(0, steps - 1).bit_length()
+
+
+def tail_moments(
+    x: torch.Tensor, above: torch.Tensor, shift: torch.Tensor, inv_unit: torch.Tensor, logs: bool, squares: bool = True
+) -> torch.Tensor:
+    """:func:`gradstat.theory.kernels.stage_stats.tail_moments` of ``x`` by two kernels as :func:`summary`'s: the
+    blocks' ``[n, sum z, sum z^2, sum log z]`` (float64, ``z = (|x| - shift) inv_unit`` over ``|x| > above``, the
+    comparison and ``z`` in float64, each logarithm of ``|x|`` in x's dtype plus ``log inv_unit`` in float64, as the
+    reference takes them), joined in block order. ``above``, ``shift``, ``inv_unit``: 0-d float64 tensors on x's
+    device."""
+    interpret = x.device.type == "cpu"
+    blocks_kernel = triton_runtime.build(_tail_blocks, interpret)
+    finish_kernel = triton_runtime.build(_tail_finish, interpret)
+    flat = x.detach().reshape(-1).contiguous()
+    n = flat.numel()
+    block = triton_runtime.block_for(flat, BLOCK)
+    blocks = max(1, -(-n // block))
+    parts = torch.empty((blocks, 4), dtype=torch.float64, device=flat.device)
+    out = torch.empty(4 if logs else 3, dtype=torch.float64, device=flat.device)
+    scalars = [s.to(device=flat.device, dtype=torch.float64).reshape(()) for s in (above, shift, inv_unit)]
+    context, options = triton_runtime.launch(flat)
+    with context:
+        blocks_kernel[(blocks,)](flat, *scalars, parts, n, LOGS=logs, SQUARES=squares, BLOCK=block, **options)
+        chunk, steps = _chunks(blocks, flat)
+        finish_kernel[(1,)](parts, out, blocks, LOGS=logs, SQUARES=squares, CHUNK=chunk, STEPS=steps, **options)
     return out
 
 
 def report(exc: Exception) -> None:
     """Record the Triton summary's failure (one RuntimeWarning per process); the other forms run from then on."""
     _BROKEN.report(exc)
+
+
+GRAPH_DEVICES = ("cuda",)
+"""Device types on which a function that torch.compile builds calls these kernels as opaque operators
+(:data:`SUMMARY_OP`, :data:`TAIL_OP`) instead of tracing the references into its own kernels: on CUDA, torch's
+generated reductions of the SIDCo stages took 0.05-1.0 ms per pass at 26M elements on an H100 (a read pass takes
+0.053 ms), some writing full-size temporaries. Tests add ``cpu`` to run the same path through Triton's interpreter."""
+
+
+def in_graph(x: torch.Tensor) -> bool:
+    """Whether a compiled function calls the operators on ``x`` (read while torch.compile traces: plain values)."""
+    return x.device.type in GRAPH_DEVICES and not _BROKEN.failed
+
+
+def _summary_op(x: torch.Tensor, absolute: bool, extremes: bool, squares: bool, logs: bool) -> torch.Tensor:
+    return summary(x, absolute, extremes, squares, logs)
+
+
+def _summary_fake(x: torch.Tensor, absolute: bool, extremes: bool, squares: bool, logs: bool) -> torch.Tensor:
+    return x.new_empty((7 if logs else 6,), dtype=torch.float64)
+
+
+def _tail_op(
+    x: torch.Tensor, above: torch.Tensor, shift: torch.Tensor, inv_unit: torch.Tensor, logs: bool, squares: bool
+) -> torch.Tensor:
+    return tail_moments(x, above, shift, inv_unit, logs, squares)
+
+
+def _tail_fake(
+    x: torch.Tensor, above: torch.Tensor, shift: torch.Tensor, inv_unit: torch.Tensor, logs: bool, squares: bool
+) -> torch.Tensor:
+    return x.new_empty((4 if logs else 3,), dtype=torch.float64)
+
+
+def _register(name: str, fn: Callable[..., torch.Tensor], fake: Callable[..., torch.Tensor]) -> Any:
+    """``fn`` as the operator ``gradstat::name`` with its shape function ``fake`` (torch 2.4's custom_op), or None
+    where this torch has no such API, Triton is not installed, or the name is taken."""
+    custom_op = getattr(torch.library, "custom_op", None)
+    if custom_op is None or not triton_runtime.available():
+        return None
+    try:
+        op = custom_op(f"gradstat::{name}", mutates_args=())(fn)
+        op.register_fake(fake)
+    except Exception:  # noqa: BLE001  (the compiled functions then trace the references, as before)
+        return None
+    return op
+
+
+SUMMARY_OP = _register("summary", _summary_op, _summary_fake)
+TAIL_OP = _register("tail_moments", _tail_op, _tail_fake)
+
+
+def summary_in_graph(
+    x: torch.Tensor, absolute: bool, extremes: bool = True, squares: bool = True, logs: bool = False
+) -> torch.Tensor:
+    """:data:`SUMMARY_OP` with every argument given (an operator's schema has no defaults here)."""
+    return SUMMARY_OP(x, absolute, extremes, squares, logs)
+
+
+def tail_in_graph(
+    x: torch.Tensor, above: torch.Tensor, shift: torch.Tensor, inv_unit: torch.Tensor, logs: bool, squares: bool = True
+) -> torch.Tensor:
+    """:data:`TAIL_OP` with every argument given."""
+    return TAIL_OP(x, above, shift, inv_unit, logs, squares)
