@@ -45,6 +45,8 @@ memory_fraction : float -- skip a size whose working set (~12 copies of the vect
 seed : int -- seed of the Laplace vector and of the compressors' contexts (default 0).
 max_elements : int -- skip sizes above this many elements, saying so (default 0: no limit), e.g. to keep a run on
     a shared machine within its time.
+only : list[str] -- the compressors to time, by name (e.g. sidco,dgc,threshold,qsgd: every row of those names,
+    their variants included); the read pass and torch.topk always run (default: every compressor).
 """
 
 EXTRA_SPARSIFIERS = (
@@ -177,8 +179,13 @@ def _sidco_phases(g: torch.Tensor, ratio: float, repeats: int, dev: torch.device
     return phases
 
 
-def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: torch.device, seed: int) -> list[dict]:
+def _rows_for(
+    size: int, ratios: list[float], threads: str, repeats: int, dev: torch.device, seed: int, only: frozenset[str]
+) -> list[dict]:
     from gradstat.compressors.context import Context
+
+    def wanted(spec: str) -> bool:
+        return not only or spec.partition(":")[0] in only
 
     g = _laplace(size, seed, dev)
     abs_g = g.abs()
@@ -211,6 +218,7 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
         runs += [(s, "never", "never", " (eager)") for s in EAGER_TOO]
         if dev.type == "cuda":
             runs += [(s, "auto", "never", " (no graphs)") for s in NO_GRAPHS_TOO]
+        runs = [run for run in runs if wanted(run[0])]
         for spec, mode, graph_mode, suffix in runs:
             name = spec + suffix
             progress(f"bench microbench: size {size:,}, threads {threads}, ratio {ratio}: {name}")
@@ -243,6 +251,8 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
                     settle_syncs=settled,
                 )
             )
+        if not wanted("sidco"):
+            continue
         progress(f"bench microbench: size {size:,}, threads {threads}, ratio {ratio}: SIDCo phases")
         for phase, t in _sidco_phases(g, ratio, repeats, dev).items():
             rows.append(
@@ -257,7 +267,7 @@ def _rows_for(size: int, ratios: list[float], threads: str, repeats: int, dev: t
                     read_passes=t.median / read.median,
                 )
             )
-    for spec in _quantizer_specs():
+    for spec in filter(wanted, _quantizer_specs()):
         progress(f"bench microbench: size {size:,}, threads {threads}: {spec}")
         c = _build(spec, None, abs_g)
         side = g if c.properties.needs_side else None
@@ -288,6 +298,7 @@ def run(
     memory_fraction: float = 0.5,
     seed: int = 0,
     max_elements: int = 0,
+    only: Sequence[str] = (),
 ) -> pd.DataFrame:
     """The micro-benchmark table, one row per (size, threads, ratio, compressor or phase, operation).
 
@@ -306,6 +317,10 @@ def run(
         raise ValueError(f"threads must be >= 0 (0: all cores), got {thread_counts}")
     if not (0.0 < memory_fraction <= 1.0):
         raise ValueError(f"memory_fraction must lie in (0, 1], got {memory_fraction}")
+    names = sorted({s.partition(":")[0] for s in _sparsifier_specs() + _quantizer_specs()})
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        raise ValueError(f"only: no compressor named {', '.join(unknown)}; known: {', '.join(names)}")
     dev = bench_device(device)
     previous = torch.get_num_threads()
     cores = os.cpu_count() or previous
@@ -339,7 +354,7 @@ def run(
                         }
                     )
                     continue
-                rows += _rows_for(size, ratios, label, repeats, dev, seed)
+                rows += _rows_for(size, ratios, label, repeats, dev, seed, frozenset(only))
     finally:
         torch.set_num_threads(previous)
     table = pd.DataFrame(rows)
@@ -355,10 +370,11 @@ def run(
                 ("device", device),
                 ("memory_fraction", memory_fraction),
                 ("max_elements", max_elements),
+                ("only", list(only)),
                 ("seed", seed),
                 ("out", out),
             )
-            if v != ""
+            if v not in ("", [])
         ),
         cores=cores,
         load=(load_before, os.getloadavg()[0]),

@@ -62,6 +62,15 @@ def test_microbench_measures_baselines_phases_and_writes_csv_md_png(tmp_path):
     assert "## Goals" in (tmp_path / "bench.md").read_text()
 
 
+def test_microbench_times_only_the_compressors_it_is_told_to():
+    table = microbench.run(sizes=[3000], ratios=[0.1], threads=[1], repeats=1, only=["dgc", "qsgd"])
+    timed = set(table["name"])
+    assert timed == {"g.sum() (one read pass)", "torch.topk(|g|)", "dgc", "qsgd"}
+    assert "--set only=dgc,qsgd " in table.attrs["command"]
+    with pytest.raises(ValueError, match="no compressor named sidc; known: .*sidco"):
+        microbench.run(sizes=[3000], only=["sidc"])
+
+
 def test_microbench_skips_sizes_it_is_told_to_and_refuses_cuda_without_a_device(tmp_path):
     table = microbench.run(sizes=[3000, 10**9], ratios=[0.1], threads=[1], repeats=1, max_elements=10**6)
     skipped = table[table["group"] == "skipped"]
