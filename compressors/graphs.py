@@ -20,8 +20,12 @@ fixed by its ``key``) either directly or as the replay of a graph captured from 
 - a graph's outputs are overwritten by its next replay, so a replayed encode holds its graph until its payload has
   copied what it keeps (:class:`Launched` ``release``); a second encode of the same key queued before then launches
   directly;
-- a capture that fails (e.g. a device part that reads a value back after all) is reported once per compressor class
-  with its reason, and that compressor launches directly from then on: the result never depends on it.
+- the counter hash's keys an encode draws from its call seed (``Context.call_seed``: a randomized rule's draws) are
+  not captured as values: each is a tensor of the graph's that is filled with the keys of the call's own seed before
+  its replay (:class:`~gradstat.theory.kernels.counter_dither.KeySlots`), so the seed is no part of the key;
+- a capture that fails (e.g. a device part that reads a value back after all, or draws a key of another seed) is
+  reported once per compressor class with its reason, and that compressor launches directly from then on: the
+  result never depends on it.
 
 The policy is the environment variable ``GRADSTAT_CUDA_GRAPHS`` (``auto``, the default: graphs on CUDA; ``never``:
 no graph anywhere), or :func:`forced` for the code it encloses (the benchmarks time both).
@@ -43,6 +47,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from gradstat.theory.kernels.counter_dither import KeySlots, slots_for_keys
 from gradstat.theory.kernels.policy import policy as compile_policy
 
 ENV = "GRADSTAT_CUDA_GRAPHS"
@@ -119,9 +124,9 @@ def _nothing() -> None:
 class Backend:
     """How graphs are captured and replayed: CUDA's (here), or a stand-in for tests of the bookkeeping."""
 
-    def capture(self, fn: Callable[[], Any], device: torch.device) -> tuple[Any, Any]:
-        """Warm ``fn`` up on a side stream, capture it into a graph with a pool of its own, and return
-        ``(graph, outputs)``; the graph has not run yet."""
+    def capture(self, fn: Callable[[], Any], device: torch.device, slots: KeySlots) -> tuple[Any, Any]:
+        """Warm ``fn`` up on a side stream, capture it into a graph with a pool of its own (the keys it draws taken
+        from ``slots``), and return ``(graph, outputs)``; the graph has not run yet."""
         current = torch.cuda.current_stream(device)
         side = torch.cuda.Stream(device)
         side.wait_stream(current)
@@ -129,7 +134,7 @@ class Backend:
             fn()
         current.wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, **_capture_options()):
+        with torch.cuda.graph(graph, **_capture_options()), slots_for_keys(slots):
             outputs = fn()
         return graph, outputs
 
@@ -146,10 +151,10 @@ def _capture_options() -> dict[str, Any]:
 
 
 class _Entry:
-    __slots__ = ("graph", "outputs", "busy")
+    __slots__ = ("graph", "outputs", "slots", "busy")
 
-    def __init__(self, graph: Any, outputs: Any) -> None:
-        self.graph, self.outputs, self.busy = graph, outputs, False
+    def __init__(self, graph: Any, outputs: Any, slots: KeySlots) -> None:
+        self.graph, self.outputs, self.slots, self.busy = graph, outputs, slots, False
 
 
 class GraphCache:
@@ -162,7 +167,9 @@ class GraphCache:
         self.captures = 0
         self.replays = 0
 
-    def launch(self, key: Hashable, device: torch.device, fn: Callable[[], T], who: str) -> Launched[T]:
+    def launch(
+        self, key: Hashable, device: torch.device, fn: Callable[[], T], who: str, call_seed: int | None = None
+    ) -> Launched[T]:
         entry = self.entries.get(key)
         if entry is None:
             if who in _FAILED:
@@ -173,8 +180,9 @@ class GraphCache:
             self.seen[key] = sightings
             if sightings < CAPTURE_AFTER:
                 return Launched(fn(), False, _nothing)
+            slots = KeySlots(call_seed)  # (None: a key drawn in the capture is refused)
             try:
-                graph, outputs = self.backend.capture(fn, device)
+                graph, outputs = self.backend.capture(fn, device, slots)
             except Exception as exc:  # noqa: BLE001  (any failure to capture leaves the direct launch, reported)
                 _FAILED.add(who)
                 warnings.warn(
@@ -185,7 +193,7 @@ class GraphCache:
                     stacklevel=4,
                 )
                 return Launched(fn(), False, _nothing)
-            entry = self.entries[key] = _Entry(graph, outputs)
+            entry = self.entries[key] = _Entry(graph, outputs, slots)
             self.seen.pop(key, None)
             self.captures += 1
             while len(self.entries) > MAX_GRAPHS:
@@ -193,6 +201,9 @@ class GraphCache:
         elif entry.busy:  # its outputs still wait to be read: this one launches on its own
             return Launched(fn(), False, _nothing)
         self.entries.move_to_end(key)
+        if entry.slots.slots:
+            assert call_seed is not None  # (a capture that drew keys had a call seed: the key holds its compressor)
+            entry.slots.fill(call_seed)
         self.backend.replay(entry.graph)
         self.replays += 1
         entry.busy = True
@@ -223,9 +234,13 @@ def replays_on(x: torch.Tensor) -> bool:
     return x.device.type == "cuda" and not torch.cuda.is_current_stream_capturing()
 
 
-def launch(owner: object, key: Hashable | None, x: torch.Tensor, fn: Callable[[], T]) -> Launched[T]:
+def launch(
+    owner: object, key: Hashable | None, x: torch.Tensor, fn: Callable[[], T], call_seed: int | None = None
+) -> Launched[T]:
     """Run ``fn`` (the device part of ``owner``'s encode of ``x``) directly, or as a CUDA graph's replay where
-    ``key`` is given, ``x`` is on a CUDA device and the policy allows (see the module docstring)."""
+    ``key`` is given, ``x`` is on a CUDA device and the policy allows (see the module docstring). ``call_seed``:
+    the seed of this call (``Context.call_seed``), from which the keys ``fn`` draws are refilled before each replay
+    (:class:`~gradstat.theory.kernels.counter_dither.KeySlots`); None where ``fn`` draws none."""
     if key is None or policy() == "never" or not replays_on(x):
         return Launched(fn(), False, _nothing)
-    return cache_of(owner).launch((key, input_key(x)), x.device, fn, type(owner).__name__)
+    return cache_of(owner).launch((key, input_key(x)), x.device, fn, type(owner).__name__, call_seed)

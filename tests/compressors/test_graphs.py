@@ -22,6 +22,7 @@ from gradstat.compressors import graphs
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import create
 from gradstat.compressors.wire.payload import Payload
+from gradstat.theory.kernels.counter_dither import KeySlots, slots_for_keys
 from gradstat.theory.kernels.policy import forced
 
 SPECS = [
@@ -30,8 +31,12 @@ SPECS = [
     "sidco:ratio=0.001,dist=gamma,stages=3,packed=false",
     "sidco:ratio=0.001,dist=gp,stages=3",
     "sidco:ratio=0.001",
+    "dgc:ratio=0.01,packed=false",
+    "dgc:ratio=0.001,fallback=1.5",
+    "gmc_topk:ratio=0.01",
 ]
-"""SIDCo's laws and stage counts (fixed and adaptive), with plain int32 indices (a payload that kept the graph's own
+"""SIDCo's laws and stage counts (fixed and adaptive), and the sampled thresholds (their sample drawn from each
+step's own seed: keys refilled before each replay), with plain int32 indices (a payload that kept the graph's own
 index buffer would show it) and packed ones."""
 
 
@@ -53,20 +58,35 @@ def _write_into(old: Any, new: Any) -> None:
             _write_into(getattr(old, field.name), getattr(new, field.name))
 
 
-class Emulated(graphs.Backend):
-    """A graph stand-in on any device (see the module docstring)."""
+class _Replaying(KeySlots):
+    """The keys of a replay: the slots the capture took, in the order it took them (a graph reads the same memory)."""
 
-    def capture(self, fn, device):
-        outputs = fn()
-        return (fn, outputs), outputs
+    def __init__(self, captured: KeySlots) -> None:
+        super().__init__(None)
+        self.taken = iter(captured.slots)
+
+    def take(self, seed, stream, device):
+        return next(self.taken)[0]
+
+
+class Emulated(graphs.Backend):
+    """A graph stand-in on any device (see the module docstring): the capture runs the device part with the key
+    slots (unfilled, as in a real capture), each replay runs it again on the same slots, which the cache fills with
+    the call's keys before it."""
+
+    def capture(self, fn, device, slots):
+        with slots_for_keys(slots):
+            outputs = fn()
+        return (fn, outputs, slots), outputs
 
     def replay(self, graph):
-        fn, outputs = graph
-        _write_into(outputs, fn())
+        fn, outputs, slots = graph
+        with slots_for_keys(_Replaying(slots)):
+            _write_into(outputs, fn())
 
 
 class Failing(graphs.Backend):
-    def capture(self, fn, device):
+    def capture(self, fn, device, slots):
         raise RuntimeError("operation not permitted when stream is capturing")
 
 
@@ -197,12 +217,12 @@ def test_a_failed_capture_is_reported_once_and_the_encode_launches_directly(emul
 
 
 def test_no_graph_without_a_key_or_under_never(emulated):
-    dgc = create("dgc:ratio=0.01")  # its sample is drawn with each step's seed: no key
+    redsync = create("redsync:ratio=0.01")  # no key declared
     sidco = create("sidco:ratio=0.01")
-    caches = [graphs.cache_of(c, Emulated()) for c in (dgc, sidco)]
+    caches = [graphs.cache_of(c, Emulated()) for c in (redsync, sidco)]
     g = _laplace(30_000, 6)
     for step in range(3):
-        dgc.encode(g, Context(step=step))
+        redsync.encode(g, Context(step=step))
         with graphs.forced("never"):
             sidco.encode(g)
     assert all((cache.captures, cache.replays) == (0, 0) for cache in caches)
@@ -216,6 +236,18 @@ def test_the_least_recently_used_graph_is_dropped_beyond_the_limit(emulated, mon
     for v in vectors + vectors:
         c.encode(v)
     assert len(cache.entries) == 2 and cache.captures == 3
+
+
+def test_a_capture_that_draws_a_key_of_another_seed_is_refused(emulated):
+    """Keys are refilled from the call seed: a key of any other seed cannot be, and the capture refuses it (the
+    encode then launches directly, reported once)."""
+    slots = KeySlots(7)
+    with slots_for_keys(slots):
+        assert slots.take(7, 1, torch.device("cpu")).shape == (2,)
+        with pytest.raises(ValueError, match="not the call seed"):
+            slots.take(8, 1, torch.device("cpu"))
+    with pytest.raises(ValueError, match="not the call seed"):
+        KeySlots(None).take(7, 1, torch.device("cpu"))
 
 
 def test_the_policy_reads_the_environment(monkeypatch):

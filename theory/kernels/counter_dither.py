@@ -34,7 +34,10 @@ row count of 0 or 1 building its own variant once.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
@@ -55,11 +58,58 @@ CHUNK_ELEMENTS = 1 << 18
 
 def keys(seed: int, stream: int, device: torch.device | str) -> torch.Tensor:
     """The two 32-bit key words of ``(seed, stream)`` as an int32 tensor of shape (2,) on ``device`` (a tensor,
-    so that a new seed does not recompile the fused kernels)."""
-    k = derive_seed(seed, stream)
-    words = [(k >> s) & 0xFFFFFFFF for s in (0, 32)]
+    so that a new seed does not recompile the fused kernels). While a graph is being captured
+    (:func:`slots_for_keys`), a slot that is filled before each replay instead."""
+    slots = _SLOTS.get()
+    if slots is not None:
+        return slots.take(seed, stream, torch.device(device))
     # filled on the device (a copy from host memory would wait for the device's queue)
-    return torch.stack([_int32(w - (1 << 32) if w >= 1 << 31 else w, device) for w in words])
+    return torch.stack([_int32(w, device) for w in key_words(seed, stream)])
+
+
+def key_words(seed: int, stream: int) -> tuple[int, int]:
+    """The two key words of ``(seed, stream)`` as signed 32-bit host integers (low word first)."""
+    k = derive_seed(seed, stream)
+    low, high = (k & 0xFFFFFFFF, (k >> 32) & 0xFFFFFFFF)
+    return (low - (1 << 32) if low >= 1 << 31 else low, high - (1 << 32) if high >= 1 << 31 else high)
+
+
+class KeySlots:
+    """The keys an encode draws while it is captured as a CUDA graph: each :func:`keys` call of the capture gets a
+    tensor of its own, which no captured kernel writes; :meth:`fill` writes the keys of a call's seed into every one
+    (two small launches each) before that call's replay, so the replay draws that call's numbers. Every key of an
+    encode is drawn from its call seed (``Context.call_seed``) and a stream: a key of another seed cannot be
+    refilled from the call seed, and the capture refuses it (:class:`ValueError`), as it refuses every key where the
+    call seed is None."""
+
+    def __init__(self, call_seed: int | None) -> None:
+        self.call_seed = call_seed
+        self.slots: list[tuple[torch.Tensor, int]] = []
+
+    def take(self, seed: int, stream: int, device: torch.device) -> torch.Tensor:
+        if self.call_seed is None or seed != self.call_seed:
+            raise ValueError(f"a key of seed {seed} is not the call seed {self.call_seed}'s: it cannot be refilled")
+        slot = torch.empty(2, dtype=torch.int32, device=device)
+        self.slots.append((slot, stream))
+        return slot
+
+    def fill(self, call_seed: int) -> None:
+        for slot, stream in self.slots:
+            for i, word in enumerate(key_words(call_seed, stream)):
+                slot[i].fill_(word)
+
+
+_SLOTS: contextvars.ContextVar[KeySlots | None] = contextvars.ContextVar("gradstat_key_slots", default=None)
+
+
+@contextlib.contextmanager
+def slots_for_keys(slots: KeySlots) -> Iterator[KeySlots]:
+    """While the block runs (a graph's capture), :func:`keys` hands out ``slots``' tensors instead of filling keys."""
+    token = _SLOTS.set(slots)
+    try:
+        yield slots
+    finally:
+        _SLOTS.reset(token)
 
 
 def _int32(value: int, device: torch.device | str) -> torch.Tensor:

@@ -19,10 +19,12 @@ The sample is drawn from the call's seed; the receiver needs only indices and va
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import torch
 
+from gradstat.compressors import graphs
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
@@ -82,6 +84,11 @@ class _SampledThreshold(ThresholdSparsifier):
         reads = torch.empty(0, dtype=torch.float64, device=g.device)
         return max_abs(g), Queued(eta, reads, nothing_to_settle), capacity(d, self._kept(d))
 
+    def _graph_key(self, ctx: Context) -> Hashable | None:
+        """The settings only: the sample is drawn from the counter hash's keys of the call seed, which a graph's
+        replay refills (:mod:`gradstat.compressors.graphs`)."""
+        return graphs.hyper_key(self)
+
     def _kept(self, d: int) -> int:
         """The most elements a selection keeps without a further cut: k here; ``fallback`` k for DGC."""
         return math.ceil(self.ratio * d)
@@ -113,6 +120,11 @@ class DGC(_SampledThreshold):
         super().__post_init__()
         if not (float(self.fallback) >= 1.0) or math.isinf(self.fallback):
             raise ValueError(f"dgc fallback must be a finite factor >= 1, got {self.fallback}")
+
+    def _graph_key(self, ctx: Context) -> Hashable | None:
+        """The settings only: the sample is drawn from the counter hash's keys of the call seed, which a graph's
+        replay refills (:mod:`gradstat.compressors.graphs`)."""
+        return graphs.hyper_key(self)
 
     def _kept(self, d: int) -> int:
         return math.floor(self.fallback * math.ceil(self.ratio * d))

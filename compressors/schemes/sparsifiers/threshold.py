@@ -364,7 +364,7 @@ class ThresholdSparsifier(SparseMessage):
         the selections exactly unless an element lies within those bits of the threshold."""
         if S.on_host(x):
             return None
-        launched = graphs.launch(self, self._graph_key(ctx), x, lambda: self._launch_queued(x, ctx))
+        launched = graphs.launch(self, self._graph_key(ctx), x, lambda: self._launch_queued(x, ctx), ctx.call_seed)
         if launched.outputs is None:
             launched.release()
             return None
