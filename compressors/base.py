@@ -20,14 +20,17 @@ Rules for implementations:
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import Field, dataclass, fields, is_dataclass
 from typing import Any, ClassVar, Literal, Mapping, Sequence
 
 import torch
 
+from gradstat.compressors import graphs
 from gradstat.compressors.context import Context
 from gradstat.compressors.pending import Pending, deferring, finite
 from gradstat.compressors.wire.errors import PayloadError
@@ -108,19 +111,53 @@ class Compressor(ABC):
     one's values are narrowed to the wire's dtype by a conversion that checks its range on the host."""
 
     def _checks_deferred(self, x: torch.Tensor, payload: Payload, ctx: Context) -> Callable[[], Payload]:
-        """Run the encode with its finiteness checks kept on the device (assumed to pass), and return the function
-        that reads their answers back: the payload where every one passed, else the synchronous encode's result
-        or error."""
-        with deferring() as flags:
-            self._encode_now(x, payload, ctx)
-        passed = torch.stack(flags).all() if flags else None
+        """Run the encode with its finiteness checks kept on the device (assumed to pass), directly or as a CUDA
+        graph's replay (:mod:`gradstat.compressors.graphs`, where :meth:`_graph_key` gives a key), and return the
+        function that reads their answers back: the payload where every one passed (a replay's copied out of the
+        graph's memory, with this call's seed), else the synchronous encode's result or error."""
+        launched = graphs.launch(
+            self, self._graph_key(ctx), x, lambda: self._encode_deferred(x, payload.shape, payload.dtype, ctx),
+            ctx.call_seed,
+        )  # fmt: skip
+        encoded, passed = launched.outputs
 
         def finish() -> Payload:
-            if passed is None or bool(passed):  # the one read back
-                return payload
+            try:
+                ok = passed is None or bool(passed)  # the one read back
+                result = own_copy(encoded, ctx.call_seed, x.device) if ok and launched.replayed else encoded
+            finally:
+                launched.release()
+            if ok:
+                return result
             return self._encode_now(x, Payload(shape=payload.shape, dtype=payload.dtype), ctx)
 
+        if launched.replayed:  # a pending encode dropped unread frees its graph too
+            weakref.finalize(finish, launched.release)
         return finish
+
+    def _encode_deferred(
+        self, x: torch.Tensor, shape: torch.Size, dtype: torch.dtype, ctx: Context
+    ) -> tuple[Payload, torch.Tensor | None]:
+        """The encode into a new payload with its finiteness checks left on the device, and their joint answer
+        (0-d bool; None where it made none): what :meth:`_checks_deferred` launches or replays."""
+        payload = Payload(shape=shape, dtype=dtype)
+        with deferring() as flags:
+            self._encode_now(x, payload, ctx)
+        return payload, torch.stack(flags).all() if flags else None
+
+    replays_as_graph: ClassVar[bool] = False
+    """Whether the encode with deferred checks (:attr:`defers_checks`) depends on nothing but its settings, its input
+    and the keys of its call seed, so that a CUDA graph may replay it (:meth:`_graph_key`); the stateless rules
+    that draw from the counter hash or nothing declare it."""
+
+    def _graph_key(self, ctx: Context) -> Hashable | None:
+        """What the queued encode's device part depends on besides its input and the call seed, for a CUDA graph to
+        replay it (:mod:`gradstat.compressors.graphs`): the settings, where the class declares
+        :attr:`replays_as_graph`, no per-worker state is given and no draw comes from torch's generator (whose
+        state a graph would freeze); else None, and its kernels launch one by one."""
+        if not self.replays_as_graph or ctx.state is not None or getattr(self, "dither", "counter") == "torch":
+            return None
+        return graphs.hyper_key(self)
 
     def _encode_now(self, x: torch.Tensor, payload: Payload, ctx: Context) -> Payload:
         """The synchronous encode of the flat float ``x`` into ``payload``: the finiteness check where ``_encode``
@@ -310,6 +347,23 @@ def decode_named(
         name: compressor.decode(p, ctx.but(block=i, state=(states or {}).get(name)))
         for i, (name, p) in enumerate(payloads.items())
     }
+
+
+def own_copy(template: Payload, seed: int, device: torch.device) -> Payload:
+    """A payload of its own from a graph's (:mod:`gradstat.compressors.graphs`): every tensor of its parts and
+    diagnostics on the graph's ``device`` copied out of the graph's memory, which its next replay overwrites, and the
+    ``seed`` part, the one host value a replay does not redo, set to this call's ``seed``. Host parts made while the
+    graph was captured are constants, and shared."""
+    out = Payload(shape=template.shape, dtype=template.dtype)
+    for name, part in template.parts.items():
+        if name == "seed":
+            out.add_seed(seed)
+        else:
+            tensor = part.tensor.clone() if part.tensor.device == device else part.tensor
+            out.parts[name] = dataclasses.replace(part, tensor=tensor)
+    for key, value in template.info.items():
+        out.info[key] = value.clone() if isinstance(value, torch.Tensor) and value.device == device else value
+    return out
 
 
 def check_gradient(g: torch.Tensor, who: str = "compressor", finite: bool = True) -> torch.Tensor:

@@ -47,9 +47,14 @@ def _laplace(n: int, seed: int, scale: float = 1.0) -> torch.Tensor:
 
 
 def _write_into(old: Any, new: Any) -> None:
-    """Copy ``new``'s tensors into ``old``'s, through tuples and dataclasses (what a replay does to the outputs)."""
+    """Copy ``new``'s tensors into ``old``'s, through tuples, dicts and dataclasses (what a replay does to the
+    outputs), but a payload's seed: a host value, which a graph's replay does not write."""
     if isinstance(old, torch.Tensor):
         old.copy_(new)
+    elif isinstance(old, dict):
+        for key in old:
+            if key != "seed":
+                _write_into(old[key], new[key])
     elif isinstance(old, tuple):
         for a, b in zip(old, new, strict=True):
             _write_into(a, b)
@@ -160,6 +165,52 @@ def test_cuda_graphs_equal_the_direct_encode(spec):
     for got, want in zip(kept, wanted, strict=True):
         _same(got, want)
     assert cache.replays >= 1 and cache.captures >= 1
+
+
+CHECKS_DEFERRED = [
+    "qsgd",
+    "qsgd:bucket=512",
+    "terngrad",
+    "dqsg",
+    "ndqsg",
+    "qcs",
+    "signsgd",
+    "onebit",
+    "topk:ratio=0.01",
+    "randk:ratio=0.01",
+    "randk_unbiased:ratio=0.01",
+]
+"""The rules of a fixed message size whose encode is queued with its checks deferred, and may replay as a graph."""
+
+
+@pytest.mark.parametrize("spec", CHECKS_DEFERRED)
+def test_replayed_encodes_with_deferred_checks_equal_the_direct_ones(spec, emulated):
+    """Five steps, five seeds, one buffer: every payload (its dither and signs drawn from its own seed's keys, its
+    seed part this call's) equals the direct encode, and later replays change none of them."""
+    kept, wanted, cache = _steps(spec, "cpu")
+    for got, want in zip(kept, wanted, strict=True):
+        _same(got, want)
+    assert cache.captures == 1 and cache.replays == 5 - graphs.CAPTURE_AFTER + 1
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("spec", CHECKS_DEFERRED)
+def test_cuda_graphs_with_deferred_checks_equal_the_direct_encode(spec):
+    kept, wanted, cache = _steps(spec, "cuda")
+    for got, want in zip(kept, wanted, strict=True):
+        _same(got, want)
+    assert cache.replays >= 1 and cache.captures == 1
+
+
+def test_no_graph_for_a_torch_dither_or_a_per_worker_state(emulated):
+    for spec in ("dqsg:dither=torch", "qsgd"):
+        c = create(spec)
+        cache = graphs.cache_of(c, Emulated())
+        ctx = Context(state=object()) if spec == "qsgd" else Context()
+        g = _laplace(30_000, 7)
+        for step in range(3):
+            c.encode(g, ctx.but(step=step))
+        assert (cache.captures, cache.replays) == (0, 0), spec
 
 
 def test_a_key_is_captured_at_its_second_sighting_and_a_busy_graph_is_not_replayed(emulated):
