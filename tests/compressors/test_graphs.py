@@ -230,6 +230,26 @@ def test_a_key_is_captured_at_its_second_sighting_and_a_busy_graph_is_not_replay
         _same(p, payloads[0])
 
 
+@pytest.mark.parametrize("spec", ["sidco:ratio=0.01,dist=exp,stages=1,packed=false", "qsgd"])
+def test_a_bucket_of_buffers_queued_before_any_is_read(spec, emulated):
+    """As the DDP hook sends a bucket: every layer's encode queued, then every payload read, step after step; each
+    payload equals the direct encode of its layer and step."""
+    c, plain = create(spec), create(spec)
+    cache = graphs.cache_of(c, Emulated())
+    layers = [torch.empty(n) for n in (20_000, 30_000, 20_000)]
+    for step in range(4):
+        for i, layer in enumerate(layers):
+            layer.copy_(_laplace(layer.numel(), 10 * step + i))
+        contexts = [Context(step=step, block=i) for i in range(len(layers))]
+        pending = [c.enqueue(layer, ctx) for layer, ctx in zip(layers, contexts, strict=True)]
+        got = [p.payload() for p in pending]
+        with graphs.forced("never"):
+            want = [plain.encode(layer, ctx) for layer, ctx in zip(layers, contexts, strict=True)]
+        for a, b in zip(got, want, strict=True):
+            _same(a, b)
+    assert cache.captures == 3 and cache.replays == 3 * (4 - graphs.CAPTURE_AFTER + 1)
+
+
 def test_a_pending_encode_dropped_unread_frees_its_graph(emulated):
     c = create("sidco:ratio=0.01,dist=exp,stages=1")
     cache = graphs.cache_of(c, Emulated())
