@@ -124,18 +124,33 @@ def _nothing() -> None:
 class Backend:
     """How graphs are captured and replayed: CUDA's (here), or a stand-in for tests of the bookkeeping."""
 
+    def warm_up(self, fn: Callable[[], Any], device: torch.device) -> None:
+        """Run ``fn`` once on a side stream of ``device`` (what torch asks before a capture); its errors are the
+        encode's own, raised as they are."""
+        with torch.cuda.device(device):
+            current = torch.cuda.current_stream(device)
+            side = torch.cuda.Stream(device)
+            side.wait_stream(current)
+            with torch.cuda.stream(side):
+                fn()
+            current.wait_stream(side)
+
     def capture(self, fn: Callable[[], Any], device: torch.device, slots: KeySlots) -> tuple[Any, Any]:
-        """Warm ``fn`` up on a side stream, capture it into a graph with a pool of its own (the keys it draws taken
-        from ``slots``), and return ``(graph, outputs)``; the graph has not run yet."""
-        current = torch.cuda.current_stream(device)
-        side = torch.cuda.Stream(device)
-        side.wait_stream(current)
-        with torch.cuda.stream(side):
-            fn()
-        current.wait_stream(side)
+        """Capture ``fn`` into a graph with a pool of its own (the keys it draws taken from ``slots``) on a stream
+        of ``device``, the current device made ``device`` (so that its kernels, launched on the current device's
+        stream, are the ones captured), and return ``(graph, outputs)``; the graph has not run yet. A capture that
+        records nothing (torch only warns) raises: its replays would silently leave the outputs as they were."""
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, **_capture_options()), slots_for_keys(slots):
-            outputs = fn()
+        with torch.cuda.device(device), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            stream = torch.cuda.Stream(device)
+            with torch.cuda.graph(graph, stream=stream, **_capture_options()), slots_for_keys(slots):
+                outputs = fn()
+        empty = [w for w in caught if "graph is empty" in str(w.message).lower()]
+        if empty:
+            raise RuntimeError(f"the captured graph is empty ({str(empty[0].message).splitlines()[0]})")
+        for w in caught:  # (the others are the encode's own: passed on)
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         return graph, outputs
 
     def replay(self, graph: Any) -> None:
@@ -151,10 +166,12 @@ def _capture_options() -> dict[str, Any]:
 
 
 class _Entry:
-    __slots__ = ("graph", "outputs", "slots", "busy")
+    __slots__ = ("graph", "outputs", "slots", "holder")
 
     def __init__(self, graph: Any, outputs: Any, slots: KeySlots) -> None:
-        self.graph, self.outputs, self.slots, self.busy = graph, outputs, slots, False
+        self.graph, self.outputs, self.slots = graph, outputs, slots
+        self.holder: object | None = None
+        """The replay whose outputs still wait to be read (None: free); only that replay's release frees it."""
 
 
 class GraphCache:
@@ -177,9 +194,11 @@ class GraphCache:
             sightings = self.seen.get(key, 0) + 1
             if len(self.seen) >= MAX_SIGHTINGS and key not in self.seen:
                 self.seen.clear()
-            self.seen[key] = sightings
             if sightings < CAPTURE_AFTER:
-                return Launched(fn(), False, _nothing)
+                outputs = fn()  # (an encode that raises is never counted, so never captured)
+                self.seen[key] = sightings
+                return Launched(outputs, False, _nothing)
+            self.backend.warm_up(fn, device)  # (its errors are the encode's own)
             slots = KeySlots(call_seed)  # (None: a key drawn in the capture is refused)
             try:
                 graph, outputs = self.backend.capture(fn, device, slots)
@@ -198,7 +217,7 @@ class GraphCache:
             self.captures += 1
             while len(self.entries) > MAX_GRAPHS:
                 self.entries.popitem(last=False)
-        elif entry.busy:  # its outputs still wait to be read: this one launches on its own
+        elif entry.holder is not None:  # its outputs still wait to be read: this one launches on its own
             return Launched(fn(), False, _nothing)
         self.entries.move_to_end(key)
         if entry.slots.slots:
@@ -206,10 +225,11 @@ class GraphCache:
             entry.slots.fill(call_seed)
         self.backend.replay(entry.graph)
         self.replays += 1
-        entry.busy = True
+        holder = entry.holder = object()
 
-        def release() -> None:
-            entry.busy = False
+        def release() -> None:  # (this replay's only: a late second call cannot free a later replay's outputs)
+            if entry.holder is holder:
+                entry.holder = None
 
         return Launched(entry.outputs, True, release)
 

@@ -68,3 +68,16 @@ def no_copy_to_device() -> Iterator[None]:
     finally:
         for name, original in originals.items():
             setattr(torch, name, original)
+        _forget_traced_torch_functions()
+
+
+def _forget_traced_torch_functions() -> None:
+    """Drop torch.compile's map of torch's functions where it was built while the guards stood in for
+    ``torch.tensor``/``torch.as_tensor``: built then, it lacks the real ones, and a later compile in this process
+    fails on them ("Dynamo does not know how to trace the builtin torch._VariableFunctionsClass.as_tensor"), as
+    tests/theory/test_pot_compiled.py did after this file's tests in the same worker."""
+    rules = getattr(getattr(torch, "_dynamo", None), "trace_rules", None)
+    for name in ("get_torch_obj_rule_map", "get_tensor_method"):
+        cached = getattr(rules, name, None)
+        if hasattr(cached, "cache_clear"):
+            cached.cache_clear()

@@ -317,6 +317,7 @@ def run(
         raise ValueError(f"threads must be >= 0 (0: all cores), got {thread_counts}")
     if not (0.0 < memory_fraction <= 1.0):
         raise ValueError(f"memory_fraction must lie in (0, 1], got {memory_fraction}")
+    only = [only] if isinstance(only, str) else list(only)  # (one name as a plain string)
     names = sorted({s.partition(":")[0] for s in _sparsifier_specs() + _quantizer_specs()})
     unknown = sorted(set(only) - set(names))
     if unknown:

@@ -79,6 +79,9 @@ class Emulated(graphs.Backend):
     slots (unfilled, as in a real capture), each replay runs it again on the same slots, which the cache fills with
     the call's keys before it."""
 
+    def warm_up(self, fn, device):
+        fn()
+
     def capture(self, fn, device, slots):
         with slots_for_keys(slots):
             outputs = fn()
@@ -90,7 +93,7 @@ class Emulated(graphs.Backend):
             _write_into(outputs, fn())
 
 
-class Failing(graphs.Backend):
+class Failing(Emulated):
     def capture(self, fn, device, slots):
         raise RuntimeError("operation not permitted when stream is capturing")
 
@@ -248,6 +251,46 @@ def test_a_bucket_of_buffers_queued_before_any_is_read(spec, emulated):
         for a, b in zip(got, want, strict=True):
             _same(a, b)
     assert cache.captures == 3 and cache.replays == 3 * (4 - graphs.CAPTURE_AFTER + 1)
+
+
+def test_an_encode_that_raises_is_never_captured_and_does_not_turn_graphs_off(emulated):
+    """A user's error (a ratio too small for the vector) is raised as it is, every time; it is no capture failure:
+    the same compressor still captures a valid buffer."""
+    c = create("sidco:ratio=0.01,dist=exp,stages=1")
+    cache = graphs.cache_of(c, Emulated())
+    tiny = _laplace(50, 1)
+    for _ in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (no warning of a failed capture)
+            with pytest.raises(ValueError, match="ratio"):
+                c.encode(tiny)
+    g = _laplace(30_000, 2)
+    for _ in range(3):
+        c.encode(g)
+    assert (cache.captures, cache.replays) == (1, 2)
+
+
+def test_only_the_replay_that_holds_a_graph_frees_it(emulated):
+    """A replay's release is its own: called late (a finished encode collected after a later replay), it does not
+    free the later replay's outputs, which a third launch would otherwise overwrite unread."""
+    cache = graphs.GraphCache(Emulated())
+    x = torch.arange(4.0)
+
+    def fn():
+        return x * 2
+
+    device = torch.device("cpu")
+    direct = cache.launch("k", device, fn, "T")
+    first = cache.launch("k", device, fn, "T")
+    assert not direct.replayed and first.replayed
+    first.release()
+    second = cache.launch("k", device, fn, "T")
+    assert second.replayed
+    first.release()  # late, a second time
+    third = cache.launch("k", device, fn, "T")
+    assert not third.replayed  # the graph is still held by the second
+    second.release()
+    assert cache.launch("k", device, fn, "T").replayed
 
 
 def test_a_pending_encode_dropped_unread_frees_its_graph(emulated):

@@ -104,11 +104,40 @@ def test_a_triton_form_runs_first_where_it_applies_and_a_failure_falls_back_once
     assert kernel.form_for(x) != "triton" and float(kernel(x)) == 45.0 and len(calls) == 2
 
 
+def test_the_triton_summary_checks_its_flags_as_the_other_forms():
+    with pytest.raises(ValueError, match="summary without extremes needs magnitudes"):
+        summary.triton.run(torch.ones(4), False, False)
+    with pytest.raises(ValueError, match="summary with logarithms needs magnitudes"):
+        summary.triton.op(torch.ones(4), False, True, True, True)
+
+
+@pytest.mark.parametrize("name", ["summary", "tail_moments"])
+def test_an_operator_whose_kernels_fail_reports_and_answers_with_the_reference(name, monkeypatch):
+    """Inside a compiled function the Triton statistics are operators: a failed build or launch there is reported
+    (once per process, which turns the form off) and the reference answers, instead of failing the whole function."""
+    from gradstat.theory.kernels import triton_stats
+
+    def broken(*args):
+        raise RuntimeError("no kernel today")
+
+    reported = []
+    monkeypatch.setattr(triton_stats, name, broken)
+    monkeypatch.setattr(triton_stats, "report", reported.append)
+    x = _laplace(1000, 3)
+    scalars = [torch.tensor(v, dtype=torch.float64) for v in (0.5, 0.5, 2.0)]
+    args = (x, True, True, True, False) if name == "summary" else (x, *scalars, False, True)
+    op = triton_stats._summary_op if name == "summary" else triton_stats._tail_op
+    reference = summary.reference if name == "summary" else tail_moments.reference
+    assert torch.equal(op(*args), reference(*args))
+    assert [str(e) for e in reported] == ["no kernel today"]
+
+
 def test_the_summary_has_a_triton_form_for_cuda_tensors_only():
     from gradstat.theory.kernels import triton_stats
 
-    assert summary.triton is not None and summary.triton.run is triton_stats.summary
-    assert not triton_stats.runs_on(torch.ones(3))  # a CPU tensor: its C loop
+    x = _laplace(1000, 5)
+    assert summary.triton is not None and torch.equal(summary.triton.run(x, True), triton_stats.summary(x, True))
+    assert not triton_stats.runs_on(x)  # a CPU tensor: its C loop
 
 
 # -- compiled == eager reference ------------------------------------------------------------------------------------

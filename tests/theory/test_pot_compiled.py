@@ -79,42 +79,60 @@ def test_the_compiled_form_gives_the_synchronous_threshold_and_reason(device):
     assert stops >= 2  # the stops were compared, not only completed stages
 
 
-@pytest.mark.parametrize(("first", "stages", "anchor"), CASES)
-def test_the_compiled_stages_calling_the_triton_statistics_equal_the_eager_ones(first, stages, anchor, monkeypatch):
-    """On CUDA the compiled stages call the Triton statistics as opaque operators (theory/kernels/triton_stats.py,
-    ``GRAPH_DEVICES``) instead of tracing the reference sums into kernels of their own. The same path here, the
-    operators run through Triton's interpreter on the CPU: every operator call counted, the result the eager one's."""
-    from gradstat.theory.kernels import triton_stats
-
-    if not policy.compiler_for("cpu") or triton_stats.TAIL_OP is None:
-        pytest.skip("needs torch.compile for the CPU, Triton and torch.library.custom_op")
-    calls = []
-    tail = triton_stats.tail_moments
-
-    def counted(*args):
-        calls.append(args[0].numel())
-        return tail(*args)
-
-    monkeypatch.setattr(triton_stats, "tail_moments", counted)
-    monkeypatch.setattr(triton_stats, "GRAPH_DEVICES", ("cuda", "cpu"))
-    g = _laplace(20_000, 4, torch.device("cpu"))
-    stats = summary(g, True, first != "exponential", first == "genpareto", first == "gamma")
-    args = (g, stats, 1e-3, stages, first, 0.25, anchor, "exact", True)
-    with forced("never"):
-        eager = DEFERRED_STAGES(*args)
+def _compiled_stages(args: tuple) -> torch.Tensor:
+    """DEFERRED_STAGES compiled afresh on ``args`` (no warning allowed: a failed build would run eagerly)."""
     with forced("always"), warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         DEFERRED_STAGES._compiled = None
         torch._dynamo.reset()
-        compiled = DEFERRED_STAGES(*args)
-    DEFERRED_STAGES._compiled = None
-    torch._dynamo.reset()
-    # one operator call per later stage, on the whole vector (and the gamma's first stage: its sum of logarithms)
+        try:
+            return DEFERRED_STAGES(*args)
+        finally:
+            DEFERRED_STAGES._compiled = None
+            torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("signed", [True, False])
+@pytest.mark.parametrize(("first", "stages", "anchor"), CASES)
+def test_the_compiled_stages_calling_the_triton_statistics_equal_the_traced_ones(
+    first, stages, anchor, signed, monkeypatch
+):
+    """On CUDA the compiled stages call the Triton statistics as opaque operators (theory/kernels/triton_stats.py,
+    ``GRAPH_DEVICES``) instead of tracing the reference sums into kernels of their own. The same path here, the
+    operators run through Triton's interpreter on the CPU, every call counted: on the signed vector with the caller's
+    summary (as SIDCo calls it) and on magnitudes without one (the stages then take their own summary, in the graph);
+    the result is the compiled stages' without the operators (whose own agreement with eager is the test above)."""
+    from gradstat.theory.kernels import triton_stats
+
+    if not policy.compiler_for("cpu") or triton_stats.TAIL_OP is None:
+        pytest.skip("needs torch.compile for the CPU, Triton and torch.library.custom_op")
+    g = _laplace(20_000, 4, torch.device("cpu"))
+    x = g if signed else g.abs()
+    stats = summary(g, True, first != "exponential", first == "genpareto", first == "gamma") if signed else None
+    args = (x, stats, 1e-3, stages, first, 0.25, anchor, "exact", signed)
+    traced = _compiled_stages(args)
+    calls, summaries = [], []
+    tail, whole = triton_stats.tail_moments, triton_stats.summary
+
+    def counted(*a):
+        calls.append(a[0].numel())
+        return tail(*a)
+
+    def counted_summary(*a):
+        summaries.append(a[0].numel())
+        return whole(*a)
+
+    monkeypatch.setattr(triton_stats, "tail_moments", counted)
+    monkeypatch.setattr(triton_stats, "summary", counted_summary)
+    monkeypatch.setattr(triton_stats, "GRAPH_DEVICES", ("cuda", "cpu"))
+    called = _compiled_stages(args)
+    # one operator call per later stage, on the whole vector, and the gamma's first stage (its sum of logarithms)
     assert len(calls) == stages - 1 + (first == "gamma")
     assert all(n == g.numel() for n in calls)
+    assert summaries == ([] if signed else [g.numel()])
     # the gamma's logarithms: each one of the kernel's within 2 float32 ulps of torch's (the catalog's bound), which
     # moves the mean log and so the Newton quantile; measured 2.0e-12 relative here (numpy's float32 log in the
     # interpreter against torch's), so 1e-9 leaves 500x; every other law sums float64 in another order only
     rtol = 1e-9 if first == "gamma" else RTOL
-    torch.testing.assert_close(compiled[0], eager[0], rtol=rtol, atol=0.0)
-    assert torch.equal(compiled[1:], eager[1:])
+    torch.testing.assert_close(called[0], traced[0], rtol=rtol, atol=0.0)
+    assert torch.equal(called[1:], traced[1:])

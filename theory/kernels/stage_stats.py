@@ -87,6 +87,14 @@ def _native_summary(
     return torch.tensor(values, dtype=torch.float64)
 
 
+def _checked_summary(
+    absolute: bool, extremes: bool = True, squares: bool = True, logs: bool = False
+) -> tuple[bool, bool, bool, bool]:
+    """:func:`summary`'s flags, checked as every form checks them (:func:`_check_summary`), all four given."""
+    _check_summary(absolute, extremes, logs)
+    return absolute, extremes, squares, logs
+
+
 def _check_summary(absolute: bool, extremes: bool, logs: bool) -> None:
     if not extremes and not absolute:
         raise ValueError("summary without extremes needs magnitudes (absolute=True): the minimum checks signs")
@@ -144,10 +152,10 @@ def count_true(mask: torch.Tensor) -> torch.Tensor:
     _native_summary,
     _summary_applies,
     TritonForm(
-        triton_stats.summary,
+        lambda x, *flags: triton_stats.summary(x, *_checked_summary(*flags)),
         triton_stats.runs_on,
         triton_stats.report,
-        triton_stats.summary_in_graph if triton_stats.SUMMARY_OP is not None else None,
+        (lambda x, *flags: triton_stats.SUMMARY_OP(x, *_checked_summary(*flags))) if triton_stats.SUMMARY_OP else None,
         triton_stats.in_graph,
     ),
 )
