@@ -23,9 +23,9 @@ fixed by its ``key``) either directly or as the replay of a graph captured from 
 - the counter hash's keys an encode draws from its call seed (``Context.call_seed``: a randomized rule's draws) are
   not captured as values: each is a tensor of the graph's that is filled with the keys of the call's own seed before
   its replay (:class:`~gradstat.theory.kernels.counter_dither.KeySlots`), so the seed is no part of the key;
-- a capture that fails (e.g. a device part that reads a value back after all, or draws a key of another seed) is
-  reported once per compressor class with its reason, and that compressor launches directly from then on: the
-  result never depends on it.
+- a capture that fails (e.g. a device part that reads a value back after all, draws a key of another seed, or
+  records nothing) is reported once per compressor class with its reason, and that input launches directly from
+  then on: the result never depends on it.
 
 The policy is the environment variable ``GRADSTAT_CUDA_GRAPHS`` (``auto``, the default: graphs on CUDA; ``never``:
 no graph anywhere), or :func:`forced` for the code it encloses (the benchmarks time both).
@@ -181,6 +181,8 @@ class GraphCache:
         self.backend = backend
         self.entries: OrderedDict[Hashable, _Entry] = OrderedDict()
         self.seen: dict[Hashable, int] = {}
+        self.refused: set[Hashable] = set()
+        """Keys whose capture failed: they launch directly from then on."""
         self.captures = 0
         self.replays = 0
 
@@ -189,7 +191,7 @@ class GraphCache:
     ) -> Launched[T]:
         entry = self.entries.get(key)
         if entry is None:
-            if who in _FAILED:
+            if key in self.refused:
                 return Launched(fn(), False, _nothing)
             sightings = self.seen.get(key, 0) + 1
             if len(self.seen) >= MAX_SIGHTINGS and key not in self.seen:
@@ -203,14 +205,16 @@ class GraphCache:
             try:
                 graph, outputs = self.backend.capture(fn, device, slots)
             except Exception as exc:  # noqa: BLE001  (any failure to capture leaves the direct launch, reported)
-                _FAILED.add(who)
-                warnings.warn(
-                    f"gradstat: {who}'s queued encode could not be captured as a CUDA graph "
-                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); it launches its kernels "
-                    "one by one from now on (same results, more host time per call)",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
+                self.refused.add(key)
+                if who not in _WARNED:
+                    _WARNED.add(who)
+                    warnings.warn(
+                        f"gradstat: {who}'s queued encode could not be captured as a CUDA graph "
+                        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); this input's "
+                        "encode launches its kernels one by one from now on (same results, more host time per call)",
+                        RuntimeWarning,
+                        stacklevel=4,
+                    )
                 return Launched(fn(), False, _nothing)
             entry = self.entries[key] = _Entry(graph, outputs, slots)
             self.seen.pop(key, None)
@@ -234,8 +238,8 @@ class GraphCache:
         return Launched(entry.outputs, True, release)
 
 
-_FAILED: set[str] = set()
-"""Compressor classes whose capture failed in this process (reported once each; they launch directly)."""
+_WARNED: set[str] = set()
+"""Compressor classes whose failed capture was reported in this process (one warning each)."""
 _CACHES: dict[int, GraphCache] = {}
 
 

@@ -19,6 +19,7 @@ import torch
 
 import gradstat.compressors  # noqa: F401  (registers every compressor)
 from gradstat.compressors import graphs
+from gradstat.compressors.base import Compressor
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import create
 from gradstat.compressors.wire.payload import Payload
@@ -102,7 +103,7 @@ class Failing(Emulated):
 def emulated(monkeypatch):
     """Graphs on CPU tensors, over the queued form (which runs on a CPU under ``GRADSTAT_COMPILE=never``)."""
     monkeypatch.setattr(graphs, "replays_on", lambda x: True)
-    monkeypatch.setattr(graphs, "_FAILED", set())
+    monkeypatch.setattr(graphs, "_WARNED", set())
     with forced("never"):
         yield
 
@@ -183,11 +184,29 @@ CHECKS_DEFERRED = [
     "randk:ratio=0.01",
     "randk_unbiased:ratio=0.01",
 ]
-"""The rules of a fixed message size whose encode is queued with its checks deferred, and may replay as a graph."""
+"""The rules of a fixed message size whose encode is queued with its checks deferred: none declares that it replays
+as a graph yet (Compressor.replays_as_graph: the first GPU run found the replays unequal), so the tests below
+declare it for every class themselves (``declared``)."""
+
+
+@pytest.fixture
+def declared(monkeypatch):
+    """Every compressor class declares that its encode with deferred checks replays as a graph."""
+    monkeypatch.setattr(Compressor, "replays_as_graph", True)
 
 
 @pytest.mark.parametrize("spec", CHECKS_DEFERRED)
-def test_replayed_encodes_with_deferred_checks_equal_the_direct_ones(spec, emulated):
+def test_no_encode_with_deferred_checks_is_captured_until_its_class_declares_it(spec, emulated):
+    c = create(spec)
+    cache = graphs.cache_of(c, Emulated())
+    g = _laplace(30_000, 8)
+    for step in range(3):
+        c.encode(g, Context(step=step))
+    assert (cache.captures, cache.replays) == (0, 0)
+
+
+@pytest.mark.parametrize("spec", CHECKS_DEFERRED)
+def test_replayed_encodes_with_deferred_checks_equal_the_direct_ones(spec, emulated, declared):
     """Five steps, five seeds, one buffer: every payload (its dither and signs drawn from its own seed's keys, its
     seed part this call's) equals the direct encode, and later replays change none of them."""
     kept, wanted, cache = _steps(spec, "cpu")
@@ -197,15 +216,20 @@ def test_replayed_encodes_with_deferred_checks_equal_the_direct_ones(spec, emula
 
 
 @pytest.mark.cuda
+@pytest.mark.xfail(
+    strict=False,
+    reason="on the first H100 run (reports/gpu/2026-11-26T1948Z.md) the replays of qsgd, dqsg, ndqsg, qcs and randk "
+    "gave other payloads than the direct encode; cause not found, so no class declares replays_as_graph",
+)
 @pytest.mark.parametrize("spec", CHECKS_DEFERRED)
-def test_cuda_graphs_with_deferred_checks_equal_the_direct_encode(spec):
+def test_cuda_graphs_with_deferred_checks_equal_the_direct_encode(spec, declared):
     kept, wanted, cache = _steps(spec, "cuda")
     for got, want in zip(kept, wanted, strict=True):
         _same(got, want)
     assert cache.replays >= 1 and cache.captures == 1
 
 
-def test_no_graph_for_a_torch_dither_or_a_per_worker_state(emulated):
+def test_no_graph_for_a_torch_dither_or_a_per_worker_state(emulated, declared):
     for spec in ("dqsg:dither=torch", "qsgd"):
         c = create(spec)
         cache = graphs.cache_of(c, Emulated())
@@ -234,7 +258,7 @@ def test_a_key_is_captured_at_its_second_sighting_and_a_busy_graph_is_not_replay
 
 
 @pytest.mark.parametrize("spec", ["sidco:ratio=0.01,dist=exp,stages=1,packed=false", "qsgd"])
-def test_a_bucket_of_buffers_queued_before_any_is_read(spec, emulated):
+def test_a_bucket_of_buffers_queued_before_any_is_read(spec, emulated, declared):
     """As the DDP hook sends a bucket: every layer's encode queued, then every payload read, step after step; each
     payload equals the direct encode of its layer and step."""
     c, plain = create(spec), create(spec)

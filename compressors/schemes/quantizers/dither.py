@@ -456,7 +456,6 @@ class ScaledQuantizerCompressor(Compressor):
     """
 
     defers_checks = True  # (its encode reads back only its finiteness checks)
-    replays_as_graph = True  # (on CUDA: a graph's replay, its keys refilled from each call's seed)
 
     def quantizer(self, d: int) -> ScaledQuantizer:
         """The quantizer applied to a flat gradient of length ``d``."""

@@ -59,7 +59,6 @@ class NDQSG(Compressor):
     ``torch``, for both groups (see :class:`gradstat.compressors.schemes.quantizers.dither.ScaledQuantizer`)."""
 
     defers_checks = True  # (its encode reads back only its finiteness checks)
-    replays_as_graph = True  # (on CUDA: a graph's replay, its keys refilled from each call's seed)
 
     p1: int = 1
     M: int = 2

@@ -75,7 +75,6 @@ class OneBit(Compressor):
     columns: for 1-D tensors, the number of columns of the matrix view (0 = one column); must divide d."""
 
     defers_checks = True  # (its encode reads back only its finiteness checks)
-    replays_as_graph = True  # (on CUDA: a graph's replay, its keys refilled from each call's seed)
 
     axis: Literal["column", "row"] = "column"
     columns: int = 0

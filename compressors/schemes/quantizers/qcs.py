@@ -102,7 +102,6 @@ class QCS(Compressor):
     :class:`gradstat.compressors.schemes.quantizers.dither.ScaledQuantizer`)."""
 
     defers_checks = True  # (its encode reads back only its finiteness checks)
-    replays_as_graph = True  # (on CUDA: a graph's replay, its keys refilled from each call's seed)
 
     k: int = 64
     Q: int = 4

@@ -46,7 +46,6 @@ class SignSGD(Compressor):
     """scale: ``l1`` (magnitude ||g||_1/d sent as float32: EF-signSGD's compressor) or ``unit`` (magnitude 1)."""
 
     defers_checks = True  # (its encode reads back only its finiteness checks)
-    replays_as_graph = True  # (on CUDA: a graph's replay, its keys refilled from each call's seed)
 
     scale: Literal["l1", "unit"] = "l1"
 

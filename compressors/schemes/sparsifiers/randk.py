@@ -44,7 +44,6 @@ class RandK(Compressor):
     """ratio: target density delta = k/d in (0, 1)."""
 
     defers_checks = True  # (its encode reads back only its finiteness checks)
-    replays_as_graph = True  # (on CUDA: a graph's replay, its keys refilled from each call's seed)
 
     ratio: float = 0.01
 

@@ -51,7 +51,6 @@ from gradstat.theory.kernels.primitives import (
     triton_exact,
 )
 from gradstat.theory.kernels.stage_stats import summary
-from gradstat.theory.kernels.triton_select import Counted
 
 THRESHOLD_CONTRACTION = "1 - k_hat/d"
 """Contraction constant of any sparsifier that keeps the k_hat largest magnitudes (k_hat = nonzeros sent)."""
@@ -498,37 +497,23 @@ class FixedThreshold(ThresholdSparsifier):
         reads of ``x`` (:func:`~gradstat.theory.kernels.triton_select.select_exact`, split at its read back)."""
         if not triton_exact(x):
             return None
-        launched = graphs.launch(self, graphs.hyper_key(self), x, lambda: self._count_queued(x, ctx))
-        if launched.outputs is None:  # (the Triton form failed: reported once, and the synchronous encode runs)
-            launched.release()
+        eta = self._threshold(x, x, ctx, payload)
+        counted = count_triton(x, eta, True, True)
+        if counted is None:  # (the Triton form failed: reported once, and the synchronous encode runs)
             return None
-        eta, counted = launched.outputs
 
         def finish() -> Payload:
-            try:  # the write reads the graph's counts, queued before any later replay can rewrite them
-                found = finish_triton(counted)
-                threshold = eta.clone() if launched.replayed else eta
-            finally:
-                launched.release()
+            found = finish_triton(counted)
             if found is None:
                 return self._encode_now(x, Payload(shape=payload.shape, dtype=payload.dtype), ctx)
             indices, _, top = found
             assert top is not None  # (counted with the block maxima)
             if not math.isfinite(top):
                 raise nonfinite_error(x, self.name)
-            self._send(payload, x, indices, threshold if top > 0 else None)
+            self._send(payload, x, indices, eta if top > 0 else None)
             return payload
 
-        if launched.replayed:  # a pending encode dropped unread frees its graph too
-            weakref.finalize(finish, launched.release)
         return finish
-
-    def _count_queued(self, x: torch.Tensor, ctx: Context) -> tuple[torch.Tensor, Counted] | None:
-        """The device part of the queued encode (what a CUDA graph replays): the threshold filled on the device and
-        the Triton counts per block with their maxima; None where the Triton form failed."""
-        eta = self._threshold(x, x, ctx, Payload(shape=x.shape, dtype=x.dtype))
-        counted = count_triton(x, eta, True, True)
-        return None if counted is None else (eta, counted)
 
     def _encode(self, g: torch.Tensor, payload: Payload, ctx: Context) -> None:
         # eta is in g's units: compare |g| with it directly (exact); one read selects and proves g finite

@@ -27,7 +27,6 @@ class TopK(SparseMessage):
     packed: bool = True
 
     defers_checks = True  # (a fixed k: its encode reads back only its finiteness check)
-    replays_as_graph = True  # (on CUDA: a graph's replay)
 
     properties = Properties(
         kind="sparsifier",
