@@ -107,8 +107,9 @@ def test_a_triton_form_runs_first_where_it_applies_and_a_failure_falls_back_once
 def test_the_triton_summary_checks_its_flags_as_the_other_forms():
     with pytest.raises(ValueError, match="summary without extremes needs magnitudes"):
         summary.triton.run(torch.ones(4), False, False)
-    with pytest.raises(ValueError, match="summary with logarithms needs magnitudes"):
-        summary.triton.op(torch.ones(4), False, True, True, True)
+    if summary.triton.op is not None:  # (torch 2.4 and newer: the operator compiled functions call)
+        with pytest.raises(ValueError, match="summary with logarithms needs magnitudes"):
+            summary.triton.op(torch.ones(4), False, True, True, True)
 
 
 @pytest.mark.parametrize("name", ["summary", "tail_moments"])
@@ -136,8 +137,9 @@ def test_the_summary_has_a_triton_form_for_cuda_tensors_only():
     from gradstat.theory.kernels import triton_stats
 
     x = _laplace(1000, 5)
-    assert summary.triton is not None and torch.equal(summary.triton.run(x, True), triton_stats.summary(x, True))
-    assert not triton_stats.runs_on(x)  # a CPU tensor: its C loop
+    assert summary.triton is not None and not triton_stats.runs_on(x)  # a CPU tensor: its C loop
+    if triton_stats.exists(x):  # (Triton 3 or newer: its interpreter runs the kernels on the CPU)
+        assert torch.equal(summary.triton.run(x, True), triton_stats.summary(x, True))
 
 
 # -- compiled == eager reference ------------------------------------------------------------------------------------
