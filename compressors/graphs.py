@@ -48,6 +48,7 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from gradstat.theory.kernels.counter_dither import KeySlots, slots_for_keys
+from gradstat.theory.kernels.policy import overriding
 from gradstat.theory.kernels.policy import policy as compile_policy
 
 ENV = "GRADSTAT_CUDA_GRAPHS"
@@ -81,13 +82,8 @@ def policy() -> str:
 @contextlib.contextmanager
 def forced(mode: str) -> Iterator[None]:
     """Run the enclosed code under graph policy ``mode`` (``auto`` or ``never``) in this thread (context) only."""
-    if mode not in POLICIES:
-        raise ValueError(f"graph policy must be one of {', '.join(POLICIES)}, got {mode!r}")
-    token = _FORCED.set(mode)
-    try:
+    with overriding(_FORCED, mode, POLICIES, "graph policy"):
         yield
-    finally:
-        _FORCED.reset(token)
 
 
 def hyper_key(owner: object) -> tuple[Hashable, ...] | None:

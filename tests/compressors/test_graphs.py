@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from _payloads import assert_same_payload
 
 import gradstat.compressors  # noqa: F401  (registers every compressor)
 from gradstat.compressors import graphs
@@ -108,18 +109,7 @@ def emulated(monkeypatch):
         yield
 
 
-def _same(a: Payload, b: Payload) -> None:
-    assert sorted(a.parts) == sorted(b.parts)
-    for name in a.parts:
-        assert torch.equal(a[name], b[name]), name
-    assert a.bits == b.bits
-    assert a.info.keys() == b.info.keys()
-    for key, value in a.info.items():
-        other = b.info[key]
-        if isinstance(value, torch.Tensor):
-            assert torch.equal(value, other), key
-        else:
-            assert value == other, key
+_same = assert_same_payload
 
 
 def _copy(p: Payload) -> Payload:

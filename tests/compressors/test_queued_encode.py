@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 from _no_host_reads import no_copy_to_device, on_meta
+from _payloads import assert_same_payload
 
 import gradstat.compressors  # noqa: F401  (registers every compressor)
 from gradstat.analysis.bench.timing import host_syncs
@@ -100,21 +101,7 @@ rounding (a few ulps), and the selections exactly unless an element lies within 
 
 
 def _same(a: Payload, b: Payload) -> None:
-    assert sorted(a.parts) == sorted(b.parts)
-    for name in a.parts:
-        assert torch.equal(a[name], b[name]), name
-    assert a.bits == b.bits
-    assert a.info.keys() == b.info.keys()
-    for key, value in a.info.items():
-        other = b.info[key]
-        if key == "threshold":
-            assert isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor)
-            torch.testing.assert_close(value, other, rtol=THRESHOLD_RTOL, atol=0.0)
-        elif isinstance(value, torch.Tensor):
-            assert isinstance(other, torch.Tensor)
-            assert torch.equal(value, other), key
-        else:
-            assert value == other, key
+    assert_same_payload(a, b, THRESHOLD_RTOL)
 
 
 @pytest.fixture(params=["normalised", "signed"])

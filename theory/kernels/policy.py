@@ -100,13 +100,23 @@ def forced(mode: str) -> Iterator[None]:
     """Run the enclosed code under compile policy ``mode`` (``auto``, ``always`` or ``never``), e.g. to time or
     test the eager and the accelerated forms side by side; the previous setting is restored on exit. The override
     is a context variable: it holds in this thread (and context) only, and the environment is not touched."""
-    if mode not in POLICIES:
-        raise ValueError(f"compile policy must be one of {', '.join(POLICIES)}, got {mode!r}")
-    token = _FORCED.set(mode)
+    with overriding(_FORCED, mode, POLICIES, "compile policy"):
+        yield
+
+
+@contextlib.contextmanager
+def overriding(
+    setting: contextvars.ContextVar[str | None], mode: str, allowed: tuple[str, ...], what: str
+) -> Iterator[None]:
+    """Hold the context variable ``setting`` at ``mode`` (one of ``allowed``, else a ValueError naming ``what``)
+    while the block runs, and restore it after: the override of a policy read from the environment."""
+    if mode not in allowed:
+        raise ValueError(f"{what} must be one of {', '.join(allowed)}, got {mode!r}")
+    token = setting.set(mode)
     try:
         yield
     finally:
-        _FORCED.reset(token)
+        setting.reset(token)
 
 
 def torch_version() -> tuple[int, int]:

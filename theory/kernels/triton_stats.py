@@ -8,12 +8,16 @@ them writing ``|x|`` out in full (0.079 + 0.048 + 0.058 ms at 26M elements, abou
    ``[min v, max v, #(v != 0), sum v, sum v^2, min of the nonzero v, sum log v, #NaN]`` (float64; ``v = |x|`` or
    ``x``; the sums of the float32 or float64 elements as read, accumulated in float64; each logarithm taken in x's
    dtype, as the reference takes it);
-2. ``_summary_finish``: one program joins the blocks' partials in block order into the summary, NaN set where the
+2. ``_join_blocks``: one program joins the blocks' partials in block order into the summary, NaN set where the
    reference propagates it (a NaN element makes the largest, the sums and, with the extremes, both minima NaN).
 
-The result equals :func:`~gradstat.theory.kernels.stage_stats.summary`'s reference within the rounding of float64
-sums taken in another order, and of each float32 logarithm (the catalog's bound, held by the equivalence battery in
-``tests/kernels``, on CPU tensors through Triton's interpreter). Two launches, nothing read back to the host.
+:func:`~gradstat.theory.kernels.stage_stats.tail_moments` is the same pair: ``_tail_blocks`` stores each block's
+count and float64 sums over ``|x| > above`` in the same layout, and ``_join_blocks`` joins them (``TAIL``).
+
+Each result equals its reference within the rounding of float64 sums taken in another order, and of each float32
+logarithm (the catalog's bounds, held by the equivalence battery in ``tests/kernels``, on CPU tensors through
+Triton's interpreter). Two launches, nothing read back to the host. Compiled functions call them as operators
+(:data:`SUMMARY_OP`, :data:`TAIL_OP`, on the devices of :data:`GRAPH_DEVICES`).
 """
 
 from __future__ import annotations
@@ -64,10 +68,13 @@ def _summary_blocks(  # type: ignore[no-untyped-def]
     tl.store(out + 7, tl.reduce(nan.to(tl.int32), 0, tl.standard._sum_combine).to(tl.float64))
 
 
-def _summary_finish(  # type: ignore[no-untyped-def]
-    part_ptr, out_ptr, blocks, EXTREMES: tl.constexpr, SQUARES: tl.constexpr, LOGS: tl.constexpr,
-    CHUNK: tl.constexpr, STEPS: tl.constexpr,
+def _join_blocks(  # type: ignore[no-untyped-def]
+    part_ptr, out_ptr, blocks, TAIL: tl.constexpr, EXTREMES: tl.constexpr, SQUARES: tl.constexpr,
+    LOGS: tl.constexpr, CHUNK: tl.constexpr, STEPS: tl.constexpr,
 ):  # fmt: skip
+    """The blocks' partials (8 per block, the summary's layout) joined in block order: the summary, NaN set where the
+    reference propagates it; with TAIL, the tail statistics ``[n, sum z, sum z^2, sum log z]`` (columns 2, 3, 4 and
+    6; NaN plays no part: the comparison leaves it out)."""
     lo = tl.full((CHUNK,), float("inf"), tl.float64)
     hi = tl.full((CHUNK,), float("-inf"), tl.float64)
     smallest = tl.full((CHUNK,), float("inf"), tl.float64)
@@ -80,10 +87,11 @@ def _summary_finish(  # type: ignore[no-untyped-def]
         rows = step * CHUNK + tl.arange(0, CHUNK)
         used = rows < blocks
         at = part_ptr + rows.to(tl.int64) * 8
-        hi = tl.maximum(hi, tl.load(at + 1, mask=used, other=float("-inf")))
         count += tl.load(at + 2, mask=used, other=0.0)
         total += tl.load(at + 3, mask=used, other=0.0)
-        nans += tl.load(at + 7, mask=used, other=0.0)
+        if not TAIL:
+            hi = tl.maximum(hi, tl.load(at + 1, mask=used, other=float("-inf")))
+            nans += tl.load(at + 7, mask=used, other=0.0)
         if SQUARES:
             squares += tl.load(at + 4, mask=used, other=0.0)
         if EXTREMES:
@@ -91,8 +99,15 @@ def _summary_finish(  # type: ignore[no-untyped-def]
             smallest = tl.minimum(smallest, tl.load(at + 5, mask=used, other=float("inf")))
         if LOGS:
             logs += tl.load(at + 6, mask=used, other=0.0)
-    nan = tl.reduce(nans, 0, tl.standard._sum_combine) > 0
     not_a_number = float("nan")
+    if TAIL:
+        tl.store(out_ptr + 0, tl.reduce(count, 0, tl.standard._sum_combine))
+        tl.store(out_ptr + 1, tl.reduce(total, 0, tl.standard._sum_combine))
+        tl.store(out_ptr + 2, tl.reduce(squares, 0, tl.standard._sum_combine) if SQUARES else not_a_number)
+        if LOGS:
+            tl.store(out_ptr + 3, tl.reduce(logs, 0, tl.standard._sum_combine))
+        return
+    nan = tl.reduce(nans, 0, tl.standard._sum_combine) > 0
     top = tl.where(nan, not_a_number, tl.reduce(hi, 0, tl.standard._elementwise_max))
     tl.store(out_ptr + 1, top)
     tl.store(out_ptr + 2, tl.reduce(count, 0, tl.standard._sum_combine))
@@ -123,39 +138,15 @@ def _tail_blocks(  # type: ignore[no-untyped-def]
     wide = a.to(tl.float64)
     used = (wide > tl.load(above_ptr)) & inside
     z = tl.where(used, (wide - tl.load(shift_ptr)) * tl.load(inv_unit_ptr), 0.0)
-    out = part_ptr + block.to(tl.int64) * 4
-    tl.store(out + 0, tl.reduce(used.to(tl.int32), 0, tl.standard._sum_combine).to(tl.float64))
-    tl.store(out + 1, tl.reduce(z, 0, tl.standard._sum_combine))
+    out = part_ptr + block.to(tl.int64) * 8  # (the summary's layout: n, sums of z, z^2 and log z at 2, 3, 4, 6)
+    tl.store(out + 2, tl.reduce(used.to(tl.int32), 0, tl.standard._sum_combine).to(tl.float64))
+    tl.store(out + 3, tl.reduce(z, 0, tl.standard._sum_combine))
     if SQUARES:
-        tl.store(out + 2, tl.reduce(z * z, 0, tl.standard._sum_combine))
+        tl.store(out + 4, tl.reduce(z * z, 0, tl.standard._sum_combine))
     if LOGS:  # each logarithm of |x| in x's dtype, plus log(inv_unit) in float64, as the reference
         log_a = tl.log(tl.where(used, a, 1.0)).to(tl.float64)
         log_z = tl.where(used, log_a + tl.log(tl.load(inv_unit_ptr)), 0.0)
-        tl.store(out + 3, tl.reduce(log_z, 0, tl.standard._sum_combine))
-
-
-def _tail_finish(  # type: ignore[no-untyped-def]
-    part_ptr, out_ptr, blocks, LOGS: tl.constexpr, SQUARES: tl.constexpr, CHUNK: tl.constexpr, STEPS: tl.constexpr
-):
-    count = tl.full((CHUNK,), 0.0, tl.float64)
-    total = tl.full((CHUNK,), 0.0, tl.float64)
-    squares = tl.full((CHUNK,), 0.0, tl.float64)
-    logs = tl.full((CHUNK,), 0.0, tl.float64)
-    for step in range(STEPS):  # (a constant count: Triton 3.6's interpreter cannot loop to a runtime bound)
-        rows = step * CHUNK + tl.arange(0, CHUNK)
-        used = rows < blocks
-        at = part_ptr + rows.to(tl.int64) * 4
-        count += tl.load(at + 0, mask=used, other=0.0)
-        total += tl.load(at + 1, mask=used, other=0.0)
-        if SQUARES:
-            squares += tl.load(at + 2, mask=used, other=0.0)
-        if LOGS:
-            logs += tl.load(at + 3, mask=used, other=0.0)
-    tl.store(out_ptr + 0, tl.reduce(count, 0, tl.standard._sum_combine))
-    tl.store(out_ptr + 1, tl.reduce(total, 0, tl.standard._sum_combine))
-    tl.store(out_ptr + 2, tl.reduce(squares, 0, tl.standard._sum_combine) if SQUARES else float("nan"))
-    if LOGS:
-        tl.store(out_ptr + 3, tl.reduce(logs, 0, tl.standard._sum_combine))
+        tl.store(out + 6, tl.reduce(log_z, 0, tl.standard._sum_combine))
 
 
 _BROKEN = triton_runtime.Fallback("the Triton stage statistics", "GRADSTAT_COMPILE")
@@ -180,7 +171,7 @@ def summary(
     """:func:`gradstat.theory.kernels.stage_stats.summary` of ``x`` by the two kernels (the module docstring); the
     arguments are checked by the caller. Raises what Triton raises where it cannot build or launch them."""
     blocks_kernel = triton_runtime.build(_summary_blocks, interpret=x.device.type == "cpu")
-    finish_kernel = triton_runtime.build(_summary_finish, interpret=x.device.type == "cpu")
+    finish_kernel = triton_runtime.build(_join_blocks, interpret=x.device.type == "cpu")
     flat = x.detach().reshape(-1).contiguous()
     n = flat.numel()
     block = triton_runtime.block_for(flat, BLOCK)
@@ -194,8 +185,9 @@ def summary(
         )
         chunk, steps = _chunks(blocks, flat)
         finish_kernel[(1,)](
-            parts, out, blocks, EXTREMES=extremes, SQUARES=squares, LOGS=logs, CHUNK=chunk, STEPS=steps, **options
-        )
+            parts, out, blocks, TAIL=False, EXTREMES=extremes, SQUARES=squares, LOGS=logs, CHUNK=chunk, STEPS=steps,
+            **options,
+        )  # fmt: skip
     return out
 
 
@@ -217,19 +209,22 @@ def tail_moments(
     device."""
     interpret = x.device.type == "cpu"
     blocks_kernel = triton_runtime.build(_tail_blocks, interpret)
-    finish_kernel = triton_runtime.build(_tail_finish, interpret)
+    finish_kernel = triton_runtime.build(_join_blocks, interpret)
     flat = x.detach().reshape(-1).contiguous()
     n = flat.numel()
     block = triton_runtime.block_for(flat, BLOCK)
     blocks = max(1, -(-n // block))
-    parts = torch.empty((blocks, 4), dtype=torch.float64, device=flat.device)
+    parts = torch.empty((blocks, PARTS), dtype=torch.float64, device=flat.device)
     out = torch.empty(4 if logs else 3, dtype=torch.float64, device=flat.device)
     scalars = [s.to(device=flat.device, dtype=torch.float64).reshape(()) for s in (above, shift, inv_unit)]
     context, options = triton_runtime.launch(flat)
     with context:
         blocks_kernel[(blocks,)](flat, *scalars, parts, n, LOGS=logs, SQUARES=squares, BLOCK=block, **options)
         chunk, steps = _chunks(blocks, flat)
-        finish_kernel[(1,)](parts, out, blocks, LOGS=logs, SQUARES=squares, CHUNK=chunk, STEPS=steps, **options)
+        finish_kernel[(1,)](
+            parts, out, blocks, TAIL=True, EXTREMES=False, SQUARES=squares, LOGS=logs, CHUNK=chunk, STEPS=steps,
+            **options,
+        )  # fmt: skip
     return out
 
 
