@@ -205,13 +205,22 @@ def test_replayed_encodes_with_deferred_checks_equal_the_direct_ones(spec, emula
     assert cache.captures == 1 and cache.replays == 5 - graphs.CAPTURE_AFTER + 1
 
 
+UNEQUAL_ON_H100 = {"qsgd", "qsgd:bucket=512", "dqsg", "ndqsg", "qcs", "randk:ratio=0.01", "randk_unbiased:ratio=0.01"}
+"""The rules whose replays gave other payloads than the direct encode on the first H100 run
+(reports/gpu/2026-11-26T1948Z.md; cause not found, so no class declares replays_as_graph); the others of
+:data:`CHECKS_DEFERRED` gave the same."""
+
+
 @pytest.mark.cuda
-@pytest.mark.xfail(
-    strict=False,
-    reason="on the first H100 run (reports/gpu/2026-11-26T1948Z.md) the replays of qsgd, dqsg, ndqsg, qcs and randk "
-    "gave other payloads than the direct encode; cause not found, so no class declares replays_as_graph",
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param(s, marks=pytest.mark.xfail(strict=True, reason="unequal replays on the H100 run"))
+        if s in UNEQUAL_ON_H100
+        else s
+        for s in CHECKS_DEFERRED
+    ],
 )
-@pytest.mark.parametrize("spec", CHECKS_DEFERRED)
 def test_cuda_graphs_with_deferred_checks_equal_the_direct_encode(spec, declared):
     kept, wanted, cache = _steps(spec, "cuda")
     for got, want in zip(kept, wanted, strict=True):
