@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 from _payloads import assert_same_payload
+from _recorded_graph import Recorder, replay
 
 import gradstat.compressors  # noqa: F401  (registers every compressor)
 from gradstat.compressors import graphs
@@ -24,6 +25,7 @@ from gradstat.compressors.base import Compressor
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import create
 from gradstat.compressors.wire.payload import Payload
+from gradstat.theory.kernels import counter_dither, triton_dither, triton_runtime
 from gradstat.theory.kernels.counter_dither import KeySlots, slots_for_keys
 from gradstat.theory.kernels.policy import forced
 
@@ -95,6 +97,28 @@ class Emulated(graphs.Backend):
             _write_into(outputs, fn())
 
 
+class Recorded(graphs.Backend):
+    """Graphs emulated by recording the capture's operations and Triton launches (tests/compressors/
+    _recorded_graph.py): every host value of the capture baked in, as on a GPU."""
+
+    def warm_up(self, fn, device):
+        fn()
+
+    def capture(self, fn, device, slots):
+        recorder = Recorder()
+        original = triton_dither.run
+        triton_dither.run = lambda *args: recorder.launch(original, *args)
+        try:
+            with slots_for_keys(slots), recorder:
+                outputs = fn()
+        finally:
+            triton_dither.run = original
+        return recorder.ops, outputs
+
+    def replay(self, graph):
+        replay(graph)
+
+
 class Failing(Emulated):
     def capture(self, fn, device, slots):
         raise RuntimeError("operation not permitted when stream is capturing")
@@ -120,12 +144,15 @@ def _copy(p: Payload) -> Payload:
     return out
 
 
-def _steps(spec: str, device: str, steps: int = 5) -> tuple[list[Payload], list[Payload], graphs.GraphCache]:
+def _steps(
+    spec: str, device: str, steps: int = 5, backend: graphs.Backend | None = None, size: int = 60_000
+) -> tuple[list[Payload], list[Payload], graphs.GraphCache]:
     """Encode ``steps`` different gradients held in one buffer, as a hook does, with graphs and without; the payloads
-    with graphs are kept whole until the end (a later replay must not change an earlier payload)."""
+    with graphs are kept whole until the end (a later replay must not change an earlier payload). On the CPU the
+    graphs are ``backend``'s (:class:`Emulated` by default)."""
     c, plain = create(spec), create(spec)
-    cache = graphs.cache_of(c, Emulated()) if device == "cpu" else graphs.cache_of(c)
-    buffer = torch.empty(60_000, device=device)
+    cache = graphs.cache_of(c, backend or Emulated()) if device == "cpu" else graphs.cache_of(c)
+    buffer = torch.empty(size, device=device)
     ctx, plain_ctx = Context(state=c.new_state()), Context(state=plain.new_state())
     kept, copies, wanted = [], [], []
     for step in range(steps):
@@ -237,6 +264,33 @@ def test_no_graph_for_a_torch_dither_or_a_per_worker_state(emulated, declared):
         for step in range(3):
             c.encode(g, ctx.but(step=step))
         assert (cache.captures, cache.replays) == (0, 0), spec
+
+
+RECORDED = [s for s in SPECS if s.startswith("sidco")] + [
+    "dgc:ratio=0.01",
+    "qsgd",
+    "terngrad",
+    "dqsg",
+    "ecq",
+    "qcs",
+    "ndqsg",
+]
+"""The rules whose device part runs on a CPU as torch operations and Triton launches only (random-k's CPU subset and
+signSGD's CPU signs take other paths than on a GPU, and are left out here)."""
+
+
+@pytest.mark.parametrize("spec", RECORDED)
+def test_replays_of_the_recorded_capture_equal_the_direct_encode(spec, emulated, declared, monkeypatch):
+    """The stricter stand-in: a replay runs the capture's recorded operations, host values baked in as on a GPU,
+    with the quantizers' Triton kernels (interpreted) where a GPU runs them; five steps, five seeds, one buffer."""
+    if not triton_runtime.available():
+        pytest.skip("needs Triton 3 (its interpreter runs the quantize kernels on the CPU)")
+    monkeypatch.setattr(counter_dither, "triton_for", lambda name, out, blocks, rows: triton_dither.applies(
+        name, out, blocks, rows))  # fmt: skip
+    kept, wanted, cache = _steps(spec, "cpu", backend=Recorded(), size=6_000)
+    for got, want in zip(kept, wanted, strict=True):
+        _same(got, want)
+    assert cache.captures >= 1 and cache.replays >= 5 - graphs.CAPTURE_AFTER + 1 - (cache.captures - 1)
 
 
 def test_a_key_is_captured_at_its_second_sighting_and_a_busy_graph_is_not_replayed(emulated):
