@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
 from dataclasses import Field, dataclass, fields, is_dataclass
@@ -131,9 +130,7 @@ class Compressor(ABC):
                 return result
             return self._encode_now(x, Payload(shape=payload.shape, dtype=payload.dtype), ctx)
 
-        if launched.replayed:  # a pending encode dropped unread frees its graph too
-            weakref.finalize(finish, launched.release)
-        return finish
+        return launched.freed_with(finish)
 
     def _encode_deferred(
         self, x: torch.Tensor, shape: torch.Size, dtype: torch.dtype, ctx: Context
@@ -156,7 +153,9 @@ class Compressor(ABC):
 
     def _graph_key(self, ctx: Context) -> Hashable | None:
         """What the queued encode's device part depends on besides its input and the call seed, for a CUDA graph to
-        replay it (:mod:`gradstat.compressors.graphs`): the settings, where the class declares
+        replay it (:mod:`gradstat.compressors.graphs`; the threshold sparsifiers' device part is
+        :meth:`~gradstat.compressors.schemes.sparsifiers.threshold.ThresholdSparsifier._launch_queued`, and SIDCo, DGC
+        and GMC give their own key): the settings, where the class declares
         :attr:`replays_as_graph`, no per-worker state is given and no draw comes from torch's generator (whose
         state a graph would freeze); else None, and its kernels launch one by one."""
         if not self.replays_as_graph or ctx.state is not None or getattr(self, "dither", "counter") == "torch":

@@ -112,6 +112,13 @@ class Launched(Generic[T]):
     replayed: bool
     release: Callable[[], None]
 
+    def freed_with(self, finish: Callable[[], Any]) -> Callable[[], Any]:
+        """``finish`` (the function that reads the outputs), after which the graph is freed also when ``finish`` is
+        dropped unread (collected): a pending encode that nobody reads does not hold its graph for ever."""
+        if self.replayed:
+            weakref.finalize(finish, self.release)
+        return finish
+
 
 def _nothing() -> None:
     return None

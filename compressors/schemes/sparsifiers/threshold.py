@@ -17,9 +17,8 @@ every g (the top m of d squared values carry at least m/d of the sum); that is t
 from __future__ import annotations
 
 import math
-import weakref
 from abc import abstractmethod
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -368,7 +367,7 @@ class ThresholdSparsifier(SparseMessage):
         if launched.outputs is None:
             launched.release()
             return None
-        top, queued, room, selected, reads = launched.outputs
+        queued, room, selected, reads = launched.outputs
 
         def finish() -> Payload:
             try:
@@ -392,13 +391,9 @@ class ThresholdSparsifier(SparseMessage):
             self._send(payload, x, refined, threshold)
             return payload
 
-        if launched.replayed:  # a pending encode dropped unread frees its graph too
-            weakref.finalize(finish, launched.release)
-        return finish
+        return launched.freed_with(finish)
 
-    def _launch_queued(
-        self, x: torch.Tensor, ctx: Context
-    ) -> tuple[torch.Tensor, Queued, int, Bounded, torch.Tensor] | None:
+    def _launch_queued(self, x: torch.Tensor, ctx: Context) -> tuple[Queued, int, Bounded, torch.Tensor] | None:
         """The device part of the queued encode (what a CUDA graph replays, :mod:`gradstat.compressors.graphs`):
         the rule's threshold (:meth:`_queued`), the selection into its buffer, the tie-break's count, and the one
         vector read back, ``[max |x|, count, ties, *rule's reads]``; None where the rule has no queued form."""
@@ -411,13 +406,7 @@ class ThresholdSparsifier(SparseMessage):
         reads = torch.cat(
             [top.double().reshape(1), selected.count.double().reshape(1), ties.double().reshape(1), queued.reads]
         )
-        return top, queued, room, selected, reads
-
-    def _graph_key(self, ctx: Context) -> Hashable | None:
-        """What the device part (:meth:`_launch_queued`) depends on besides its input, for a CUDA graph to replay
-        it (:mod:`gradstat.compressors.graphs`): the hyper-parameters and the host values :meth:`_queued` reads
-        from ``ctx``; None (here) where the rule does not declare them, and its kernels launch one by one."""
-        return None
+        return queued, room, selected, reads
 
     def _queued(self, g: torch.Tensor, ctx: Context) -> tuple[torch.Tensor, Queued, int] | None:
         """Where the rule has a queued form for ``g`` (on a device): queue it, and return the largest magnitude
