@@ -144,12 +144,15 @@ class Compressor(ABC):
 
     replays_as_graph: ClassVar[bool] = False
     """Whether the encode with deferred checks (:attr:`defers_checks`) may be replayed as a CUDA graph
-    (:meth:`_graph_key`). No class declares it yet: on the first H100 run of these graphs
-    (reports/gpu/2026-11-26T1948Z.md) the replays of qsgd, dqsg, ndqsg, qcs, ecq and randk gave other payloads
-    than the direct encode of the same input and seed (terngrad in one test of two; signsgd, onebit and topk the
-    same), where the threshold sparsifiers' replays (SIDCo, DGC, GMC) equal theirs; the cause is not found. The
-    mechanism stays, held on the CPU by emulated graphs (tests/compressors/test_graphs.py), for a class to declare
-    once a GPU run shows its replays equal."""
+    (:meth:`_graph_key`). No class declares it yet. On the first H100 run of these graphs
+    (reports/gpu/2026-11-26T1948Z.md) the replays of the rules that draw counter-hash keys (qsgd, dqsg, ndqsg, qcs,
+    ecq, randk, terngrad) gave other payloads than the direct encode; signsgd, onebit and topk, which draw none,
+    gave the same. The cause: the key slots were allocated during the capture, from the graph's private pool, which
+    can give them the memory of a temporary freed earlier in the capture, so the replay's earlier kernels
+    overwrote the keys filled in before it. They are now allocated before the capture
+    (:class:`~gradstat.theory.kernels.counter_dither.KeySlots`), and the CPU stand-in that poisons a capture's
+    allocations at each replay (tests/compressors/_recorded_graph.py) fails the old allocation and passes the new.
+    A class declares it once a GPU run shows its replays equal (tests/compressors/test_graphs.py, CUDA cases)."""
 
     def _graph_key(self, ctx: Context) -> Hashable | None:
         """What the queued encode's device part depends on besides its input and the call seed, for a CUDA graph to

@@ -21,8 +21,9 @@ fixed by its ``key``) either directly or as the replay of a graph captured from 
   copied what it keeps (:class:`Launched` ``release``); a second encode of the same key queued before then launches
   directly;
 - the counter hash's keys an encode draws from its call seed (``Context.call_seed``: a randomized rule's draws) are
-  not captured as values: each is a tensor of the graph's that is filled with the keys of the call's own seed before
-  its replay (:class:`~gradstat.theory.kernels.counter_dither.KeySlots`), so the seed is no part of the key;
+  not captured as values: each is a slot, allocated before the capture (not from the graph's pool, whose blocks the
+  capture's temporaries share), that is filled with the keys of the call's own seed before its replay
+  (:class:`~gradstat.theory.kernels.counter_dither.KeySlots`), so the seed is no part of the key;
 - a capture that fails (e.g. a device part that reads a value back after all, draws a key of another seed, or
   records nothing) is reported once per compressor class with its reason, and that input launches directly from
   then on: the result never depends on it.
@@ -204,7 +205,7 @@ class GraphCache:
                 self.seen[key] = sightings
                 return Launched(outputs, False, _nothing)
             self.backend.warm_up(fn, device)  # (its errors are the encode's own)
-            slots = KeySlots(call_seed)  # (None: a key drawn in the capture is refused)
+            slots = KeySlots(call_seed, device)  # (before the capture: not from its pool; None: keys refused)
             try:
                 graph, outputs = self.backend.capture(fn, device, slots)
             except Exception as exc:  # noqa: BLE001  (any failure to capture leaves the direct launch, reported)

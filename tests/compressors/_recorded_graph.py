@@ -4,10 +4,16 @@ A real graph replays the kernels its capture launched, on the same memory, with 
 baked in: a Python number, a shape, a decision taken on the host while capturing. This stand-in records each torch
 operation the capture runs (a ``TorchDispatchMode``), and each launch of a Triton kernel named to it, with its
 arguments; a replay runs them again in order on the same tensors and writes each result into the tensor the capture
-returned, as the graph's kernels write into their memory. Operations that only allocate (``empty``) do no work on a
-replay, as in a graph: a key slot keeps what was filled into it. A read back to the host (``.item()``, ``bool``)
-fails the capture, as it does on a GPU. So a device part that depends on a host value of its capture (rather than on
-its input's contents or its key slots) gives the capture's answer on every replay, and the tests see it.
+returned, as the graph's kernels write into their memory. A read back to the host (``.item()``, ``bool``) fails the
+capture, as it does on a GPU. So a device part that depends on a host value of its capture (rather than on its input's
+contents or its key slots) gives the capture's answer on every replay, and the tests see it.
+
+Memory a capture allocates comes from the graph's private pool, which hands a block freed earlier in the capture to a
+later allocation of the same capture: at a replay, a tensor allocated while capturing holds whatever the replay's
+earlier kernels wrote into the memory it shares with a dead temporary, not what the host wrote into it between
+replays. Operations that only allocate (``empty``) are not replayed, and a replay first poisons every tensor they
+made (NaN, or an arbitrary integer pattern): a value written into one from outside the graph is lost, as on a GPU,
+while a tensor the replay itself writes before reading is unaffected.
 """
 
 from __future__ import annotations
@@ -28,13 +34,17 @@ class Recorder(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.ops: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], Any]] = []
+        self.allocated: list[torch.Tensor] = []
+        """The tensors the capture allocated (poisoned at the start of each replay)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
         if func in HOST_READS:
             raise RuntimeError(f"a value read back to the host while capturing ({func})")
         out = func(*args, **kwargs)
-        if func not in NO_WORK:
+        if func in NO_WORK:
+            self.allocated.append(out)
+        else:
             self.ops.append((func, args, kwargs, out))
         return out
 
@@ -55,9 +65,25 @@ def _write_into(old: Any, new: Any) -> None:
             _write_into(a, b)
 
 
-def replay(ops: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], Any]]) -> None:
-    """Run the recorded operations again, in order, on the same tensors, each result written where the capture's
-    went."""
-    for func, args, kwargs, out in ops:
+POISON = 0x5A5A5A5A
+"""The integer pattern a replay writes into the capture's allocations (bool ones get True, floating ones NaN)."""
+
+
+def _poison(t: torch.Tensor) -> None:
+    if t.is_floating_point() or t.is_complex():
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    else:
+        t.fill_(POISON % (torch.iinfo(t.dtype).max + 1))
+
+
+def replay(recorder: Recorder) -> None:
+    """Poison the capture's allocations, then run the recorded operations again, in order, on the same tensors, each
+    result written where the capture's went."""
+    with _disable_current_modes():
+        for t in recorder.allocated:
+            _poison(t)
+    for func, args, kwargs, out in recorder.ops:
         with _disable_current_modes():
             _write_into(out, func(*args, **kwargs))

@@ -99,7 +99,8 @@ class Emulated(graphs.Backend):
 
 class Recorded(graphs.Backend):
     """Graphs emulated by recording the capture's operations and Triton launches (tests/compressors/
-    _recorded_graph.py): every host value of the capture baked in, as on a GPU."""
+    _recorded_graph.py): every host value of the capture baked in, and its allocations poisoned at each replay (the
+    pool's reuse), as on a GPU."""
 
     def warm_up(self, fn, device):
         fn()
@@ -113,7 +114,7 @@ class Recorded(graphs.Backend):
                 outputs = fn()
         finally:
             triton_dither.run = original
-        return recorder.ops, outputs
+        return recorder, outputs
 
     def replay(self, graph):
         replay(graph)
@@ -232,23 +233,11 @@ def test_replayed_encodes_with_deferred_checks_equal_the_direct_ones(spec, emula
     assert cache.captures == 1 and cache.replays == 5 - graphs.CAPTURE_AFTER + 1
 
 
-UNEQUAL_ON_H100 = {"qsgd", "qsgd:bucket=512", "dqsg", "ndqsg", "qcs", "randk:ratio=0.01", "randk_unbiased:ratio=0.01"}
-"""The rules whose replays gave other payloads than the direct encode on the first H100 run
-(reports/gpu/2026-11-26T1948Z.md; cause not found, so no class declares replays_as_graph); the others of
-:data:`CHECKS_DEFERRED` gave the same."""
-
-
 @pytest.mark.cuda
-@pytest.mark.parametrize(
-    "spec",
-    [
-        pytest.param(s, marks=pytest.mark.xfail(strict=True, reason="unequal replays on the H100 run"))
-        if s in UNEQUAL_ON_H100
-        else s
-        for s in CHECKS_DEFERRED
-    ],
-)
+@pytest.mark.parametrize("spec", CHECKS_DEFERRED)
 def test_cuda_graphs_with_deferred_checks_equal_the_direct_encode(spec, declared):
+    """The real graphs of every rule with deferred checks. On the first H100 run the rules that draw keys failed
+    here (their key slots shared memory with the capture's temporaries: see Compressor.replays_as_graph)."""
     kept, wanted, cache = _steps(spec, "cuda")
     for got, want in zip(kept, wanted, strict=True):
         _same(got, want)
@@ -281,8 +270,9 @@ signSGD's CPU signs take other paths than on a GPU, and are left out here)."""
 
 @pytest.mark.parametrize("spec", RECORDED)
 def test_replays_of_the_recorded_capture_equal_the_direct_encode(spec, emulated, declared, monkeypatch):
-    """The stricter stand-in: a replay runs the capture's recorded operations, host values baked in as on a GPU,
-    with the quantizers' Triton kernels (interpreted) where a GPU runs them; five steps, five seeds, one buffer."""
+    """The stricter stand-in: a replay runs the capture's recorded operations, host values baked in and the
+    capture's allocations poisoned as on a GPU, with the quantizers' Triton kernels (interpreted) where a GPU runs
+    them; five steps, five seeds, one buffer."""
     if not triton_runtime.available():
         pytest.skip("needs Triton 3 (its interpreter runs the quantize kernels on the CPU)")
     monkeypatch.setattr(counter_dither, "triton_for", lambda name, out, blocks, rows: triton_dither.applies(
@@ -429,16 +419,27 @@ def test_the_least_recently_used_graph_is_dropped_beyond_the_limit(emulated, mon
     assert len(cache.entries) == 2 and cache.captures == 3
 
 
-def test_a_capture_that_draws_a_key_of_another_seed_is_refused(emulated):
-    """Keys are refilled from the call seed: a key of any other seed cannot be, and the capture refuses it (the
-    encode then launches directly, reported once)."""
-    slots = KeySlots(7)
+def test_a_capture_that_draws_a_key_it_cannot_refill_is_refused(emulated):
+    """Keys are refilled from the call seed into slots made before the capture: a key of any other seed, on another
+    device, or beyond the slots cannot be, and the capture refuses it (the encode then launches directly, reported
+    once)."""
+    cpu = torch.device("cpu")
+    slots = KeySlots(7, cpu, capacity=2)
     with slots_for_keys(slots):
-        assert slots.take(7, 1, torch.device("cpu")).shape == (2,)
+        first = counter_dither.keys(7, 1, cpu)
+        assert first.shape == (2,) and first.data_ptr() == slots.buffer.data_ptr()
         with pytest.raises(ValueError, match="not the call seed"):
-            slots.take(8, 1, torch.device("cpu"))
+            slots.take(8, 1, cpu)
+        with pytest.raises(ValueError, match="not on the captured device"):
+            slots.take(7, 1, torch.device("meta"))
+        assert counter_dither.keys(7, 2, cpu).data_ptr() == slots.buffer[1].data_ptr()
+        with pytest.raises(ValueError, match="more than 2 keys"):
+            slots.take(7, 3, cpu)
+    slots.fill(9)
+    want = [counter_dither.keys(9, stream, cpu) for stream in (1, 2)]
+    assert torch.equal(slots.buffer, torch.stack(want))
     with pytest.raises(ValueError, match="not the call seed"):
-        KeySlots(None).take(7, 1, torch.device("cpu"))
+        KeySlots(None).take(7, 1, cpu)
 
 
 def test_the_policy_reads_the_environment(monkeypatch):

@@ -74,22 +74,38 @@ def key_words(seed: int, stream: int) -> tuple[int, int]:
     return (low - (1 << 32) if low >= 1 << 31 else low, high - (1 << 32) if high >= 1 << 31 else high)
 
 
+KEY_SLOTS = 8
+"""Keys one captured encode may draw (each a slot of :class:`KeySlots`; the most any rule draws today is 2)."""
+
+
 class KeySlots:
     """The keys an encode draws while it is captured as a CUDA graph: each :func:`keys` call of the capture gets a
-    tensor of its own, which no captured kernel writes; :meth:`fill` writes the keys of a call's seed into every one
+    slot of its own, which no captured kernel writes; :meth:`fill` writes the keys of a call's seed into every one
     (two small launches each) before that call's replay, so the replay draws that call's numbers. Every key of an
     encode is drawn from its call seed (``Context.call_seed``) and a stream: a key of another seed cannot be
     refilled from the call seed, and the capture refuses it (:class:`ValueError`), as it refuses every key where the
-    call seed is None."""
+    call seed is None, a key on another device, and more than :data:`KEY_SLOTS` keys.
 
-    def __init__(self, call_seed: int | None) -> None:
+    The slots are rows of one buffer allocated on ``device`` when the object is made, before the capture: memory
+    allocated during a capture comes from the graph's private pool, which gives a later allocation of the capture
+    the block of a temporary freed earlier in it, so a slot allocated there could share its memory with a temporary
+    that the replay's earlier kernels overwrite after the fill (what the first H100 run of these graphs showed:
+    reports/gpu/2026-11-26T1948Z.md)."""
+
+    def __init__(self, call_seed: int | None, device: torch.device | str = "cpu", capacity: int = KEY_SLOTS) -> None:
         self.call_seed = call_seed
+        self.device = torch.device(device)
+        self.buffer = torch.empty((capacity if call_seed is not None else 0, 2), dtype=torch.int32, device=device)
         self.slots: list[tuple[torch.Tensor, int]] = []
 
     def take(self, seed: int, stream: int, device: torch.device) -> torch.Tensor:
         if self.call_seed is None or seed != self.call_seed:
             raise ValueError(f"a key of seed {seed} is not the call seed {self.call_seed}'s: it cannot be refilled")
-        slot = torch.empty(2, dtype=torch.int32, device=device)
+        if torch.device(device) != self.device:
+            raise ValueError(f"a key on {device} is not on the captured device {self.device}")
+        if len(self.slots) == self.buffer.shape[0]:
+            raise ValueError(f"the capture draws more than {self.buffer.shape[0]} keys")
+        slot = self.buffer[len(self.slots)]
         self.slots.append((slot, stream))
         return slot
 
