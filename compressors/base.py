@@ -152,16 +152,18 @@ class Compressor(ABC):
     overwrote the keys filled in before it. They are now allocated before the capture
     (:class:`~gradstat.theory.kernels.counter_dither.KeySlots`), and the CPU stand-in that poisons a capture's
     allocations at each replay (tests/compressors/_recorded_graph.py) fails the old allocation and passes the new.
-    A class declares it once a GPU run shows its replays equal (tests/compressors/test_graphs.py, CUDA cases)."""
+    A class declares it once a GPU run shows its replays equal (tests/compressors/test_graphs.py, CUDA cases); until
+    then ``GRADSTAT_CUDA_GRAPHS=all`` replays them (the microbench times them so on CUDA)."""
 
     def _graph_key(self, ctx: Context) -> Hashable | None:
         """What the queued encode's device part depends on besides its input and the call seed, for a CUDA graph to
         replay it (:mod:`gradstat.compressors.graphs`; the threshold sparsifiers' device part is
         :meth:`~gradstat.compressors.schemes.sparsifiers.threshold.ThresholdSparsifier._launch_queued`, and SIDCo, DGC
-        and GMC give their own key): the settings, where the class declares
-        :attr:`replays_as_graph`, no per-worker state is given and no draw comes from torch's generator (whose
-        state a graph would freeze); else None, and its kernels launch one by one."""
-        if not self.replays_as_graph or ctx.state is not None or getattr(self, "dither", "counter") == "torch":
+        and GMC give their own key): the settings, where the class declares :attr:`replays_as_graph` (or the graph
+        policy is ``all``), no per-worker state is given and no draw comes from torch's generator (whose state a
+        graph would freeze); else None, and its kernels launch one by one."""
+        declared = self.replays_as_graph or graphs.policy() == "all"
+        if not declared or ctx.state is not None or getattr(self, "dither", "counter") == "torch":
             return None
         return graphs.hyper_key(self)
 

@@ -28,8 +28,9 @@ fixed by its ``key``) either directly or as the replay of a graph captured from 
   records nothing) is reported once per compressor class with its reason, and that input launches directly from
   then on: the result never depends on it.
 
-The policy is the environment variable ``GRADSTAT_CUDA_GRAPHS`` (``auto``, the default: graphs on CUDA; ``never``:
-no graph anywhere), or :func:`forced` for the code it encloses (the benchmarks time both).
+The policy is the environment variable ``GRADSTAT_CUDA_GRAPHS`` (``auto``, the default: graphs on CUDA; ``all``: also
+the encodes whose replays no GPU run has checked yet; ``never``: no graph anywhere), or :func:`forced` for the code it
+encloses (the benchmarks time them side by side).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from gradstat.theory.kernels.policy import overriding
 from gradstat.theory.kernels.policy import policy as compile_policy
 
 ENV = "GRADSTAT_CUDA_GRAPHS"
-POLICIES = ("auto", "never")
+POLICIES = ("auto", "never", "all")
 CAPTURE_AFTER = 2
 """The sighting of a key at which it is captured: the first encode of an input launches directly."""
 MAX_GRAPHS = 256
@@ -67,8 +68,11 @@ _FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("gradstat_g
 
 
 def policy() -> str:
-    """``auto`` (graphs on CUDA) or ``never``, from ``GRADSTAT_CUDA_GRAPHS`` or :func:`forced`; a clear error for
-    another value (``0``/``off``/``false``/``no`` mean ``never``, ``1``/``on``/``true``/``yes`` mean ``auto``)."""
+    """``auto`` (graphs on CUDA, for the compressors whose replays a GPU run has shown equal to the direct encode),
+    ``all`` (also for the encodes with deferred checks that no GPU run has shown so yet: the quantizers', random-k's;
+    see :attr:`Compressor.replays_as_graph <gradstat.compressors.base.Compressor.replays_as_graph>`) or ``never``,
+    from ``GRADSTAT_CUDA_GRAPHS`` or :func:`forced`; a clear error for another value (``0``/``off``/``false``/``no``
+    mean ``never``, ``1``/``on``/``true``/``yes`` mean ``auto``)."""
     override = _FORCED.get()
     if override is not None:
         return override

@@ -7,8 +7,9 @@ encode time next to ``torch.topk(|g|, ceil(delta d))`` measured in the same run;
 throughput in GB/s (4 d bytes per call) next to one measured read pass (``g.sum()``, the machine's own limit);
 and SIDCo's time split into its phases (check + summary, fit + threshold, select, pack). SIDCo exp and the fixed
 threshold also run with the fused kernels and the compaction kernel off (``(eager)`` rows), and on CUDA SIDCo exp
-without CUDA graphs (``(no graphs)`` rows), so the compiled kernels' and the graphs' gains are measured in the same
-run. Every timing is
+without CUDA graphs (``(no graphs)`` rows), and each quantizer's encode replayed as a graph, which the default does
+not do yet (``(all graphs)`` rows, with whether the replay equals the direct encode), so the compiled kernels' and
+the graphs' gains are measured in the same run. Every timing is
 the median of ``repeats`` calls after one warm-up call, with the min-max spread. A size whose working set does not
 fit in ``memory_fraction`` of the available memory is skipped, and a row says so.
 """
@@ -32,6 +33,8 @@ from gradstat.theory.kernels.policy import can_compile, forced, policy
 
 if TYPE_CHECKING:
     from gradstat.compressors.base import Compressor
+    from gradstat.compressors.context import Context
+    from gradstat.compressors.wire.payload import Payload
 
 OPTIONS = """
 sizes : list[int] -- vector lengths (default 260000,2600000,26000000; the paper also has 260000000).
@@ -285,7 +288,38 @@ def _rows_for(
                 row["enqueue_syncs"] = host_syncs(functools.partial(c.enqueue, g, ctx), dev)
                 row["settle_syncs"] = host_syncs(c.enqueue(g, ctx).payload, dev)
             rows.append(row)
+        if dev.type == "cuda" and "dither=torch" not in spec:
+            rows.append(_all_graphs_row(c, spec, g, ctx, size, threads, repeats, read, dev))
     return rows
+
+
+def _all_graphs_row(
+    c: Compressor, spec: str, g: torch.Tensor, ctx: Context, size: int, threads: str, repeats: int, read: Timing,
+    dev: torch.device,
+) -> dict[str, object]:  # fmt: skip
+    """A quantizer's encode on CUDA under ``GRADSTAT_CUDA_GRAPHS=all`` (row ``... (all graphs)``): replayed as a
+    graph, which the default does not do yet for an encode no GPU run has shown equal to the direct one
+    (:attr:`Compressor.replays_as_graph <gradstat.compressors.base.Compressor.replays_as_graph>`); its
+    ``replay_equal`` column says whether a replay's payload, under another call seed than the capture's, equals the
+    direct encode's, bit for bit."""
+    other = ctx.but(step=ctx.step + 1)  # (compared under another call seed than the capture's)
+    with graphs.forced("never"):
+        direct = c.encode(g, other)
+    with graphs.forced("all"):
+        for _ in range(graphs.CAPTURE_AFTER):  # (a graph is captured at the key's second encode)
+            c.encode(g, ctx)
+        t = time_ms(functools.partial(c.encode, g, ctx), repeats, dev)
+        replayed = c.encode(g, other)
+        name = spec + " (all graphs)"
+        row = _row(size, threads, None, "quantizer", name, "encode", t, read_passes=t.median / read.median)
+        row["host_syncs"] = host_syncs(functools.partial(c.encode, g, ctx), dev)
+    row["replay_equal"] = _same_payload(replayed, direct)
+    return row
+
+
+def _same_payload(a: Payload, b: Payload) -> bool:
+    """Whether two payloads hold the same parts, bit for bit."""
+    return sorted(a.parts) == sorted(b.parts) and all(torch.equal(a[name], b[name]) for name in a.parts)
 
 
 def run(
@@ -305,8 +339,10 @@ def run(
     Columns: ``size``, ``threads`` (``1``, ``all (n)``), ``ratio`` (sparsifiers), ``group`` (read, sparsifier,
     sidco phase, quantizer, skipped), ``name`` (spec), ``op`` (encode, decode, read, phase), ``ms`` (median),
     ``ms_min``/``ms_max``, ``GB/s`` (4 d bytes / ms), ``speedup_vs_topk`` (torch.topk ms / ms, same size, ratio and
-    threads), ``read_passes`` (ms / one read pass of the same run). With ``out``, also writes ``bench.csv``,
-    ``bench.png`` (time vs size, log-log) and ``bench.md`` (the goals of the issue and the table) there.
+    threads), ``read_passes`` (ms / one read pass of the same run), ``host_syncs`` and on CUDA ``replay_equal``
+    (the ``(all graphs)`` quantizer rows: whether the graph's replay gave the direct encode's payload). With
+    ``out``, also writes ``bench.csv``, ``bench.png`` (time vs size, log-log) and ``bench.md`` (the goals of the
+    issue and the table) there.
     """
     sizes, ratios, thread_counts = [int(s) for s in sizes], [float(r) for r in ratios], [int(t) for t in threads]
     if not sizes or min(sizes) < 1 or repeats < 1:

@@ -244,6 +244,41 @@ def test_cuda_graphs_with_deferred_checks_equal_the_direct_encode(spec, declared
     assert cache.replays >= 1 and cache.captures == 1
 
 
+def test_the_policy_all_replays_the_encodes_no_class_declares(emulated):
+    """``GRADSTAT_CUDA_GRAPHS=all``: the encodes with deferred checks are captured and replayed, equal to the direct
+    ones, without their class declaring it; ``auto`` leaves them direct."""
+    for mode, captures in (("auto", 0), ("all", 1)):
+        c, plain = create("dqsg"), create("dqsg")
+        cache = graphs.cache_of(c, Emulated())
+        g = _laplace(30_000, 9)
+        with graphs.forced(mode):
+            got = [c.encode(g, Context(step=step)) for step in range(3)]
+        with graphs.forced("never"):
+            want = [plain.encode(g, Context(step=step)) for step in range(3)]
+        for a, b in zip(got, want, strict=True):
+            _same(a, b)
+        assert (cache.captures, cache.replays) == (captures, 2 * captures), mode
+
+
+def test_the_microbench_row_of_all_graphs_says_whether_the_replays_equal(emulated):
+    """The microbench's ``(all graphs)`` quantizer row on emulated graphs: replayed, and equal; with a replay that
+    leaves the capture's outputs as they were (the fault a GPU run must not hide), not equal."""
+    from gradstat.analysis.bench import microbench
+    from gradstat.analysis.bench.timing import Timing
+
+    class Stale(Emulated):
+        def replay(self, graph):
+            pass
+
+    g, read = _laplace(30_000, 5), Timing(1.0, 1.0, 1.0)
+    for backend, equal in ((Emulated(), True), (Stale(), False)):
+        c = create("dqsg")
+        cache = graphs.cache_of(c, backend)
+        row = microbench._all_graphs_row(c, "dqsg", g, Context(seed=3), 30_000, "1", 2, read, torch.device("cpu"))
+        assert row["name"] == "dqsg (all graphs)" and row["op"] == "encode"
+        assert row["replay_equal"] is equal and cache.replays >= 3
+
+
 def test_no_graph_for_a_torch_dither_or_a_per_worker_state(emulated, declared):
     for spec in ("dqsg:dither=torch", "qsgd"):
         c = create(spec)
@@ -443,9 +478,9 @@ def test_a_capture_that_draws_a_key_it_cannot_refill_is_refused(emulated):
 
 
 def test_the_policy_reads_the_environment(monkeypatch):
-    for value, want in [("", "auto"), ("never", "never"), ("0", "never"), ("on", "auto")]:
+    for value, want in [("", "auto"), ("never", "never"), ("0", "never"), ("on", "auto"), ("ALL", "all")]:
         monkeypatch.setenv(graphs.ENV, value)
         assert graphs.policy() == want
     monkeypatch.setenv(graphs.ENV, "sometimes")
-    with pytest.raises(ValueError, match="GRADSTAT_CUDA_GRAPHS must be one of auto, never"):
+    with pytest.raises(ValueError, match="GRADSTAT_CUDA_GRAPHS must be one of auto, never, all"):
         graphs.policy()
