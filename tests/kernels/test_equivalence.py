@@ -159,6 +159,12 @@ def _statistics_cases() -> dict[str, dict[str, Case]]:
             x[n // 4 :: 11] = -x[n // 3]
             return x.to(device)
 
+        # count_excess counts |x| >= t: the elements at exactly t, of both signs, are in (the Triton form compares
+        # with the float64 just below t)
+        excess[f"n={n}-ties"] = lambda device, f=with_ties, n=n: (f(device), f(device)[n // 3].abs().double())
+        excess[f"n={n}-t=0"] = lambda device, f=with_ties: (f(device), _f64(0.0, device))
+        for name, t in (("inf", math.inf), ("nan", math.nan), ("tiny", 5e-324)):
+            excess[f"n={n}-t={name}"] = lambda device, f=with_ties, t=t: (f(device), _f64(t, device))
         for logs in (False, True):
             tails[f"n={n}-ties-logs={logs}"] = lambda device, f=with_ties, logs=logs, n=n: (
                 f(device),

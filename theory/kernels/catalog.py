@@ -321,7 +321,10 @@ KERNELS: dict[str, Kernel] = {
             "count_excess",
             "count and excess over |x| >= t (primitives.count_excess)",
             primitives.count_excess.reference,
-            {"compiled": _compiled(primitives.count_excess)},
+            {
+                "compiled": _compiled(primitives.count_excess),
+                "triton": Form(primitives.count_excess_by_tails, triton_stats.exists),
+            },
             rtol=1e-12,
         ),
         Kernel(

@@ -191,6 +191,16 @@ class TritonForm:
     in_graph: Callable[[torch.Tensor], bool] | None = None
 
 
+def with_triton(triton: TritonForm) -> Callable[..., Fused]:
+    """Decorator: ``@with_triton(form) def kernel(x, ...)``, a :class:`Fused` kernel with a Triton form for CUDA
+    tensors and no C loop."""
+
+    def wrap(fn: Callable[..., torch.Tensor]) -> Fused:
+        return Fused(fn, triton=triton)
+
+    return wrap
+
+
 def with_native(
     native: Callable[..., torch.Tensor], applies: Callable[..., bool], triton: TritonForm | None = None
 ) -> Callable[..., Fused]:

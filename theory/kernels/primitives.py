@@ -27,8 +27,8 @@ import weakref
 import numpy as np
 import torch
 
-from gradstat.theory.kernels import compaction, policy, triton_runtime, triton_select
-from gradstat.theory.kernels.fused import fused
+from gradstat.theory.kernels import compaction, policy, triton_runtime, triton_select, triton_stats
+from gradstat.theory.kernels.fused import TritonForm, fused, with_triton
 from gradstat.theory.kernels.scratch import _SCRATCH, abs_scratch, release_scratch, scratch, scratch_like  # noqa: F401
 
 __all__ = [
@@ -181,11 +181,23 @@ def positive_float(threshold: torch.Tensor | float, dtype: torch.dtype) -> float
     return t if t != t or t >= tiny else tiny
 
 
-@fused
+def count_excess_by_tails(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """:func:`count_excess` by the Triton tail statistics (:func:`gradstat.theory.kernels.triton_stats.tail_moments`,
+    one read of ``x`` and a finishing program): ``|x| >= t`` as ``|x| > nextafter(t, -inf)``, which holds for the
+    same float64 values (``|x|`` widened exactly), and the excess as ``z = (|x| - t) * 1``, the reference's rounding."""
+    below = torch.nextafter(t, torch.full((), -math.inf, dtype=torch.float64, device=t.device))
+    one = torch.ones((), dtype=torch.float64, device=t.device)
+    return triton_stats.tail_moments(x, below, t, one, False, False)[:2]
+
+
+@with_triton(TritonForm(count_excess_by_tails, triton_stats.runs_on, triton_stats.report))
 def count_excess(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """``[n, sum(|x| - t)]`` over ``|x| >= t``, as float64 (``t`` a 0-d float64 tensor): one fused read where
-    compiled. With ``t > 0`` only nonzeros are counted; with ``t = 0`` the sum is ``sum |x|``. The count of every
-    iterative threshold search and the count and excess of :mod:`gradstat.compressors.schemes.sparsifiers.tailcount`."""
+    compiled, or on CUDA by Triton (:func:`count_excess_by_tails`: torch's compiled form took 85 ms per call at 26M
+    elements on the H100 run of reports/gpu/2026-11-26T1850Z.md, where one read pass takes 0.053 ms, through
+    signSGD's mean magnitude). With ``t > 0`` only nonzeros are counted; with ``t = 0`` the sum is ``sum |x|``. The
+    count of every iterative threshold search and the count and excess of
+    :mod:`gradstat.compressors.schemes.sparsifiers.tailcount`."""
     a = x.abs().double()
     used = a >= t
     return torch.stack((used.sum().double(), torch.where(used, a - t, 0.0).sum()))
@@ -196,7 +208,7 @@ def count_at_least(abs_g: torch.Tensor, threshold: torch.Tensor | float) -> int:
     count; one fused read where compiled). Syncs: the count is a host decision for every iterative threshold
     search."""
     t = positive_threshold(threshold, abs_g)
-    if count_excess.compiled_for(abs_g):
+    if count_excess.fast_for(abs_g):
         return int(count_excess(abs_g.reshape(-1), t.double())[0])
     return count_true(abs_g >= t)
 
@@ -205,7 +217,7 @@ def count_at_least_deferred(abs_g: torch.Tensor, threshold: torch.Tensor) -> tor
     """:func:`count_at_least` as a 0-d float64 tensor on ``abs_g``'s device, nothing read back (the count of an
     iterative threshold search that decides on the device)."""
     t = positive_threshold(threshold, abs_g)
-    if count_excess.compiled_for(abs_g):
+    if count_excess.fast_for(abs_g):
         return count_excess(abs_g.reshape(-1), t.double())[0]
     return torch.count_nonzero(abs_g >= t).double()
 
@@ -610,7 +622,7 @@ def _fused_mean_abs(x: torch.Tensor) -> torch.Tensor | None:
     """:func:`mean_abs` of a float32 ``x`` from one fused read (:func:`count_excess` at 0: the sum of |x|), where
     that kernel runs compiled; else None."""
     flat = x.reshape(-1)
-    if flat.dtype != torch.float32 or not count_excess.compiled_for(flat):
+    if flat.dtype != torch.float32 or not count_excess.fast_for(flat):
         return None
     total = count_excess(flat, torch.zeros((), dtype=torch.float64, device=flat.device))[1]
     return (total / flat.numel()).to(torch.float32)

@@ -47,11 +47,11 @@ FIRST_RATIO = 0.25
 def count_and_excess(values: torch.Tensor, eta: torch.Tensor, signed: bool = False) -> tuple[int, torch.Tensor]:
     """The number n of nonzero ``|values| >= eta`` (host int: the search decides on it) and the sum of
     ``|values| - eta`` over them (0-d float64 tensor). ``values``: the magnitudes, or the signed vector when
-    ``signed``; ``eta`` is rounded to their dtype first, as the selection compares. One fused read where compiled;
-    else a comparison, a count and a masked sum (the fused kernel's eager reference would cost float64
-    temporaries: ~4x slower on 1M elements)."""
+    ``signed``; ``eta`` is rounded to their dtype first, as the selection compares. One fused read where compiled
+    (or by Triton on CUDA); else a comparison, a count and a masked sum (the fused kernel's eager reference would
+    cost float64 temporaries: ~4x slower on 1M elements)."""
     t = positive_threshold(eta, values)  # eta in the values' dtype, at least their smallest positive value
-    if count_excess.compiled_for(values):
+    if count_excess.fast_for(values):
         stats = count_excess(values, t.double())
         return int(stats[0]), stats[1]
     a = values.abs() if signed else values
@@ -61,7 +61,7 @@ def count_and_excess(values: torch.Tensor, eta: torch.Tensor, signed: bool = Fal
 
 def mean_magnitude(values: torch.Tensor, signed: bool = False) -> torch.Tensor:
     """mean |values| (0-d): a float64 sum from one fused read where compiled, else torch's float32 mean."""
-    if count_excess.compiled_for(values):
+    if count_excess.fast_for(values):
         return count_excess(values, torch.zeros((), dtype=torch.float64, device=values.device))[1] / values.numel()
     return (values.abs() if signed else values).mean()
 
@@ -105,7 +105,7 @@ class TailCount(ExactFallback, ThresholdSparsifier):
         self, g: torch.Tensor, ctx: Context, payload: Payload, stats: torch.Tensor | None = None
     ) -> torch.Tensor | None:
         # every statistic is a float64 sum of |g| (exactly 2^e times the normalised one): the same threshold
-        return self._search(g, payload, signed=True) if count_excess.compiled_for(g) else None
+        return self._search(g, payload, signed=True) if count_excess.fast_for(g) else None
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         return self._search(abs_g, payload, signed=False)
