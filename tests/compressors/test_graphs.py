@@ -310,8 +310,8 @@ def test_replays_of_the_recorded_capture_equal_the_direct_encode(spec, emulated,
     them; five steps, five seeds, one buffer."""
     if not triton_runtime.available():
         pytest.skip("needs Triton 3 (its interpreter runs the quantize kernels on the CPU)")
-    monkeypatch.setattr(counter_dither, "triton_for", lambda name, out, blocks, rows: triton_dither.applies(
-        name, out, blocks, rows))  # fmt: skip
+    monkeypatch.setattr(counter_dither, "triton_for", lambda name, out, blocks, rows, rest=(): triton_dither.applies(
+        name, out, blocks, rows, rest))  # fmt: skip
     kept, wanted, cache = _steps(spec, "cpu", backend=Recorded(), size=6_000)
     for got, want in zip(kept, wanted, strict=True):
         _same(got, want)

@@ -10,10 +10,12 @@ import math
 import re
 import warnings
 
+import numpy as np
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
-from gradstat.theory.kernels import counter_dither, policy, triton_dither, triton_runtime
+from gradstat.theory.kernels import counter_dither, nested, policy, triton_dither, triton_runtime
 
 needs_triton = pytest.mark.skipif(not triton_runtime.available(), reason="no Triton 3.0 or newer here")
 
@@ -38,6 +40,51 @@ def test_the_in_place_reconstruction_equals_its_reference(rows, size, subtract, 
     form = counter_dither.triton_form("reconstruct_rows_in_place")
     assert counter_dither.triton_form_applies("reconstruct_rows_in_place")(codes, scale, base, key, 7.0, 0.5, subtract)
     got = form(codes.clone(), scale, base, key, 7.0, 0.5, subtract)
+    assert torch.equal(got, want)
+
+
+class _CudaDivision(TorchFunctionMode):
+    """torch's CUDA division of a float32 tensor by a host number, on any device: the product by the number's
+    float32 reciprocal (ATen's ``div_true_kernel_cuda`` with a CPU scalar), so that a reference run on a CPU takes the
+    values it takes on a GPU."""
+
+    DIVISIONS = {torch.Tensor.__truediv__, torch.Tensor.div, torch.div, torch.true_divide}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.DIVISIONS and len(args) == 2 and isinstance(args[1], (int, float)) and not kwargs:
+            if args[0].dtype == torch.float32:
+                return torch.mul(args[0], float(np.float32(1.0) / np.float32(args[1])))
+        return func(*args, **kwargs)
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    ("alpha", "delta1", "k", "differs"),
+    [(1.0, 1 / 3, 3, True), (0.7, 0.25, 5, False), (1.0, 0.2, 7, True), (0.9, 0.1, 11, True)],
+)
+def test_the_nested_modes_divide_as_their_reference_does_on_cuda(alpha, delta1, k, differs, monkeypatch):
+    """The nested encode and estimate's CUDA branch (products by float32 reciprocals), interpreted on a CPU, against
+    their references run with CUDA's division by a host number: equal bit for bit. The CPU branch is the battery's
+    (test_equivalence.py). ``differs``: the two divisions give other results on this data (where delta1 is not a
+    power of two): in the estimate's values; the encode's codes move only where t lies within a rounding of a tie,
+    which these data do not reach, so a fault in the encode's CUDA branch alone would pass here."""
+    n = 70_001
+    g, kappa = _rows(1, n, torch.device("cpu"))
+    side = g + 0.05 * _rows(1, n, torch.device("cpu"), 0.3)[0] * kappa
+    key, base = counter_dither.keys(9, 1, "cpu"), torch.zeros((), dtype=torch.int32)
+    encode, estimate = nested.NESTED_KERNELS
+    args = (base, key, alpha, delta1, k)
+    with _CudaDivision():
+        codes = encode.reference(torch.empty(g.shape, dtype=torch.int8), g, kappa, *args)
+        want = estimate.reference(codes.float(), side, kappa, *args)
+    plain = encode.reference(torch.empty(g.shape, dtype=torch.int8), g, kappa, *args)
+    cpu_estimate = estimate.reference(codes.float(), side, kappa, *args)
+    assert (not torch.equal(plain, codes) or not torch.equal(cpu_estimate, want)) == differs
+    monkeypatch.setattr(triton_dither, "host_division", lambda device: False)
+    got_codes = counter_dither.triton_form("nested_rows_into")(torch.empty(g.shape, dtype=torch.int8), g, kappa, *args)
+    got = counter_dither.triton_form("nested_reconstruct_rows_in_place")(codes.float(), side, kappa, *args)
+    assert torch.equal(got_codes, codes)
     assert torch.equal(got, want)
 
 
@@ -90,8 +137,10 @@ def test_a_failed_triton_form_warns_once_and_the_eager_tiles_run(monkeypatch):
 
 SIGNATURE = {
     "f_ptr": "*fp32", "f_stride": "i32", "base_ptr": "*i32", "key_ptr": "*i32", "n": "i32", "size": "i32",
-    "gain": "fp32", "lo": "fp32", "hi": "fp32", "shift": "fp32", "offset": "fp32", "MODE": "constexpr",
-    "FLAG": "constexpr", "M0": "constexpr", "M1": "constexpr", "BLOCK": "constexpr",
+    "gain": "fp32", "lo": "fp32", "hi": "fp32", "shift": "fp32", "offset": "fp32", "alpha": "fp32",
+    "delta1": "fp32", "levels": "fp32", "half": "fp32", "step": "fp32", "inv_delta1": "fp32", "inv_levels": "fp32",
+    "MODE": "constexpr", "FLAG": "constexpr", "HOST_DIVISION": "constexpr", "M0": "constexpr", "M1": "constexpr",
+    "BLOCK": "constexpr",
 }  # fmt: skip
 
 
@@ -102,6 +151,8 @@ SIGNATURE = {
         (triton_dither.QUANTIZE, "*i8", "*fp32"),
         (triton_dither.RECONSTRUCT, "*fp32", "*i8"),
         (triton_dither.SIGN, "*fp32", "*fp32"),
+        (triton_dither.NESTED, "*i8", "*fp32"),
+        (triton_dither.ESTIMATE, "*fp32", "*fp32"),
     ],
 )
 def test_the_cuda_build_divides_exactly_and_never_fuses_or_flushes(mode, out, x, tmp_path, monkeypatch):
@@ -118,7 +169,7 @@ def test_the_cuda_build_divides_exactly_and_never_fuses_or_flushes(mode, out, x,
     signature = {**SIGNATURE, "out_ptr": out, "x_ptr": x}
     ordered = {name: signature[name] for name in kernel.arg_names}
     m0, m1 = counter_dither.MULTIPLIERS
-    constants = {"MODE": mode, "FLAG": True, "M0": m0, "M1": m1, "BLOCK": triton_dither.BLOCK}
+    constants = {"MODE": mode, "FLAG": True, "HOST_DIVISION": False, "M0": m0, "M1": m1, "BLOCK": triton_dither.BLOCK}
 
     def ptx(options: dict) -> str:
         compiled = triton.compile(

@@ -373,6 +373,7 @@ KERNELS: dict[str, Kernel] = {
             {
                 "native": Form(_native_nested, _native_nested_applies),
                 "compiled": _compiled(_nested_kernel(0)),
+                "triton": _rows_triton("nested_rows_into"),
             },
         ),
         Kernel(
@@ -382,6 +383,7 @@ KERNELS: dict[str, Kernel] = {
             {
                 "native": Form(_native_estimate, _native_estimate_applies),
                 "compiled": _compiled(_nested_kernel(1)),
+                "triton": _rows_triton("nested_reconstruct_rows_in_place"),
             },
         ),
         Kernel(

@@ -319,7 +319,9 @@ TRITON_FALLBACK = triton_runtime.Fallback("the Triton counter-dither kernel", po
 """Set once the Triton form has failed in this process (reported once; the eager tiles run from then on)."""
 
 
-def triton_for(name: str, out: torch.Tensor, blocks: tuple[torch.Tensor, ...], row_factor: torch.Tensor) -> bool:
+def triton_for(
+    name: str, out: torch.Tensor, blocks: tuple[torch.Tensor, ...], row_factor: torch.Tensor, rest: tuple[Any, ...] = ()
+) -> bool:
     """Whether :func:`run_rows` computes the kernel ``name`` by its Triton form
     (:mod:`gradstat.theory.kernels.triton_dither`, one pass instead of the eager hash's twenty): on CUDA, where the
     compiled kernels do not run, Triton is installed, the policy (``GRADSTAT_COMPILE``) is not ``never``, the form
@@ -328,7 +330,7 @@ def triton_for(name: str, out: torch.Tensor, blocks: tuple[torch.Tensor, ...], r
         out.device.type == "cuda"
         and policy.policy() != "never"
         and not TRITON_FALLBACK.is_set()
-        and triton_dither.applies(name, out, blocks, row_factor)
+        and triton_dither.applies(name, out, blocks, row_factor, rest)
     )
 
 
@@ -346,7 +348,7 @@ def triton_form(name: str) -> Callable[..., torch.Tensor]:
 def triton_form_applies(name: str) -> Callable[..., bool]:
     """Whether :func:`triton_form` of ``name`` exists for these arguments (CPU tensors: interpreted)."""
     inputs = 0 if name == "reconstruct_rows_in_place" else 1
-    return lambda out, *args: triton_dither.applies(name, out, args[:inputs], args[inputs])
+    return lambda out, *args: triton_dither.applies(name, out, args[:inputs], args[inputs], args[inputs + 3 :])
 
 
 def check_indices(base: int, n: int) -> None:
@@ -386,7 +388,7 @@ def run_rows(
     if compiled and kernel.compiled_for(out):
         kernel(out, *blocks, row_factor, at(0), key, *rest)  # a failed build or run warns once and runs eagerly
         return out
-    if compiled and triton_for(kernel.name, out, blocks, row_factor):
+    if compiled and triton_for(kernel.name, out, blocks, row_factor, rest):
         try:
             return triton_dither.run(kernel.name, MULTIPLIERS, out, blocks, row_factor, at(0), key, *rest)
         except Exception as exc:  # noqa: BLE001 - any build or launch failure falls back to the eager tiles

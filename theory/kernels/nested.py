@@ -10,7 +10,10 @@ Forms of the two loops: in place on scratch buffers (:func:`nested_encode`, :fun
 with the counter dither, one pure expression each (:func:`nested_rows_into`, :func:`nested_reconstruct_rows_in_place`,
 :data:`NESTED_KERNELS`: the eager reference, compiled where :mod:`gradstat.theory.kernels.policy` allows), and
 gradstat's C loops (:func:`gradstat.theory.kernels.counter_native.nested_rows_into` and ``nested_estimate_into``).
-Every form performs the same operations in the same order, so they agree bit for bit (``tests/kernels``).
+Every form performs the same operations in the same order, so they agree bit for bit (``tests/kernels``). On CUDA the
+counter-dither forms run as modes of the hand-written Triton kernel (:mod:`gradstat.theory.kernels.triton_dither`),
+not compiled by torch; there, as torch's CUDA kernels do, a division by a host number (Delta1, k) is a product by its
+float32 reciprocal.
 """
 
 from __future__ import annotations
@@ -116,7 +119,7 @@ def nested_estimate(
 
 
 NESTED_KERNELS = (
-    Fused(nested_rows_into),
-    Fused(nested_reconstruct_rows_in_place, compiles_on=counter_dither.COMPILES_ON),  # (the estimate: see there)
+    Fused(nested_rows_into, compiles_on=counter_dither.COMPILES_ON),
+    Fused(nested_reconstruct_rows_in_place, compiles_on=counter_dither.COMPILES_ON),
 )
 """The counter-dither P2 encode and decode as fused kernels (:mod:`gradstat.theory.kernels.counter_dither`)."""

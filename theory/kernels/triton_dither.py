@@ -26,8 +26,10 @@ counter ``base + i`` and row ``i // size``, whose factor (a scale or divisor of 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from gradstat.theory.kernels import triton_runtime
@@ -38,7 +40,7 @@ tl: Any = None
 BLOCK = 1024
 """Elements per program on CUDA."""
 
-QUANTIZE, RECONSTRUCT, SIGN = 0, 1, 2
+QUANTIZE, RECONSTRUCT, SIGN, NESTED, ESTIMATE = 0, 1, 2, 3, 4
 """The kernel's modes (compile-time constants: each builds its own code)."""
 
 MODES = {
@@ -46,21 +48,35 @@ MODES = {
     "reconstruct_rows_into": RECONSTRUCT,
     "reconstruct_rows_in_place": RECONSTRUCT,
     "signed_rows_into": SIGN,
+    "nested_rows_into": NESTED,
+    "nested_reconstruct_rows_in_place": ESTIMATE,
 }
-"""The counter-dither kernels (by function name) this form computes, and their mode."""
+"""The counter-dither kernels (by function name) this form computes, and their mode: those of
+:mod:`gradstat.theory.kernels.counter_dither` and NDQSG's nested encode and estimate
+(:mod:`gradstat.theory.kernels.nested`)."""
+
+SMALL_T = 2.0**22
+"""The nested encode runs here only where ``1 / delta1 + 1`` lies below this bound: the range where the reference
+takes its remainder modulo k by conditional additions (:data:`gradstat.theory.kernels.nested.SMALL_T`)."""
 
 CODE_DTYPES = (torch.int8, torch.int16, torch.int32, torch.float32)
 """The dtypes of codes this form reads and writes (quantize writes them, reconstruct reads them)."""
 
 
 def _rows(  # type: ignore[no-untyped-def]
-    out_ptr, x_ptr, f_ptr, f_stride, base_ptr, key_ptr, n, size, gain, lo, hi, shift, offset,
-    MODE: tl.constexpr, FLAG: tl.constexpr, M0: tl.constexpr, M1: tl.constexpr, BLOCK: tl.constexpr,
+    out_ptr, x_ptr, f_ptr, f_stride, base_ptr, key_ptr, n, size, gain, lo, hi, shift, offset, alpha, delta1,
+    levels, half, step, inv_delta1, inv_levels, MODE: tl.constexpr, FLAG: tl.constexpr, HOST_DIVISION: tl.constexpr,
+    M0: tl.constexpr, M1: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """One block of a counter-dither row kernel (finite inputs: where the reference's code would come from a NaN,
     this one is ``lo``; the quantizers refuse non-finite gradients and scales before they quantize).
     QUANTIZE: ``clamp(floor(x / f gain + u + shift), lo, hi)``;
-    RECONSTRUCT: ``(x + offset - u) / gain f`` (``- u`` where FLAG); SIGN: ``r x`` (divided by f where FLAG)."""
+    RECONSTRUCT: ``(x + offset - u) / gain f`` (``- u`` where FLAG); SIGN: ``r x`` (divided by f where FLAG);
+    NESTED: NDQSG's nested index of ``x / f`` (eq. (6)); ESTIMATE: its decode of the codes held in ``out`` with the
+    side information ``x`` and the scale ``f`` (eq. (7); ``y alpha`` where FLAG), both with the dither ``u delta1``
+    and ``levels`` = k, ``half`` = (k - 1) // 2, ``step`` = alpha delta1. Their divisions by delta1 and k are what
+    the reference's ``t / delta1`` is on the device it runs on (:func:`host_division`): IEEE divisions where
+    HOST_DIVISION (a CPU), else products by ``inv_delta1`` and ``inv_levels``, their float32 reciprocals (CUDA)."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # int32: a call indexes fewer than 2^31 elements
     inside = offsets < n
     f = tl.load(f_ptr + (offsets // size) * f_stride, mask=inside, other=1.0)
@@ -84,6 +100,45 @@ def _rows(  # type: ignore[no-untyped-def]
         if FLAG:
             v = v - u
         v = tl.div_rn(v, gain) * f
+    elif MODE == 3:  # nested.nested_rows_into: t = (x / f alpha + u delta1) / delta1, round(t) - k round(t / k)
+        t = x
+        if HOST_DIVISION:
+            t = tl.div_rn(tl.div_rn(x, f) * alpha + u * delta1, delta1)
+            q = tl.div_rn(t, levels)
+        else:
+            t = (tl.div_rn(x, f) * alpha + u * delta1) * inv_delta1
+            q = t * inv_levels
+        a, b = t + 0.5, q + 0.5  # floor(a), floor(b) as below (ESTIMATE)
+        small_a, small_b = tl.abs(a) < 8388608.0, tl.abs(b) < 8388608.0
+        ia, ib = tl.where(small_a, a, 0.0).to(tl.int32), tl.where(small_b, b, 0.0).to(tl.int32)
+        fa = tl.where(small_a, (ia - (ia.to(tl.float32) > a).to(tl.int32)).to(tl.float32), a)
+        fb = tl.where(small_b, (ib - (ib.to(tl.float32) > b).to(tl.int32)).to(tl.float32), b)
+        v = fa - fb * levels + half
+        v = tl.where(v < 0, v + levels, v)  # nested._small_remainder: two conditional additions, two subtractions
+        v = tl.where(v < 0, v + levels, v)
+        v = tl.where(v >= levels, v - levels, v)
+        v = tl.where(v >= levels, v - levels, v)
+        v = v - half
+    elif MODE == 4:  # nested.nested_reconstruct_rows_in_place: r = (s delta1 - u delta1 - alpha y) / delta1
+        s = tl.load(out_ptr + offsets, mask=inside, other=0.0)
+        y = tl.div_rn(x, tl.where(f > 0, f, 1.0))
+        side = y
+        if FLAG:
+            side = y * alpha
+        r = s
+        if HOST_DIVISION:
+            r = tl.div_rn(s * delta1 - u * delta1 - side, delta1)
+            q = tl.div_rn(r, levels)
+        else:
+            r = (s * delta1 - u * delta1 - side) * inv_delta1
+            q = r * inv_levels
+        # floor(b): a truncation stepped down below a negative b, for |b| < 2^23 (every float32 beyond is an integer;
+        # NaN passes through); tl.floor compiles to cvt.rmi.ftz, which flushes subnormals (b is never -0.0: a sum)
+        b = q + 0.5
+        small = tl.abs(b) < 8388608.0
+        ib = tl.where(small, b, 0.0).to(tl.int32)
+        fb = tl.where(small, (ib - (ib.to(tl.float32) > b).to(tl.int32)).to(tl.float32), b)
+        v = ((r - fb * levels) * step + y) * f
     else:
         # r x with r = -1 where the hash is negative: its sign bit flipped (the reference's negation, -0.0 and NaN
         # included; Triton's own ``-x`` was ``0 - x``, which keeps +0.0, before version 3.9)
@@ -93,21 +148,43 @@ def _rows(  # type: ignore[no-untyped-def]
     tl.store(out_ptr + offsets, v.to(out_ptr.dtype.element_ty), mask=inside)
 
 
+def host_division(device: torch.device) -> bool:
+    """Whether torch divides a float32 tensor by a host number (``t / 0.2``) as an IEEE division on ``device`` (a
+    CPU), or multiplies it by the number's float32 reciprocal, itself rounded in float32 (CUDA: ATen's
+    ``div_true_kernel_cuda`` with a CPU scalar). The nested modes follow their reference's device."""
+    return device.type == "cpu"
+
+
+def reciprocal32(value: float) -> float:
+    """``1 / value`` as torch's CUDA division by a host number forms it: ``value`` rounded to float32, then one
+    float32 division."""
+    v = np.float32(value)
+    return float(np.float32(1.0) / v) if v != 0 else math.inf
+
+
 def kernel(interpret: bool) -> Any:
     """The kernel, interpreted (for CPU tensors) or for compilation on CUDA. Raises ImportError without Triton."""
     return triton_runtime.build(_rows, interpret)
 
 
-def applies(name: str, out: torch.Tensor, blocks: tuple[torch.Tensor, ...], row_factor: torch.Tensor) -> bool:
-    """Whether this form computes the counter-dither kernel ``name`` for these tensors: Triton installed, the
-    tensors on one CUDA device (compiled) or the CPU (interpreted), ``out`` and the blocks contiguous, float32
-    values and codes of :data:`CODE_DTYPES`, ``row_factor`` float32 of shape ``(rows, 1)``."""
+def applies(
+    name: str, out: torch.Tensor, blocks: tuple[torch.Tensor, ...], row_factor: torch.Tensor, rest: tuple[Any, ...] = ()
+) -> bool:
+    """Whether this form computes the counter-dither kernel ``name`` for these tensors and constants ``rest``:
+    Triton installed, the tensors on one CUDA device (compiled) or the CPU (interpreted), ``out`` and the blocks
+    contiguous, float32 values and codes of :data:`CODE_DTYPES`, ``row_factor`` float32 of shape ``(rows, 1)``; the
+    nested encode within :data:`SMALL_T`."""
     if name not in MODES or out.device.type not in ("cuda", "cpu") or not triton_runtime.available():
         return False
     tensors = (out, *blocks)
     if any(t.device != out.device or not t.is_contiguous() or t.dtype not in CODE_DTYPES for t in tensors):
         return False
-    values = blocks[0] if MODES[name] != RECONSTRUCT else out
+    mode = MODES[name]
+    if mode == NESTED and not (len(rest) == 3 and 1.0 / float(rest[1]) + 1.0 < SMALL_T):
+        return False
+    if mode == ESTIMATE and (out.dtype != torch.float32 or not blocks or blocks[0].dtype != torch.float32):
+        return False
+    values = blocks[0] if mode not in (RECONSTRUCT, ESTIMATE) else out
     return (
         values.dtype == torch.float32
         and row_factor.dtype == torch.float32
@@ -130,18 +207,24 @@ def run(name: str, multipliers: tuple[int, int], out: torch.Tensor, blocks: tupl
         return out
     source = blocks[0] if blocks else out
     gain, lo, hi, shift, offset, flag = 1.0, 0.0, 0.0, 0.0, 0.0, False
+    alpha, delta1, levels, half = 1.0, 1.0, 1.0, 0.0
     if mode == QUANTIZE:
         gain, lo, hi, shift = float(rest[0]), float(rest[1]), float(rest[2]), float(rest[3])
     elif mode == RECONSTRUCT:
         gain, offset, flag = float(rest[0]), float(rest[1]), bool(rest[2])
+    elif mode in (NESTED, ESTIMATE):  # (alpha, delta1, k): each a float32 operand, as the reference's host numbers
+        alpha, delta1, k = float(rest[0]), float(rest[1]), int(rest[2])
+        levels, half, flag = float(k), float((k - 1) // 2), mode == ESTIMATE and alpha != 1.0
     else:
         flag = bool(rest[0])
+    inv_delta1, inv_levels = reciprocal32(delta1), reciprocal32(levels)
     block = triton_runtime.block_for(out, BLOCK)
     grid = (-(-n // block),)
     context, options = triton_runtime.launch(out)
     with context:
         kernel(interpret=out.device.type == "cpu")[grid](
             out, source, row_factor, row_factor.stride(0), base, key, n, out.shape[1], gain, lo, hi, shift, offset,
-            MODE=mode, FLAG=flag, M0=multipliers[0], M1=multipliers[1], BLOCK=block, **options,
+            alpha, delta1, levels, half, alpha * delta1, inv_delta1, inv_levels, MODE=mode, FLAG=flag,
+            HOST_DIVISION=host_division(out.device), M0=multipliers[0], M1=multipliers[1], BLOCK=block, **options,
         )  # fmt: skip
     return out
