@@ -128,6 +128,8 @@ class Compressor(ABC):
                 launched.release()
             if ok:
                 return result
+            if launched.replayed:
+                launched.redone()
             return self._encode_now(x, Payload(shape=payload.shape, dtype=payload.dtype), ctx)
 
         return launched.freed_with(finish)
@@ -147,11 +149,12 @@ class Compressor(ABC):
     (:meth:`_graph_key`). No class declares it yet. On the first H100 run of these graphs
     (reports/gpu/2026-11-26T1948Z.md) the replays of the rules that draw counter-hash keys (qsgd, dqsg, ndqsg, qcs,
     ecq, randk, terngrad) gave other payloads than the direct encode; signsgd, onebit and topk, which draw none,
-    gave the same. The cause: the key slots were allocated during the capture, from the graph's private pool, which
-    can give them the memory of a temporary freed earlier in the capture, so the replay's earlier kernels
-    overwrote the keys filled in before it. They are now allocated before the capture
-    (:class:`~gradstat.theory.kernels.counter_dither.KeySlots`), and the CPU stand-in that poisons a capture's
-    allocations at each replay (tests/compressors/_recorded_graph.py) fails the old allocation and passes the new.
+    gave the same. The probable cause, reproduced on the CPU stand-in that poisons a capture's allocations at each
+    replay (tests/compressors/_recorded_graph.py) but not yet confirmed on a GPU: the key slots were allocated
+    during the capture, from the graph's private pool, which can give them the memory of a temporary freed earlier
+    in the capture, so the replay's earlier kernels overwrote the keys filled in before it. They are now allocated
+    before the capture (:class:`~gradstat.theory.kernels.counter_dither.KeySlots`); the stand-in fails the old
+    allocation and passes the new.
     A class declares it once a GPU run shows its replays equal (tests/compressors/test_graphs.py, CUDA cases); until
     then ``GRADSTAT_CUDA_GRAPHS=all`` replays them (the microbench times them so on CUDA)."""
 

@@ -86,7 +86,8 @@ def policy() -> str:
 
 @contextlib.contextmanager
 def forced(mode: str) -> Iterator[None]:
-    """Run the enclosed code under graph policy ``mode`` (``auto`` or ``never``) in this thread (context) only."""
+    """Run the enclosed code under graph policy ``mode`` (``auto``, ``all`` or ``never``) in this thread (context)
+    only."""
     with overriding(_FORCED, mode, POLICIES, "graph policy"):
         yield
 
@@ -116,6 +117,9 @@ class Launched(Generic[T]):
     outputs: T
     replayed: bool
     release: Callable[[], None]
+    redone: Callable[[], None] = dataclasses.field(default=lambda: None)
+    """To be called where the caller discards a replay's outputs and encodes again synchronously (a check the
+    replay left on the device failed): counted in the cache's :attr:`GraphCache.redone`."""
 
     def freed_with(self, finish: Callable[[], Any]) -> Callable[[], Any]:
         """``finish`` (the function that reads the outputs), after which the graph is freed also when ``finish`` is
@@ -193,6 +197,10 @@ class GraphCache:
         """Keys whose capture failed: they launch directly from then on."""
         self.captures = 0
         self.replays = 0
+        self.redone = 0
+        """Replays whose outputs their caller discarded for a synchronous encode (a deferred check failed): on
+        inputs that pass every check, none; a replay that computes other values than the direct launch can show
+        here rather than in a payload."""
 
     def launch(
         self, key: Hashable, device: torch.device, fn: Callable[[], T], who: str, call_seed: int | None = None
@@ -243,7 +251,10 @@ class GraphCache:
             if entry.holder is holder:
                 entry.holder = None
 
-        return Launched(entry.outputs, True, release)
+        def redone() -> None:
+            self.redone += 1
+
+        return Launched(entry.outputs, True, release, redone)
 
 
 _WARNED: set[str] = set()

@@ -281,45 +281,69 @@ def _rows_for(
             "decode": functools.partial(c.decode, payload, ctx, side=side),
         }
         for op, fn in timed.items():
-            t = time_ms(fn, repeats, dev)
-            row = _row(size, threads, None, "quantizer", spec, op, t, read_passes=t.median / read.median)
-            row["host_syncs"] = host_syncs(fn, dev)
-            if op == "encode":
-                row["enqueue_syncs"] = host_syncs(functools.partial(c.enqueue, g, ctx), dev)
-                row["settle_syncs"] = host_syncs(c.enqueue(g, ctx).payload, dev)
+            with graphs.forced("auto"):  # (the default's rows, whatever the environment says)
+                t = time_ms(fn, repeats, dev)
+                row = _row(size, threads, None, "quantizer", spec, op, t, read_passes=t.median / read.median)
+                row["host_syncs"] = host_syncs(fn, dev)
+                if op == "encode":
+                    row["enqueue_syncs"] = host_syncs(functools.partial(c.enqueue, g, ctx), dev)
+                    row["settle_syncs"] = host_syncs(c.enqueue(g, ctx).payload, dev)
             rows.append(row)
-        if dev.type == "cuda" and "dither=torch" not in spec:
-            rows.append(_all_graphs_row(c, spec, g, ctx, size, threads, repeats, read, dev))
+        if dev.type == "cuda":
+            graphed = _all_graphs_row(c, spec, g, ctx, size, threads, repeats, read, dev)
+            if graphed is not None:
+                rows.append(graphed)
     return rows
 
 
 def _all_graphs_row(
     c: Compressor, spec: str, g: torch.Tensor, ctx: Context, size: int, threads: str, repeats: int, read: Timing,
     dev: torch.device,
-) -> dict[str, object]:  # fmt: skip
+) -> dict[str, object] | None:  # fmt: skip
     """A quantizer's encode on CUDA under ``GRADSTAT_CUDA_GRAPHS=all`` (row ``... (all graphs)``): replayed as a
     graph, which the default does not do yet for an encode no GPU run has shown equal to the direct one
-    (:attr:`Compressor.replays_as_graph <gradstat.compressors.base.Compressor.replays_as_graph>`); its
-    ``replay_equal`` column says whether a replay's payload, under another call seed than the capture's, equals the
-    direct encode's, bit for bit."""
+    (:attr:`Compressor.replays_as_graph <gradstat.compressors.base.Compressor.replays_as_graph>`). Its ``replayed``
+    column says whether the last encode was a replay whose checks passed, and ``replay_equal`` (where it was)
+    whether that payload, under another call seed than the capture's, equals the direct encode's bit for bit.
+    None (no row) for an encode that no graph replays (no deferred checks, a generator's draw, a per-worker
+    state)."""
     other = ctx.but(step=ctx.step + 1)  # (compared under another call seed than the capture's)
+    with graphs.forced("all"):
+        if not type(c).defers_checks or c._graph_key(other) is None:
+            return None
     with graphs.forced("never"):
         direct = c.encode(g, other)
+    cache = graphs.cache_of(c)
     with graphs.forced("all"):
         for _ in range(graphs.CAPTURE_AFTER):  # (a graph is captured at the key's second encode)
             c.encode(g, ctx)
         t = time_ms(functools.partial(c.encode, g, ctx), repeats, dev)
+        before = (cache.replays, cache.redone)
         replayed = c.encode(g, other)
+        was_replay = cache.replays == before[0] + 1 and cache.redone == before[1]
         name = spec + " (all graphs)"
         row = _row(size, threads, None, "quantizer", name, "encode", t, read_passes=t.median / read.median)
         row["host_syncs"] = host_syncs(functools.partial(c.encode, g, ctx), dev)
-    row["replay_equal"] = _same_payload(replayed, direct)
+    row["replayed"] = was_replay
+    row["replay_equal"] = _same_bits(replayed, direct) if was_replay else None
     return row
 
 
-def _same_payload(a: Payload, b: Payload) -> bool:
-    """Whether two payloads hold the same parts, bit for bit."""
-    return sorted(a.parts) == sorted(b.parts) and all(torch.equal(a[name], b[name]) for name in a.parts)
+def _same_bits(a: Payload, b: Payload) -> bool:
+    """Whether two payloads hold the same parts with the same bits (a float's sign of zero and NaN payload
+    included)."""
+    if sorted(a.parts) != sorted(b.parts):
+        return False
+    for name in a.parts:
+        x, y = a[name], b[name]
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        if x.is_floating_point():
+            bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+            x, y = x.contiguous().view(bits), y.contiguous().view(bits)
+        if not torch.equal(x, y):
+            return False
+    return True
 
 
 def run(
@@ -339,8 +363,9 @@ def run(
     Columns: ``size``, ``threads`` (``1``, ``all (n)``), ``ratio`` (sparsifiers), ``group`` (read, sparsifier,
     sidco phase, quantizer, skipped), ``name`` (spec), ``op`` (encode, decode, read, phase), ``ms`` (median),
     ``ms_min``/``ms_max``, ``GB/s`` (4 d bytes / ms), ``speedup_vs_topk`` (torch.topk ms / ms, same size, ratio and
-    threads), ``read_passes`` (ms / one read pass of the same run), ``host_syncs`` and on CUDA ``replay_equal``
-    (the ``(all graphs)`` quantizer rows: whether the graph's replay gave the direct encode's payload). With
+    threads), ``read_passes`` (ms / one read pass of the same run), ``host_syncs``, and on CUDA ``replayed`` and
+    ``replay_equal`` (the ``(all graphs)`` quantizer rows: whether a graph was replayed, and gave the direct encode's
+    payload). With
     ``out``, also writes ``bench.csv``, ``bench.png`` (time vs size, log-log) and ``bench.md`` (the goals of the
     issue and the table) there.
     """

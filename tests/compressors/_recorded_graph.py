@@ -12,8 +12,8 @@ Memory a capture allocates comes from the graph's private pool, which hands a bl
 later allocation of the same capture: at a replay, a tensor allocated while capturing holds whatever the replay's
 earlier kernels wrote into the memory it shares with a dead temporary, not what the host wrote into it between
 replays. Operations that only allocate (``empty``) are not replayed, and a replay first poisons every tensor they
-made (NaN, or an arbitrary integer pattern): a value written into one from outside the graph is lost, as on a GPU,
-while a tensor the replay itself writes before reading is unaffected.
+made (a finite byte pattern): a value written into one from outside the graph is lost, as on a GPU, while a tensor
+the replay itself writes before reading is unaffected.
 """
 
 from __future__ import annotations
@@ -24,7 +24,13 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-NO_WORK = {torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default}
+NO_WORK = {
+    torch.ops.aten.empty.memory_format,
+    torch.ops.aten.empty_strided.default,
+    torch.ops.aten.empty_like.default,
+    torch.ops.aten.new_empty.default,
+    torch.ops.aten.new_empty_strided.default,
+}
 HOST_READS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default}
 
 
@@ -65,17 +71,19 @@ def _write_into(old: Any, new: Any) -> None:
             _write_into(a, b)
 
 
-POISON = 0x5A5A5A5A
-"""The integer pattern a replay writes into the capture's allocations (bool ones get True, floating ones NaN)."""
+POISON_BYTE = 0x5A
+"""The byte a replay writes into every byte of the capture's allocations (bool ones get True): finite as a float
+(about 1.5e16 in float32), so a value written from outside the graph and lost shows in a payload, not as a NaN that a
+deferred finiteness check would answer with a synchronous encode."""
 
 
 def _poison(t: torch.Tensor) -> None:
-    if t.is_floating_point() or t.is_complex():
-        t.fill_(float("nan"))
-    elif t.dtype == torch.bool:
+    if t.dtype == torch.bool:
         t.fill_(True)
-    else:
-        t.fill_(POISON % (torch.iinfo(t.dtype).max + 1))
+        return
+    size = t.element_size()
+    bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size]
+    t.view(bits).fill_(int.from_bytes(bytes([POISON_BYTE]) * size, "little"))
 
 
 def replay(recorder: Recorder) -> None:

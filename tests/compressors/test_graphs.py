@@ -10,10 +10,12 @@ the next replay, as it would be on a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 from typing import Any
 
+import pandas as pd
 import pytest
 import torch
 from _payloads import assert_same_payload
@@ -120,6 +122,11 @@ class Recorded(graphs.Backend):
         replay(graph)
 
 
+@contextlib.contextmanager
+def _nothing():
+    yield
+
+
 class Failing(Emulated):
     def capture(self, fn, device, slots):
         raise RuntimeError("operation not permitted when stream is capturing")
@@ -165,6 +172,7 @@ def _steps(
             wanted.append(plain.encode(buffer, plain_ctx.but(step=step)))
     for payload, copy in zip(kept, copies, strict=True):
         _same(payload, copy)  # nothing a payload holds was overwritten by a later replay
+    assert cache.redone == 0  # no replay's checks failed (its payload would be the direct encode's, hiding it)
     return kept, wanted, cache
 
 
@@ -262,21 +270,40 @@ def test_the_policy_all_replays_the_encodes_no_class_declares(emulated):
 
 def test_the_microbench_row_of_all_graphs_says_whether_the_replays_equal(emulated):
     """The microbench's ``(all graphs)`` quantizer row on emulated graphs: replayed, and equal; with a replay that
-    leaves the capture's outputs as they were (the fault a GPU run must not hide), not equal."""
+    leaves the capture's outputs as they were (the fault a GPU run must not hide), not equal; with a capture that
+    fails, not replayed (no verdict); and no row for an encode no graph replays."""
     from gradstat.analysis.bench import microbench
+    from gradstat.analysis.bench._microbench_report import _cuda_goals
     from gradstat.analysis.bench.timing import Timing
 
     class Stale(Emulated):
         def replay(self, graph):
             pass
 
-    g, read = _laplace(30_000, 5), Timing(1.0, 1.0, 1.0)
-    for backend, equal in ((Emulated(), True), (Stale(), False)):
+    g, read, cpu = _laplace(30_000, 5), Timing(1.0, 1.0, 1.0), torch.device("cpu")
+    rows = []
+    for backend, replayed, equal in ((Emulated(), True, True), (Stale(), True, False), (Failing(), False, None)):
         c = create("dqsg")
-        cache = graphs.cache_of(c, backend)
-        row = microbench._all_graphs_row(c, "dqsg", g, Context(seed=3), 30_000, "1", 2, read, torch.device("cpu"))
-        assert row["name"] == "dqsg (all graphs)" and row["op"] == "encode"
-        assert row["replay_equal"] is equal and cache.replays >= 3
+        graphs.cache_of(c, backend)
+        with pytest.warns(RuntimeWarning, match="could not be captured") if not replayed else _nothing():
+            row = microbench._all_graphs_row(c, "dqsg", g, Context(seed=3), 30_000, "1", 2, read, cpu)
+        assert row is not None and row["name"] == "dqsg (all graphs)" and row["op"] == "encode"
+        assert (row["replayed"], row["replay_equal"]) == (replayed, equal)
+        rows.append(row)
+    plain = create("powersgd")  # (no deferred checks: no graph)
+    assert microbench._all_graphs_row(plain, "powersgd", g, Context(seed=3), 30_000, "1", 2, read, cpu) is None
+    # the goals table: shown, not judged, with the verdict of each (rows as a CUDA run writes them)
+    table = pd.DataFrame(
+        [
+            {**r, "threads": "cuda", "size": 26_000_000, "group": "quantizer", "ratio": None, "host_syncs": 1}
+            for r in rows
+        ]
+        + [{"threads": "cuda", "size": 26_000_000, "group": "read", "op": "read", "name": "g.sum()", "GB/s": 2000.0}]
+    )
+    text = "\n".join(_cuda_goals(table))
+    assert "host synchronisation" not in text  # (these rows are not judged by it either)
+    for verdict in ("its replay equal to the direct encode", "its replay NOT equal", "no graph was replayed"):
+        assert verdict in text
 
 
 def test_no_graph_for_a_torch_dither_or_a_per_worker_state(emulated, declared):

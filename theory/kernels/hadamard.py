@@ -53,7 +53,7 @@ def fwht(x: torch.Tensor) -> torch.Tensor:
     return x @ _sylvester_on(n, x.dtype, x.device)
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=None)  # (never evicted: a captured CUDA graph reads it by address)
 def _sylvester_on(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     s = torch.ones(1, 1, dtype=dtype, device=device)
     while s.shape[0] < n:
@@ -181,7 +181,7 @@ def _factored_base(m: int) -> torch.Tensor:
     return base
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=None)  # (never evicted: a captured CUDA graph reads it by address)
 def _base_on(m: int, dtype: torch.dtype, device: torch.device, transpose: bool) -> torch.Tensor:
     """The Paley base as a dense matrix of ``dtype`` on ``device`` (copied there once, not on every call)."""
     base = _factored_base(m).to(dtype=dtype, device=device)
@@ -228,7 +228,7 @@ def hadamard_transform(x: torch.Tensor, transpose: bool = False) -> torch.Tensor
     return z.movedim(0, -2).reshape(*batch, n)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=None)  # (never evicted: a captured CUDA graph reads it by address)
 def _first_row_on(m: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """First row of the base of order m (all ones for Sylvester, m = 1) on ``device``."""
     if m == 1:

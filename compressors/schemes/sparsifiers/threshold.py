@@ -383,6 +383,8 @@ class ThresholdSparsifier(SparseMessage):
             finally:
                 launched.release()
             if redo:
+                if launched.replayed:
+                    launched.redone()
                 return self._encode_now(x, Payload(shape=payload.shape, dtype=payload.dtype), ctx)
             refined = self._refine(x, indices, payload, ctx)
             ratio = getattr(self, "ratio", None)
