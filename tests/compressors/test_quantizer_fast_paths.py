@@ -11,6 +11,7 @@ import torch
 
 from gradstat.compressors.schemes.quantizers.dither import ScaledQuantizer
 from gradstat.compressors.wire.payload import Payload
+from gradstat.theory.kernels import counter_dither, counter_native, policy, triton_dither, triton_runtime
 
 QUANTIZERS = [
     ScaledQuantizer(levels=4, bucket=512, norm="l2", subtract=False),  # QSGD
@@ -72,3 +73,31 @@ def test_the_scratch_buffers_do_not_leak_into_results():
     q.encode(_gradient(4099, 2, 5.0, torch.float32), _payload(4099), seed=2)  # reuses the scratch buffers
     q.decode(first, 4099, seed=3)
     assert torch.equal(first["codes"], kept) and torch.equal(out, out_kept)
+
+
+@pytest.mark.skipif(not triton_runtime.available(), reason="no Triton 3.0 or newer here")
+@pytest.mark.parametrize(
+    "q",
+    [q for q in QUANTIZERS if q.dither == "counter" or not q.subtract],
+    ids=lambda q: f"L{q.levels}-b{q.bucket}-{q.norm}-s{q.subtract:d}-1b{q.onebit:d}-{q.dither}",
+)
+def test_the_one_pass_decode_on_cuda_equals_the_plain_reference(q, monkeypatch):
+    """The decode CUDA takes (the Triton kernel's one pass over the codes as they are, every bucket's scale), run
+    here through Triton's interpreter on CPU tensors in place of the C loop: the plain reference's values, bit for
+    bit, at every size and scale."""
+    monkeypatch.setattr(counter_native, "reconstructs", lambda codes, scale: False)
+    monkeypatch.setattr(counter_dither, "triton_reconstructs", lambda codes, scale: True)
+    monkeypatch.setattr(counter_dither, "triton_for", lambda name, out, blocks, rows, rest=(): name == (
+        "reconstruct_rows_into") and triton_dither.applies(name, out, blocks, rows, rest))  # fmt: skip
+    launches = []
+    run = triton_dither.run
+    monkeypatch.setattr(triton_dither, "run", lambda *args: launches.append(args[0]) or run(*args))
+    with policy.forced("never"):  # (no compiled kernel in between: the Triton form or nothing)
+        for d in (1, 513, 4099, 70_001):
+            for i, scale in enumerate((1.0, 1e-30, 3e37)):
+                x = _gradient(d, 10 * d + i, scale, torch.float32)
+                payload = _payload(d)
+                q.encode_reference(x, payload, seed=d + i)
+                out, ref = q.decode(payload, d, seed=d + i), q.decode_reference(payload, d, seed=d + i)
+                assert out.dtype == ref.dtype and torch.equal(out, ref), (d, scale)
+    assert launches and set(launches) == {"reconstruct_rows_into"}

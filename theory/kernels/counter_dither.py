@@ -334,6 +334,22 @@ def triton_for(
     )
 
 
+def triton_reconstructs(codes: torch.Tensor, scale: torch.Tensor) -> bool:
+    """Whether a reconstruction of the flat ``codes`` with the per-bucket float32 ``scale`` runs as the Triton
+    kernel's one pass (:func:`run_rows` of ``reconstruct_rows_into``: the codes read as they are, the float32 output
+    written once): on CUDA, where :func:`triton_for` allows it for such tensors."""
+    return (
+        codes.device.type == "cuda"
+        and scale.dtype == torch.float32
+        and scale.device == codes.device
+        and codes.is_contiguous()
+        and codes.dtype in triton_dither.CODE_DTYPES
+        and policy.policy() != "never"
+        and not TRITON_FALLBACK.is_set()
+        and triton_runtime.available()
+    )
+
+
 def triton_form(name: str) -> Callable[..., torch.Tensor]:
     """The Triton form of the kernel ``name`` of :data:`KERNELS` with its reference's arguments (for the catalog)."""
     inputs = 0 if name == "reconstruct_rows_in_place" else 1

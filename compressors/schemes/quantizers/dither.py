@@ -373,8 +373,10 @@ class ScaledQuantizer:
         _, _, offset, gain = self._range
         flat = codes.reshape(-1)
         counter = self.dither == "counter" and self.subtract  # half-dithered decoding draws nothing
-        if (counter or not self.subtract) and counter_native.reconstructs(flat, scale):
-            # one C loop reads the int8 codes at full vector width (and regenerates the counter dither if any)
+        one_pass = counter_native.reconstructs(flat, scale) or counter_dither.triton_reconstructs(flat, scale)
+        if (counter or not self.subtract) and one_pass:
+            # one loop reads the codes as they are (and regenerates the counter dither if any): a C loop at full
+            # vector width on a CPU, the Triton kernel on CUDA (where the forms below took three passes or more)
             key = counter_dither.keys(seed, DITHER_STREAM, codes.device)
             out = torch.empty(d, dtype=torch.float32, device=codes.device)
             args = (gain, offset, self.subtract)
