@@ -263,6 +263,9 @@ def test_plus_minus_equals_the_plain_signed_scale_bit_for_bit(scale):
         got.contiguous().view(torch.int32), want[:10_000].reshape(100, 100).t().contiguous().view(torch.int32)
     )
     assert torch.isfinite(P.plus_minus(bits, s)).all()
+    # the one-pass form other devices take, on CPU tensors here
+    assert torch.equal(P.plus_minus_where(bits, s).view(torch.int32), want.view(torch.int32))
+    assert torch.equal(P.plus_minus_where(rows.t(), s).view(torch.int32), got.view(torch.int32))
 
 
 def test_choose_by_bits_equals_where_bit_for_bit():

@@ -37,6 +37,7 @@ __all__ = [
     "sign_split_sums",
     "at_least_zero",
     "plus_minus",
+    "plus_minus_where",
     "block_max",
     "flat_nonzero",
     "gather_at_least",
@@ -306,8 +307,11 @@ def plus_minus(bits: torch.Tensor, scale: torch.Tensor | None = None) -> torch.T
     """float32 ``+scale`` where ``bits`` is set and ``-scale`` elsewhere (``scale`` a 0-d or 1-element tensor, or
     None for 1), computed as ``b * (2 scale) - scale``: exact, since doubling is exact and ``2s - s = s`` (Sterbenz),
     ``0 - s = -s`` (for s != 0; a zero scale takes the plain form, whose signed zeros ``(2b - 1) * 0`` this sum
-    would lose). On a CPU two numpy loops into one fresh tensor (~2x the four passes of the plain form)."""
-    v = np.float32(1.0 if scale is None else scale.reshape(()).float().item()) if bits.device.type == "cpu" else None
+    would lose). On a CPU two numpy loops into one fresh tensor (~2x the four passes of the plain form); elsewhere
+    (a GPU) :func:`plus_minus_where`, one pass."""
+    if bits.device.type != "cpu":
+        return plus_minus_where(bits, scale)
+    v = np.float32(1.0 if scale is None else scale.reshape(()).float().item())
     if cpu_contiguous(bits, (torch.bool,)) and v is not None and 0 < abs(v) <= _HALF_MAX32:
         # (2 s overflows for s > max/2, and for s = +-0 the plain form's product gives the signed zero: both below)
         out = torch.empty(bits.shape, dtype=torch.float32)
@@ -318,6 +322,14 @@ def plus_minus(bits: torch.Tensor, scale: torch.Tensor | None = None) -> torch.T
     out = torch.empty(bits.shape, dtype=torch.float32, device=bits.device).copy_(bits)
     out.mul_(2.0).sub_(1.0)
     return out if scale is None else out.mul_(scale)
+
+
+def plus_minus_where(bits: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`plus_minus` as one ``where(bits, s, -s)`` over the bits (one kernel on a GPU, where the plain form's
+    conversion, doubling, subtraction and product are four): the same float32 values, since ``(2b - 1) s`` is
+    ``1 s = s`` or ``-1 s = -s`` exactly, signed zeros and infinities included."""
+    s = torch.ones((), dtype=torch.float32, device=bits.device) if scale is None else scale.reshape(()).float()
+    return torch.where(bits, s, -s)
 
 
 def choose_by_bits(bits: torch.Tensor, if_false: torch.Tensor, if_true: torch.Tensor) -> torch.Tensor:
