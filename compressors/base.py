@@ -115,7 +115,7 @@ class Compressor(ABC):
         function that reads their answers back: the payload where every one passed (a replay's copied out of the
         graph's memory, with this call's seed), else the synchronous encode's result or error."""
         launched = graphs.launch(
-            self, self._graph_key(ctx), x, lambda: self._encode_deferred(x, payload.shape, payload.dtype, ctx),
+            self, self._graph_key(ctx, x), x, lambda: self._encode_deferred(x, payload.shape, payload.dtype, ctx),
             ctx.call_seed,
         )  # fmt: skip
         encoded, passed = launched.outputs
@@ -158,13 +158,14 @@ class Compressor(ABC):
     A class declares it once a GPU run shows its replays equal (tests/compressors/test_graphs.py, CUDA cases); until
     then ``GRADSTAT_CUDA_GRAPHS=all`` replays them (the microbench times them so on CUDA)."""
 
-    def _graph_key(self, ctx: Context) -> Hashable | None:
+    def _graph_key(self, ctx: Context, x: torch.Tensor | None = None) -> Hashable | None:
         """What the queued encode's device part depends on besides its input and the call seed, for a CUDA graph to
         replay it (:mod:`gradstat.compressors.graphs`; the threshold sparsifiers' device part is
         :meth:`~gradstat.compressors.schemes.sparsifiers.threshold.ThresholdSparsifier._launch_queued`, and SIDCo, DGC
         and GMC give their own key): the settings, where the class declares :attr:`replays_as_graph` (or the graph
         policy is ``all``), no per-worker state is given and no draw comes from torch's generator (whose state a
-        graph would freeze); else None, and its kernels launch one by one."""
+        graph would freeze); else None, and its kernels launch one by one. ``x``: the flat input, for a key that
+        depends on a host value the class keeps per input size (the fixed threshold's buffer size)."""
         declared = self.replays_as_graph or graphs.policy() == "all"
         if not declared or ctx.state is not None or getattr(self, "dither", "counter") == "torch":
             return None

@@ -525,3 +525,35 @@ def test_deferred_checks_give_the_synchronous_payload(spec, device):
         queued = pending.payload()
         synchronous = c._encode_now(g, Payload(shape=g.shape, dtype=g.dtype), _ctx(c))
     _same(queued, synchronous)
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1.0, 1e30])
+def test_the_fixed_threshold_is_queued_into_the_buffer_its_earlier_encodes_sized(scale, device):
+    """The first encode of a size runs the exact selection and sizes the buffer (room_for of the count); later ones
+    are queued into it and equal the synchronous payload bit for bit; a selection that overflows the buffer is encoded
+    exactly (the same payload) and grows it; an all-zero and a non-finite gradient take the synchronous path's answer
+    (on a CPU under ``never``)."""
+    from gradstat.compressors.schemes.sparsifiers.threshold import room_for
+
+    c, plain = create(f"threshold:eta={2.5 * scale}"), create(f"threshold:eta={2.5 * scale}")
+    g = _laplace(50_000, 13, scale).to(device)
+    g[::97] = 0.0
+    with forced("never" if device.type == "cpu" else "auto"):
+        first = c.enqueue(g, Context())
+        first_payload = first.payload()
+        k = first_payload.info["k_hat"]
+        assert c._rooms == {50_000: room_for(50_000, k)} and k > 0
+        for step in range(2):
+            pending = c.enqueue(g, Context(step=step))
+            assert not pending.settled  # queued into the remembered buffer
+            _same(pending.payload(), plain.encode(g, Context(step=step)))
+        wide = g * 4.0  # about twice as many above eta: past the buffer
+        want = plain.encode(wide, Context())
+        assert want.info["k_hat"] > c._rooms[50_000]
+        _same(c.encode(wide, Context()), want)
+        assert c._rooms[50_000] == room_for(50_000, want.info["k_hat"])
+        _same(c.encode(torch.zeros_like(g), Context()), plain.encode(torch.zeros_like(g), Context()))
+        bad = g.clone()
+        bad[7] = math.nan
+        with pytest.raises(ValueError, match="NaN"):
+            c.encode(bad, Context())

@@ -71,6 +71,7 @@ def _selection_cases() -> dict[str, Case]:
         0.75,
         True,
     )
+    cases["n=1-infinity"] = lambda device: (torch.tensor([-math.inf], device=device), 0.75, True)
     return cases
 
 
@@ -96,6 +97,9 @@ def _bounded_cases() -> dict[str, Case]:
                 return x, torch.tensor(t, dtype=torch.float64, device=device), signed, capacity_of(count)
 
             cases[f"{name}-capacity={room}"] = make
+        if name.startswith(("n=1-", "n=70001-float32", "nan", "threshold")):
+            # with the largest magnitude from the count's read (+inf where a NaN is held)
+            cases[f"{name}-extremes"] = lambda device, make=cases[f"{name}-capacity=equal"]: (*make(device), True)
     return cases
 
 
@@ -320,6 +324,9 @@ def test_every_kernel_of_the_catalog_has_cases_and_every_case_a_kernel():
 
 
 def _equal(got: Any, want: Any, rtol: float, where: str, bound: torch.Tensor | None = None) -> None:
+    if want is None:
+        assert got is None, f"{where}: {type(got).__name__}, the reference None"
+        return
     if dataclasses.is_dataclass(want) and not isinstance(want, type):
         assert type(got) is type(want), f"{where}: {type(got).__name__}, the reference {type(want).__name__}"
         for f in dataclasses.fields(want):

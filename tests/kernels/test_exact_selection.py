@@ -91,7 +91,8 @@ def test_blocks_with_nothing_to_write_leave_the_output_as_the_reference(device):
     assert torch.equal(indices, picks) and torch.equal(values, x[picks])
     for capacity in range(len(picks) + 2):  # the bounded form: blocks starting past the capacity write nothing
         kept = min(capacity, len(picks))
-        bounded, sent, count = triton_select.select(x, t, True, capacity)
+        bounded, sent, count, top = triton_select.select(x, t, True, capacity, extremes=capacity % 2 == 1)
+        assert top is None if capacity % 2 == 0 else float(top) == float(x.abs().max())
         assert int(count) == len(picks)
         assert torch.equal(bounded[:kept], picks[:kept]) and bool((bounded[kept:] == -1).all())
         assert torch.equal(sent[:kept], x[picks[:kept]]) and bool((sent[kept:] == 0).all())

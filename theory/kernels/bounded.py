@@ -46,6 +46,9 @@ class Bounded:
     indices: torch.Tensor
     values: torch.Tensor
     count: torch.Tensor
+    top: torch.Tensor | None = None
+    """Where asked for (``extremes``): the largest ``|x|`` (0-d of x's dtype; +inf where ``x`` holds a NaN or an
+    infinity, 0 for an empty ``x``), from the same read as the count. Else None."""
 
 
 def _threshold(x: torch.Tensor, threshold: torch.Tensor, capacity: int) -> torch.Tensor:
@@ -64,9 +67,10 @@ def _threshold(x: torch.Tensor, threshold: torch.Tensor, capacity: int) -> torch
     return primitives.positive_threshold(threshold, x)
 
 
-def reference(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int) -> Bounded:
+def reference(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int, extremes: bool = False) -> Bounded:
     """The definition: :func:`~gradstat.theory.kernels.primitives.select_at_least_reference`, its first
-    ``capacity`` indices and ``x`` there copied into the buffers. Reads the count on the host (any device)."""
+    ``capacity`` indices and ``x`` there copied into the buffers (with ``extremes``, the largest ``|x|`` by
+    ``x.abs().amax()``, +inf where that is not finite). Reads the count on the host (any device)."""
     t = _threshold(x, threshold, capacity)
     selected = primitives.select_at_least_reference(x, t, signed)
     kept = selected[:capacity]
@@ -74,23 +78,35 @@ def reference(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: 
     values = torch.zeros(capacity, dtype=x.dtype, device=x.device)
     indices[: kept.numel()] = kept
     values[: kept.numel()] = x[kept]
-    return Bounded(indices, values, torch.tensor(selected.numel(), dtype=torch.int64, device=x.device))
+    top = None
+    if extremes:
+        top = x.abs().amax() if x.numel() else torch.zeros((), dtype=x.dtype, device=x.device)
+        top = torch.where(torch.isfinite(top), top, torch.full((), torch.inf, dtype=x.dtype, device=x.device))
+    return Bounded(indices, values, torch.tensor(selected.numel(), dtype=torch.int64, device=x.device), top)
 
 
-def eager(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int) -> Bounded:
+def eager(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int, extremes: bool = False) -> Bounded:
     """The bounded selection in plain torch, with no host read: runs on any device (and on ``meta`` tensors)."""
-    return _eager(x, _threshold(x, threshold, capacity), signed, capacity)
+    return _eager(x, _threshold(x, threshold, capacity), signed, capacity, extremes)
 
 
-def _eager(x: torch.Tensor, t: torch.Tensor, signed: bool, capacity: int) -> Bounded:
+def _eager(x: torch.Tensor, t: torch.Tensor, signed: bool, capacity: int, extremes: bool = False) -> Bounded:
     mask = (x.abs() if signed else x) >= t
     count = torch.count_nonzero(mask)
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         indices = torch.full((capacity,), -1, dtype=torch.int64, device=x.device)
-        return Bounded(indices, torch.zeros(capacity, dtype=x.dtype, device=x.device), count)
+        values = torch.zeros(capacity, dtype=x.dtype, device=x.device)
+        return Bounded(indices, values, count, zero if extremes else None)
     indices = _first_true(mask, capacity)
-    zero = torch.zeros((), dtype=x.dtype, device=x.device)
-    return Bounded(indices, torch.where(indices >= 0, x.index_select(0, indices.clamp_min(0)), zero), count)
+    values = torch.where(indices >= 0, x.index_select(0, indices.clamp_min(0)), zero)
+    return Bounded(indices, values, count, _top(x) if extremes else None)
+
+
+def _top(x: torch.Tensor) -> torch.Tensor:
+    """The largest ``|x|`` of a nonempty ``x``, +inf where it holds a NaN or an infinity (the Triton form's)."""
+    top = primitives.max_abs(x)
+    return torch.where(torch.isfinite(top), top, torch.full((), torch.inf, dtype=x.dtype, device=x.device))
 
 
 def first_true(mask: torch.Tensor, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,10 +136,10 @@ def _first_true_scattered(mask: torch.Tensor, capacity: int) -> torch.Tensor:
     return out[:capacity]
 
 
-def triton(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int) -> Bounded:
+def triton(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int, extremes: bool = False) -> Bounded:
     """The Triton form (:mod:`gradstat.theory.kernels.triton_select`): compiled for a CUDA ``x``, interpreted for a
     CPU one. Raises where Triton is not installed or its kernels fail (no fallback: :func:`select_bounded` has it)."""
-    return Bounded(*triton_select.select(x, _threshold(x, threshold, capacity), signed, capacity))
+    return Bounded(*triton_select.select(x, _threshold(x, threshold, capacity), signed, capacity, extremes))
 
 
 def triton_exists(x: torch.Tensor, *_: object) -> bool:
@@ -143,18 +159,21 @@ def form_for(x: torch.Tensor) -> str:
     return "triton"
 
 
-def select_bounded(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int) -> Bounded:
+def select_bounded(
+    x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int, extremes: bool = False
+) -> Bounded:
     """The first ``capacity`` elements selected by ``x >= t`` (``|x| >= t`` when ``signed``; nonzero elements only,
     NaN never; ``t`` the 0-d ``threshold`` on ``x``'s device, raised to the smallest positive value), their values and
-    the count of all selected (:class:`Bounded`), with no read back to the host. ``x``: 1-D, float32 or float64;
-    ``capacity``: a host int >= 0. Runs the form :func:`form_for` names."""
+    the count of all selected (:class:`Bounded`; with ``extremes`` also the largest ``|x|``, from the same read where
+    Triton runs), with no read back to the host. ``x``: 1-D, float32 or float64; ``capacity``: a host int >= 0. Runs
+    the form :func:`form_for` names."""
     t = _threshold(x, threshold, capacity)
     if form_for(x) == "triton":
         try:
-            return Bounded(*triton_select.select(x, t, signed, capacity))
+            return Bounded(*triton_select.select(x, t, signed, capacity, extremes))
         except Exception as exc:  # noqa: BLE001 - any build or launch failure falls back to the eager form
             _report_failure(exc)
-    return _eager(x, t, signed, capacity)
+    return _eager(x, t, signed, capacity, extremes)
 
 
 def _report_failure(exc: Exception) -> None:

@@ -92,31 +92,35 @@ def build(interpret: bool) -> tuple[Any, Any]:
 
 
 def select(
-    x: torch.Tensor, t: torch.Tensor, signed: bool, capacity: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(indices, values, count)`` of the selection ``v >= t`` (``v = |x|`` when ``signed``, else ``x``) of the 1-D
-    float32 or float64 ``x``: the first ``capacity`` selected indices in increasing order (int64, then -1), ``x``
-    there (then 0) and the number selected (0-d int64), all on ``x``'s device, nothing read back to the host.
-    ``t`` is a 0-d tensor of ``x``'s dtype and device, strictly positive (zeros are never selected) or NaN."""
+    x: torch.Tensor, t: torch.Tensor, signed: bool, capacity: int, extremes: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(indices, values, count, top)`` of the selection ``v >= t`` (``v = |x|`` when ``signed``, else ``x``) of the
+    1-D float32 or float64 ``x``: the first ``capacity`` selected indices in increasing order (int64, then -1), ``x``
+    there (then 0), the number selected (0-d int64) and with ``extremes`` the largest ``|x|`` (0-d of x's dtype, +inf
+    where ``x`` holds a NaN or an infinity; else None), found by the same read as the counts; all on ``x``'s device,
+    nothing read back to the host. ``t`` is a 0-d tensor of ``x``'s dtype and device, strictly positive (zeros are
+    never selected) or NaN."""
     count_kernel, write_kernel = build(interpret=x.device.type == "cpu")
     x = x.contiguous()
     n = x.numel()
     indices = torch.full((capacity,), -1, dtype=torch.int64, device=x.device)
     values = torch.zeros(capacity, dtype=x.dtype, device=x.device)
     if n == 0:
-        return indices, values, torch.zeros((), dtype=torch.int64, device=x.device)
+        top = torch.zeros((), dtype=x.dtype, device=x.device) if extremes else None
+        return indices, values, torch.zeros((), dtype=torch.int64, device=x.device), top
     block = triton_runtime.block_for(x, BLOCK)
     grid = (-(-n // block),)
     counts = torch.empty(grid[0], dtype=torch.int64, device=x.device)
+    tops = torch.empty(grid[0], dtype=x.dtype, device=x.device) if extremes else counts
     context, options = triton_runtime.launch(x)
     with context:
-        count_kernel[grid](x, t, counts, counts, n, SIGNED=signed, EXTREMES=False, BLOCK=block, **options)
+        count_kernel[grid](x, t, counts, tops, n, SIGNED=signed, EXTREMES=extremes, BLOCK=block, **options)
         ends = torch.cumsum(counts, 0)
         if capacity:
             write_kernel[grid](
                 x, t, ends - counts, counts, indices, values, n, capacity, SIGNED=signed, BLOCK=block, **options
             )
-    return indices, values, ends[-1]
+    return indices, values, ends[-1], tops.amax() if extremes else None
 
 
 def select_exact(

@@ -84,7 +84,7 @@ class _SampledThreshold(ThresholdSparsifier):
         reads = torch.empty(0, dtype=torch.float64, device=g.device)
         return max_abs(g), Queued(eta, reads, nothing_to_settle), capacity(d, self._kept(d))
 
-    def _graph_key(self, ctx: Context) -> Hashable | None:
+    def _graph_key(self, ctx: Context, x: torch.Tensor | None = None) -> Hashable | None:
         """The settings only: the sample is drawn from the counter hash's keys of the call seed, which a graph's
         replay refills (:mod:`gradstat.compressors.graphs`)."""
         return graphs.hyper_key(self)
@@ -121,7 +121,7 @@ class DGC(_SampledThreshold):
         if not (float(self.fallback) >= 1.0) or math.isinf(self.fallback):
             raise ValueError(f"dgc fallback must be a finite factor >= 1, got {self.fallback}")
 
-    def _graph_key(self, ctx: Context) -> Hashable | None:
+    def _graph_key(self, ctx: Context, x: torch.Tensor | None = None) -> Hashable | None:
         """The settings only: the sample is drawn from the counter hash's keys of the call seed, which a graph's
         replay refills (:mod:`gradstat.compressors.graphs`)."""
         return graphs.hyper_key(self)

@@ -180,7 +180,7 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
         threshold = pot.threshold if e is None else scale_by_pow2(pot.threshold, e)
         return stats[1], Queued(threshold, pot.reads, settle), capacity(d, math.ceil(self.ratio * d))
 
-    def _graph_key(self, ctx: Context) -> Hashable | None:
+    def _graph_key(self, ctx: Context, x: torch.Tensor | None = None) -> Hashable | None:
         """The settings and the stage count M (the state's, where adaptive): all that :meth:`_queued` reads besides
         the gradient (its closed-form stages only; the MLE's run synchronously)."""
         if self.method != "closed_form":

@@ -16,9 +16,10 @@ every g (the top m of d squared values carry at least m/d of the sum); that is t
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +28,7 @@ from gradstat.compressors import graphs
 from gradstat.compressors.base import Compressor, Properties, nonfinite_error
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
-from gradstat.compressors.schemes.sparsifiers.queued import Queued, capacity, smallest_count
+from gradstat.compressors.schemes.sparsifiers.queued import Queued, capacity, nothing_to_settle, smallest_count
 from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.floats import widened
 from gradstat.compressors.wire.payload import Payload, index_width
@@ -363,7 +364,7 @@ class ThresholdSparsifier(SparseMessage):
         the selections exactly unless an element lies within those bits of the threshold."""
         if S.on_host(x):
             return None
-        launched = graphs.launch(self, self._graph_key(ctx), x, lambda: self._launch_queued(x, ctx), ctx.call_seed)
+        launched = graphs.launch(self, self._graph_key(ctx, x), x, lambda: self._launch_queued(x, ctx), ctx.call_seed)
         if launched.outputs is None:
             launched.release()
             return None
@@ -403,16 +404,20 @@ class ThresholdSparsifier(SparseMessage):
         if found is None:
             return None
         top, queued, room = found
-        selected = select_bounded(x, queued.threshold, True, room)
+        selected = select_bounded(x, queued.threshold, True, room, extremes=top is None)
+        if top is None:  # (the rule left it to the selection: found by the count's read)
+            assert selected.top is not None
+            top = selected.top
         ties = smallest_count(selected)
         reads = torch.cat(
             [top.double().reshape(1), selected.count.double().reshape(1), ties.double().reshape(1), queued.reads]
         )
         return queued, room, selected, reads
 
-    def _queued(self, g: torch.Tensor, ctx: Context) -> tuple[torch.Tensor, Queued, int] | None:
+    def _queued(self, g: torch.Tensor, ctx: Context) -> tuple[torch.Tensor | None, Queued, int] | None:
         """Where the rule has a queued form for ``g`` (on a device): queue it, and return the largest magnitude
-        (0-d, from a read the rule makes anyway where it can), the :class:`Queued` threshold in ``g``'s units and
+        (0-d, from a read the rule makes anyway where it can; None: the selection's count finds it on its read), the
+        :class:`Queued` threshold in ``g``'s units and
         the selection's buffer size (:func:`~gradstat.compressors.schemes.sparsifiers.queued.capacity`). None
         (here), before queuing anything: the rule has none, and the synchronous encode runs."""
         return None
@@ -451,11 +456,38 @@ class ThresholdSparsifier(SparseMessage):
         return indices
 
 
+ROOM_MIN = 1024
+"""The smallest buffer the fixed threshold's queued selection keeps (elements)."""
+ROOM_FACTOR = 1.5
+"""The fixed threshold's buffer holds this many times the most elements its rule selected at that size, rounded up
+to a power of two (so that a count that drifts step to step keeps one buffer size, one graph)."""
+
+
+@functools.lru_cache(maxsize=64)
+def narrowed(value: float, dtype: torch.dtype) -> float:
+    """``value`` rounded to ``dtype`` on the host (a CPU conversion, made once per value and dtype): beyond the
+    dtype's range it rounds to inf (a threshold that selects nothing), where ``torch.full`` would refuse it."""
+    return float(torch.tensor(value, dtype=torch.float64).to(dtype))
+
+
+def room_for(d: int, selected: int) -> int:
+    """The buffer for a fixed-threshold selection of ``d`` elements that selected ``selected`` (``ROOM_FACTOR`` times
+    it rounded up to a power of two, at least :data:`ROOM_MIN`, at most ``d``)."""
+    wanted = max(ROOM_MIN, math.ceil(ROOM_FACTOR * selected))
+    return min(d, 1 << (wanted - 1).bit_length())
+
+
 @register("threshold")
 @dataclass
 class FixedThreshold(ThresholdSparsifier):
     """Fixed threshold: send every coordinate with ``|g_i| >= eta`` (Strom 2015; SIDCo (Abdelmoniem et al.),
-    Sec. 1 "threshold-based methods"). eta: the threshold, > 0, in the gradient's units. packed: bit-packed indices."""
+    Sec. 1 "threshold-based methods"). eta: the threshold, > 0, in the gradient's units. packed: bit-packed indices.
+
+    The rule has no target count to size a buffer by, so its first encode of each size runs the exact selection
+    (two reads of the gradient with the count read back between them), and each encode remembers the most elements
+    selected at that size: from the second on, the encode is queued as the other threshold rules' are (one device
+    part, a CUDA graph's replay where the input repeats, read back once), into a buffer of :func:`room_for` that
+    many; a selection that overflows it is encoded exactly again, and the buffer grows."""
 
     eta: float = 1e-3
     packed: bool = True
@@ -468,14 +500,38 @@ class FixedThreshold(ThresholdSparsifier):
     def __post_init__(self) -> None:
         if not (float(self.eta) > 0.0) or self.eta == float("inf"):
             raise ValueError(f"threshold eta must be a finite number > 0, got {self.eta}")
+        self._rooms: dict[int, int] = {}
+        """Per input size, the queued selection's buffer (:func:`room_for` of the most selected so far)."""
+
+    def _send(self, payload: Payload, g: torch.Tensor, indices: torch.Tensor, eta: torch.Tensor | None) -> None:
+        super()._send(payload, g, indices, eta)
+        d = g.numel()
+        self._rooms[d] = max(self._rooms.get(d, 0), room_for(d, indices.numel()))
+
+    def _queued(self, g: torch.Tensor, ctx: Context) -> tuple[torch.Tensor | None, Queued, int] | None:
+        """Where a buffer size is known for ``g``'s size: ``eta`` on the device, the largest magnitude left to the
+        selection's count (one read of ``g`` for both), nothing of the rule's own to read back."""
+        room = self._rooms.get(g.numel())
+        if room is None:
+            return None
+        eta = torch.full((), self._narrowed_eta(g.dtype), dtype=g.dtype, device=g.device)
+        return None, Queued(eta, torch.empty(0, dtype=torch.float64, device=g.device), nothing_to_settle), room
+
+    def _graph_key(self, ctx: Context, x: torch.Tensor | None = None) -> Hashable | None:
+        """The settings and the buffer size for ``x``'s size (a new size is a new graph)."""
+        room = None if x is None else self._rooms.get(x.numel())
+        hyper = graphs.hyper_key(self)
+        return None if room is None or hyper is None else (hyper, room)
+
+    def _narrowed_eta(self, dtype: torch.dtype) -> float:
+        """eta narrowed to ``dtype`` (:func:`narrowed`)."""
+        return narrowed(float(self.eta), dtype)
 
     absolute_threshold = True
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
-        # filled on the device (a tensor copied from the host would wait for a GPU's queue) with eta narrowed on the
-        # host: beyond the dtype's range it rounds to inf (nothing is selected), where torch.full would refuse it
-        narrowed = float(torch.tensor(float(self.eta), dtype=torch.float64).to(abs_g.dtype))
-        return torch.full((), narrowed, dtype=abs_g.dtype, device=abs_g.device)
+        # filled on the device (a tensor copied from the host would wait for a GPU's queue)
+        return torch.full((), self._narrowed_eta(abs_g.dtype), dtype=abs_g.dtype, device=abs_g.device)
 
     def _validates_finite(self, flat: torch.Tensor) -> bool:
         return True  # the selection's read gives max |g| (NaN and Inf reach it): see _encode
@@ -485,7 +541,12 @@ class FixedThreshold(ThresholdSparsifier):
         CUDA): the counts per block and the largest magnitude are launched here, nothing read back; the returned
         function reads the count and the maximum in one copy (the wire needs the count: no buffer can be sized
         without a target), then writes the selection. The synchronous encode's payload and errors, in the same two
-        reads of ``x`` (:func:`~gradstat.theory.kernels.triton_select.select_exact`, split at its read back)."""
+        reads of ``x`` (:func:`~gradstat.theory.kernels.triton_select.select_exact`, split at its read back). Once a
+        buffer size is known for ``x``'s size, the threshold rules' queued form instead (:meth:`_queued`)."""
+        if x.numel() in self._rooms:
+            queued = super()._enqueue(x, payload, ctx)
+            if queued is not None:
+                return queued
         if not triton_exact(x):
             return None
         eta = self._threshold(x, x, ctx, payload)
