@@ -339,12 +339,26 @@ def encode_named(
     ctx: Context | None = None,
     states: Mapping[str, Any] | None = None,
 ) -> dict[str, Payload]:
-    """Per-layer compression of a dict of named tensors: each tensor is its own block (block = its position)."""
+    """Per-layer compression of a dict of named tensors: each tensor is its own block (block = its position).
+
+    Every layer's encode is queued before any is read back (:meth:`Compressor.enqueue`): on a device the kernels of
+    the later layers are launched while the earlier ones run, and the host waits once per layer's read instead of
+    between launches. Two layers given one state object are read back in turn (the second is queued after the
+    first's payload: a state is updated when its payload is read). The payloads equal the ones of encoding each
+    layer on its own, in order. The tensors must not change until this returns."""
     ctx = ctx or Context()
-    return {
-        name: compressor.encode(g, ctx.but(block=i, state=(states or {}).get(name)))
-        for i, (name, g) in enumerate(grads.items())
-    }
+    pending: dict[str, Pending] = {}
+    done: dict[str, Payload] = {}
+    holding: dict[int, str] = {}  # id(state) -> the layer whose queued encode holds it
+    for i, (name, g) in enumerate(grads.items()):
+        state = (states or {}).get(name)
+        if state is not None and id(state) in holding:
+            earlier = holding.pop(id(state))
+            done[earlier] = pending.pop(earlier).payload()
+        pending[name] = compressor.enqueue(g, ctx.but(block=i, state=state))
+        if state is not None:
+            holding[id(state)] = name
+    return {name: done[name] if name in done else pending[name].payload() for name in grads}
 
 
 def decode_named(

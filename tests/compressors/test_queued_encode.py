@@ -557,3 +557,50 @@ def test_the_fixed_threshold_is_queued_into_the_buffer_its_earlier_encodes_sized
         bad[7] = math.nan
         with pytest.raises(ValueError, match="NaN"):
             c.encode(bad, Context())
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_named_tensors_are_all_queued_before_any_is_read(shared, monkeypatch):
+    """encode_named queues every layer's encode before reading any back (on a CPU under ``never``, where the queued
+    forms run); two layers given one state are read in turn. The payloads equal encoding each layer on its own, in
+    order, with states of their own updated alike."""
+    from gradstat.compressors.base import encode_named
+    from gradstat.compressors.pending import Pending
+
+    log: list[tuple[str, int]] = []
+    enqueue, payload = Compressor.enqueue, Pending.payload
+
+    def logged_enqueue(self, g, ctx=None):
+        pending = enqueue(self, g, ctx)
+        log.append(("queue", id(pending)))
+        return pending
+
+    def logged_payload(self):
+        log.append(("read", id(self)))
+        return payload(self)
+
+    monkeypatch.setattr(Compressor, "enqueue", logged_enqueue)
+    monkeypatch.setattr(Pending, "payload", logged_payload)
+    spec = "sidco:ratio=0.01,dist=exp,stages=adaptive"
+    c, plain = create(spec), create(spec)
+    grads = {f"layer{i}": _laplace(20_000 + 1000 * i, 30 + i) for i in range(3)}
+    one = c.new_state()
+    states = {name: one if shared else c.new_state() for name in grads}
+    one_plain = plain.new_state()
+    plain_states = {name: one_plain if shared else plain.new_state() for name in grads}
+    with forced("never"):
+        for step in range(6):  # (past the adaptive period: the states change)
+            log.clear()
+            got = encode_named(c, grads, Context(step=step), states)
+            kinds = [kind for kind, _ in log]
+            want = {
+                name: plain.encode(g, Context(step=step, block=i, state=plain_states[name]))
+                for i, (name, g) in enumerate(grads.items())
+            }
+            for name in grads:
+                _same(got[name], want[name])
+            assert kinds.count("queue") == 3 and kinds.count("read") == 3
+            if shared:  # each layer read before the next is queued
+                assert kinds[:5] == ["queue", "read", "queue", "read", "queue"]
+            else:  # every layer queued before the first read
+                assert kinds[:3] == ["queue"] * 3
