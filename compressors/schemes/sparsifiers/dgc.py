@@ -33,7 +33,7 @@ from gradstat.compressors.schemes.sparsifiers.randk import random_subset
 from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier, threshold_properties
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.kernels import counter_dither
-from gradstat.theory.kernels.primitives import max_abs, selects_signed
+from gradstat.theory.kernels.primitives import selects_signed
 
 SAMPLE_STREAM = 6
 """Sub-stream of the call seed for DGC's sample with replacement (random-k's subset uses 5)."""
@@ -73,16 +73,17 @@ class _SampledThreshold(ThresholdSparsifier):
         check_ratio(self.ratio, abs_g.numel(), who=f"{self.name} ratio")
         return sampled_threshold(abs_g, self.ratio, self.sample_ratio, ctx.call_seed, self.replacement)
 
-    def _queued(self, g: torch.Tensor, ctx: Context) -> tuple[torch.Tensor, Queued, int] | None:
+    def _queued(self, g: torch.Tensor, ctx: Context) -> tuple[torch.Tensor | None, Queued, int] | None:
         """The sampled threshold on the device (nothing of it is read back); the selection's buffer
         (:func:`~gradstat.compressors.schemes.sparsifiers.queued.capacity`) is sized for what passes it, at most
         ``fallback`` k where DGC keeps all that passed: DGC's exact top-k of a larger selection runs on the buffer
-        once its count is read back (:meth:`_refine`)."""
+        once its count is read back (:meth:`_refine`). The largest magnitude (the finiteness check) is left to the
+        selection's count, which finds it on its read of ``g``: one read pass fewer."""
         d = g.numel()
         check_ratio(self.ratio, d, who=f"{self.name} ratio")
         eta = sampled_threshold(g, self.ratio, self.sample_ratio, ctx.call_seed, self.replacement)
         reads = torch.empty(0, dtype=torch.float64, device=g.device)
-        return max_abs(g), Queued(eta, reads, nothing_to_settle), capacity(d, self._kept(d))
+        return None, Queued(eta, reads, nothing_to_settle), capacity(d, self._kept(d))
 
     def _graph_key(self, ctx: Context, x: torch.Tensor | None = None) -> Hashable | None:
         """The settings only: the sample is drawn from the counter hash's keys of the call seed, which a graph's
