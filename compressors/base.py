@@ -345,7 +345,11 @@ def encode_named(
     the later layers are launched while the earlier ones run, and the host waits once per layer's read instead of
     between launches. Two layers given one state object are read back in turn (the second is queued after the
     first's payload: a state is updated when its payload is read). The payloads equal the ones of encoding each
-    layer on its own, in order. The tensors must not change until this returns."""
+    layer on its own, in order. The tensors must not change until this returns. Every layer's device buffers (and
+    held graphs) stay alive until its payload is read, so the peak memory grows with the number of layers: split
+    a very large model's dict into groups where that matters. An error is raised when its layer is queued or read
+    (a later layer's queuing error before an earlier one's read error); the states of layers queued before it are
+    not updated."""
     ctx = ctx or Context()
     pending: dict[str, Pending] = {}
     done: dict[str, Payload] = {}

@@ -198,9 +198,10 @@ class GraphCache:
         self.captures = 0
         self.replays = 0
         self.redone = 0
-        """Replays whose outputs their caller discarded for a synchronous encode (a deferred check failed): on
-        inputs that pass every check, none; a replay that computes other values than the direct launch can show
-        here rather than in a payload."""
+        """Replays whose outputs their caller discarded for a synchronous encode: a deferred check that failed, or
+        a threshold rule's selection past its buffer or of an all-zero gradient. On inputs that pass every check
+        and fit their buffers, none; a replay that computes other values than the direct launch can show here
+        rather than in a payload."""
 
     def launch(
         self, key: Hashable, device: torch.device, fn: Callable[[], T], who: str, call_seed: int | None = None

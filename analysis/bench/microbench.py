@@ -61,6 +61,9 @@ EXTRA_SPARSIFIERS = (
 EAGER_TOO = ("sidco:dist=exp,stages=3", "threshold")
 """Also timed with the fused kernels and the compaction kernel off (``GRADSTAT_COMPILE=never``), rows named
 ``... (eager)``: what each costs without a compiler, measured beside what it costs with one."""
+ALL_GRAPHS_TOO = ("threshold",)
+"""On CUDA also timed under ``GRADSTAT_CUDA_GRAPHS=all`` (rows ``... (all graphs)``): sparsifiers whose graph the
+default does not replay until a GPU run shows it equal to the direct encode (the fixed threshold's)."""
 NO_GRAPHS_TOO = ("sidco:dist=exp,stages=1", "sidco:dist=exp,stages=3")
 """On CUDA also timed with every kernel launched one by one (``GRADSTAT_CUDA_GRAPHS=never``), rows named
 ``... (no graphs)``: what the replay of a captured graph (:mod:`gradstat.compressors.graphs`) saves."""
@@ -221,6 +224,7 @@ def _rows_for(
         runs += [(s, "never", "never", " (eager)") for s in EAGER_TOO]
         if dev.type == "cuda":
             runs += [(s, "auto", "never", " (no graphs)") for s in NO_GRAPHS_TOO]
+            runs += [(s, "auto", "all", " (all graphs)") for s in ALL_GRAPHS_TOO]
         runs = [run for run in runs if wanted(run[0])]
         for spec, mode, graph_mode, suffix in runs:
             name = spec + suffix

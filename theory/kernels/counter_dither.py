@@ -340,6 +340,7 @@ def triton_reconstructs(codes: torch.Tensor, scale: torch.Tensor) -> bool:
     written once): on CUDA, where :func:`triton_for` allows it for such tensors."""
     return (
         codes.device.type == "cuda"
+        and codes.numel() <= MAX_ELEMENTS
         and scale.dtype == torch.float32
         and scale.device == codes.device
         and codes.is_contiguous()

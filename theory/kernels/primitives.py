@@ -191,7 +191,14 @@ def count_excess_by_tails(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return triton_stats.tail_moments(x, below, t, one, False, False)[:2]
 
 
-@with_triton(TritonForm(count_excess_by_tails, triton_stats.runs_on, triton_stats.report))
+def _count_excess_by_tails_on(x: torch.Tensor, *_: object) -> bool:
+    """Whether :func:`count_excess` runs by Triton on ``x``: a CUDA tensor of the tail statistics' kind, at the
+    sizes where its compiled form ran before (:func:`gradstat.theory.kernels.policy.choose`): a smaller vector keeps
+    the eager sums its callers take on a CPU too."""
+    return triton_stats.runs_on(x) and policy.choose(x, compiled=True) == "compiled"
+
+
+@with_triton(TritonForm(count_excess_by_tails, _count_excess_by_tails_on, triton_stats.report))
 def count_excess(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """``[n, sum(|x| - t)]`` over ``|x| >= t``, as float64 (``t`` a 0-d float64 tensor): one fused read where
     compiled, or on CUDA by Triton (:func:`count_excess_by_tails`: torch's compiled form took 85 ms per call at 26M
@@ -327,7 +334,8 @@ def plus_minus(bits: torch.Tensor, scale: torch.Tensor | None = None) -> torch.T
 def plus_minus_where(bits: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`plus_minus` as one ``where(bits, s, -s)`` over the bits (one kernel on a GPU, where the plain form's
     conversion, doubling, subtraction and product are four): the same float32 values, since ``(2b - 1) s`` is
-    ``1 s = s`` or ``-1 s = -s`` exactly, signed zeros and infinities included."""
+    ``1 s = s`` or ``-1 s = -s`` exactly, signed zeros and infinities included (a NaN scale gives NaN either way,
+    its sign bit possibly other; decoders refuse one before)."""
     s = torch.ones((), dtype=torch.float32, device=bits.device) if scale is None else scale.reshape(()).float()
     return torch.where(bits, s, -s)
 

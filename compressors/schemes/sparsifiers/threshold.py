@@ -486,8 +486,9 @@ class FixedThreshold(ThresholdSparsifier):
     The rule has no target count to size a buffer by, so its first encode of each size runs the exact selection
     (two reads of the gradient with the count read back between them), and each encode remembers the most elements
     selected at that size: from the second on, the encode is queued as the other threshold rules' are (one device
-    part, a CUDA graph's replay where the input repeats, read back once), into a buffer of :func:`room_for` that
-    many; a selection that overflows it is encoded exactly again, and the buffer grows."""
+    part, read back once; a CUDA graph's replay where the input repeats, under ``GRADSTAT_CUDA_GRAPHS=all`` until a
+    GPU run shows it equal), into a buffer of :func:`room_for` that many; a selection that overflows it is encoded
+    exactly again, and the buffer grows."""
 
     eta: float = 1e-3
     packed: bool = True
@@ -518,7 +519,11 @@ class FixedThreshold(ThresholdSparsifier):
         return None, Queued(eta, torch.empty(0, dtype=torch.float64, device=g.device), nothing_to_settle), room
 
     def _graph_key(self, ctx: Context, x: torch.Tensor | None = None) -> Hashable | None:
-        """The settings and the buffer size for ``x``'s size (a new size is a new graph)."""
+        """The settings and the buffer size for ``x``'s size (a new size is a new graph); only under the graph policy
+        ``all`` until a GPU run shows the replays equal to the direct encode (as SIDCo's, DGC's and GMC's were):
+        under ``auto`` the queued form launches its kernels one by one."""
+        if graphs.policy() != "all":
+            return None
         room = None if x is None else self._rooms.get(x.numel())
         hyper = graphs.hyper_key(self)
         return None if room is None or hyper is None else (hyper, room)
