@@ -63,6 +63,17 @@ def finite(x: torch.Tensor) -> bool:
     return True
 
 
+def holds(flag: torch.Tensor) -> bool:
+    """Whether the 0-d bool ``flag`` (a device-side condition of a fast form, e.g. a buffer that held enough) is
+    true: read back at once (one synchronisation); inside :func:`deferring`, True at once, the flag kept with the
+    finiteness checks' answers, whose read back runs the synchronous encode again where one is false."""
+    flags = _DEFERRED.get()
+    if flags is None:
+        return bool(flag)
+    flags.append(flag)
+    return True
+
+
 class Pending:
     """A payload being encoded: :meth:`payload` finishes it (once; later calls return the same payload).
 

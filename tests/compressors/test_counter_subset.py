@@ -149,6 +149,61 @@ def test_the_cpu_cut_and_chunks_give_the_subset_of_the_definition(monkeypatch, c
         assert torch.equal(drawn(d, k, seed), _by_definition(d, k, seed)), (d, k)
 
 
+@pytest.mark.parametrize("form", ["eager", "triton"])
+def test_the_bounded_subset_gives_the_subset_of_the_definition(form, monkeypatch):
+    """subset_bounded (the form a GPU takes: the keys hashed in one pass, those past the cut's key selected into a
+    buffer, ranked on their hashes): the definition's subset wherever its condition holds, at many sizes, densities
+    and seeds, counters up to the int32 limit included; its Triton keys (interpreted here) or eager ones."""
+    if form == "triton":
+        if not counter_dither.triton_runtime.available():
+            pytest.skip("no Triton 3.0 or newer here")
+        monkeypatch.setattr(counter_dither, "triton_for", lambda name, out, blocks, rows, rest=(): name == (
+            "hash_keys_into") and counter_dither.triton_dither.applies(name, out, blocks, rows, rest))  # fmt: skip
+    cases = [(20_000, 200, 1), (20_011, 3, 2), (5_000, 4_990, 3), (70_001, 700, 4), (200_000, 1, 5), (9, 2, 6)]
+    for d, k, seed in cases:
+        key = counter_dither.keys(seed, randk.SUBSET_STREAM, "cpu")
+        got, holds = counter_dither.subset_bounded(d, k, key, "cpu")
+        assert bool(holds), (d, k)
+        assert torch.equal(got, _by_definition(d, k, seed)), (d, k)
+
+
+@pytest.mark.parametrize("short", ["cut", "buffer"])
+def test_the_bounded_subset_says_when_its_buffer_cannot_hold_the_answer(short, monkeypatch):
+    """A cut that passes fewer than k elements (a margin of -50 sigmas), or a buffer smaller than what passes the
+    cut, fails the condition; the indices stay within range all the same."""
+    d, k, seed = 20_000, 200, 7
+    if short == "cut":
+        monkeypatch.setattr(counter_dither, "SUBSET_MARGIN_SIGMAS", -50.0)
+    else:
+        monkeypatch.setattr(counter_dither, "subset_room", lambda d, margin: k)
+    got, holds = counter_dither.subset_bounded(d, k, counter_dither.keys(seed, randk.SUBSET_STREAM, "cpu"), "cpu")
+    assert not bool(holds)
+    assert got.numel() == k and int(got.min()) >= 0 and int(got.max()) < d
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_random_k_takes_the_full_subset_where_the_bounded_one_fails(fails, monkeypatch):
+    """Random-k off the CPU (the bounded form, taken here on CPU tensors): its encode, queued with the condition
+    among its deferred checks (on a CPU under never), and its decode equal the full subset's, also where the
+    condition fails (the encode then runs again synchronously and reads it back)."""
+    from gradstat.theory.kernels.policy import forced
+
+    g = torch.randn(20_000, generator=torch.Generator().manual_seed(3))
+    with forced("never"):
+        want = compressors.create("randk:ratio=0.01").encode(g, Context(seed=9))
+        monkeypatch.setattr(randk, "bounded_form", lambda device: True)
+        if fails:
+            real = counter_dither.subset_bounded
+            monkeypatch.setattr(counter_dither, "subset_bounded", lambda d, k, key, device: (
+                real(d, k, key, device)[0].flip(0), torch.zeros((), dtype=torch.bool)))  # fmt: skip
+        c = compressors.create("randk:ratio=0.01")
+        pending = c.enqueue(g, Context(seed=9))
+        assert not pending.settled  # (queued: the condition deferred)
+        got = pending.payload()
+        assert torch.equal(got["values"], want["values"])
+        assert torch.equal(c.decode(got, Context(seed=9)), c.decode(want, Context(seed=9)))
+
+
 def _unshifted_coins(p: torch.Tensor, seed: int) -> torch.Tensor:
     """Planted bug: the hash compared as a signed number (no 2^31 offset): kept with probability 1/2 + p/2."""
     key = counter_dither.keys(seed, wangni.COIN_STREAM, "cpu")

@@ -255,7 +255,16 @@ def _rows_cases() -> dict[str, dict[str, Case]]:
                     _key(device),
                     dv,
                 )
-    return {"quantize_rows": quantize, "reconstruct_rows": reconstruct, "signed_rows": signed}
+    keys: dict[str, Case] = {}
+    for rows, size in ROW_SHAPES:
+        for first in (0, 3, 2**31 - 1 - rows * size):  # (the last: counters up to the largest int32)
+            keys[f"{rows}x{size}-base={first}"] = lambda device, rows=rows, size=size, first=first: (
+                torch.empty((rows, size), dtype=torch.float32, device=device),
+                torch.ones((rows, 1), device=device),
+                _base(first, device),
+                _key(device),
+            )
+    return {"quantize_rows": quantize, "reconstruct_rows": reconstruct, "signed_rows": signed, "hash_keys": keys}
 
 
 def _nested_cases() -> dict[str, dict[str, Case]]:

@@ -153,6 +153,7 @@ SIGNATURE = {
         (triton_dither.SIGN, "*fp32", "*fp32"),
         (triton_dither.NESTED, "*i8", "*fp32"),
         (triton_dither.ESTIMATE, "*fp32", "*fp32"),
+        (triton_dither.HASH_KEY, "*fp32", "*fp32"),
     ],
 )
 def test_the_cuda_build_divides_exactly_and_never_fuses_or_flushes(mode, out, x, tmp_path, monkeypatch):
@@ -179,11 +180,12 @@ def test_the_cuda_build_divides_exactly_and_never_fuses_or_flushes(mode, out, x,
 
     code = ptx(triton_runtime.COMPILE_OPTIONS)
     assert not re.search(r"div\.(approx|full)", code)
-    assert "div.rn.f32" in code  # (FLAG: the signs divide too)
+    if mode != triton_dither.HASH_KEY:  # (the hash keys divide nothing)
+        assert "div.rn.f32" in code  # (FLAG: the signs divide too)
     assert not re.search(r"\bfma\.", code) and ".ftz" not in code
     for multiplier in (m0, m1):  # the hash's wrapping 32-bit products, by the constants themselves
         assert re.search(rf"mul\.lo\.s32\s+%r\d+, %r\d+, {multiplier};", code), multiplier
-    if mode != triton_dither.SIGN:  # (the signs multiply nothing by anything that is then added)
+    if mode not in (triton_dither.SIGN, triton_dither.HASH_KEY):  # (nothing multiplied, then added)
         assert re.search(r"\bfma\.", ptx({"enable_fp_fusion": True})), "no fusion to switch off: proves nothing"
 
 

@@ -367,6 +367,12 @@ KERNELS: dict[str, Kernel] = {
             {"compiled": _rows_compiled("signed_rows_into"), "triton": _rows_triton("signed_rows_into")},
         ),
         Kernel(
+            "hash_keys",
+            "2^31 - h of the counter hash in float32: a bounded random subset's keys (counter_dither.hash_keys_into)",
+            counter_dither.KERNELS["hash_keys_into"].reference,
+            {"compiled": _rows_compiled("hash_keys_into"), "triton": _rows_triton("hash_keys_into")},
+        ),
+        Kernel(
             "nested_rows",
             "NDQSG's nested encode, eq. (6) (nested.nested_rows_into)",
             _nested_kernel(0).reference,

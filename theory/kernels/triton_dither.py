@@ -40,7 +40,7 @@ tl: Any = None
 BLOCK = 1024
 """Elements per program on CUDA."""
 
-QUANTIZE, RECONSTRUCT, SIGN, NESTED, ESTIMATE = 0, 1, 2, 3, 4
+QUANTIZE, RECONSTRUCT, SIGN, NESTED, ESTIMATE, HASH_KEY = 0, 1, 2, 3, 4, 5
 """The kernel's modes (compile-time constants: each builds its own code)."""
 
 MODES = {
@@ -50,6 +50,7 @@ MODES = {
     "signed_rows_into": SIGN,
     "nested_rows_into": NESTED,
     "nested_reconstruct_rows_in_place": ESTIMATE,
+    "hash_keys_into": HASH_KEY,
 }
 """The counter-dither kernels (by function name) this form computes, and their mode: those of
 :mod:`gradstat.theory.kernels.counter_dither` and NDQSG's nested encode and estimate
@@ -72,6 +73,7 @@ def _rows(  # type: ignore[no-untyped-def]
     this one is ``lo``; the quantizers refuse non-finite gradients and scales before they quantize).
     QUANTIZE: ``clamp(floor(x / f gain + u + shift), lo, hi)``;
     RECONSTRUCT: ``(x + offset - u) / gain f`` (``- u`` where FLAG); SIGN: ``r x`` (divided by f where FLAG);
+    HASH_KEY: ``2^31 - h`` of the hash h in float32 (x and f unread);
     NESTED: NDQSG's nested index of ``x / f`` (eq. (6)); ESTIMATE: its decode of the codes held in ``out`` with the
     side information ``x`` and the scale ``f`` (eq. (7); ``y alpha`` where FLAG), both with the dither ``u delta1``
     and ``levels`` = k, ``half`` = (k - 1) // 2, ``step`` = alpha delta1. Their divisions by delta1 and k are what
@@ -79,8 +81,11 @@ def _rows(  # type: ignore[no-untyped-def]
     HOST_DIVISION (a CPU), else products by ``inv_delta1`` and ``inv_levels``, their float32 reciprocals (CUDA)."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # int32: a call indexes fewer than 2^31 elements
     inside = offsets < n
-    f = tl.load(f_ptr + (offsets // size) * f_stride, mask=inside, other=1.0)
-    x = tl.load(x_ptr + offsets, mask=inside, other=0).to(tl.float32)
+    if MODE != 5:
+        f = tl.load(f_ptr + (offsets // size) * f_stride, mask=inside, other=1.0)
+        x = tl.load(x_ptr + offsets, mask=inside, other=0).to(tl.float32)
+    else:  # (the hash keys read nothing but their counters)
+        f, x = 1.0, 0.0
     h = (tl.load(base_ptr) + offsets) ^ tl.load(key_ptr)  # counter_dither.counter_bits, on int32 words
     h = h * M0
     h = h ^ ((h >> 15) & 0x1FFFF)
@@ -139,6 +144,8 @@ def _rows(  # type: ignore[no-untyped-def]
         ib = tl.where(small, b, 0.0).to(tl.int32)
         fb = tl.where(small, (ib - (ib.to(tl.float32) > b).to(tl.int32)).to(tl.float32), b)
         v = ((r - fb * levels) * step + y) * f
+    elif MODE == 5:  # counter_dither.hash_keys_into: 2^31 - h in float32, falling as the hash rises
+        v = 2147483648.0 - h.to(tl.float32)
     else:
         # r x with r = -1 where the hash is negative: its sign bit flipped (the reference's negation, -0.0 and NaN
         # included; Triton's own ``-x`` was ``0 - x``, which keeps +0.0, before version 3.9)
@@ -180,6 +187,8 @@ def applies(
     if any(t.device != out.device or not t.is_contiguous() or t.dtype not in CODE_DTYPES for t in tensors):
         return False
     mode = MODES[name]
+    if mode == HASH_KEY:
+        return out.dtype == torch.float32 and out.dim() == 2 and out.is_contiguous()
     if mode == NESTED and not (len(rest) == 3 and 1.0 / float(rest[1]) + 1.0 < SMALL_T):
         return False
     if mode == ESTIMATE and (out.dtype != torch.float32 or not blocks or blocks[0].dtype != torch.float32):
@@ -212,6 +221,8 @@ def run(name: str, multipliers: tuple[int, int], out: torch.Tensor, blocks: tupl
         gain, lo, hi, shift = float(rest[0]), float(rest[1]), float(rest[2]), float(rest[3])
     elif mode == RECONSTRUCT:
         gain, offset, flag = float(rest[0]), float(rest[1]), bool(rest[2])
+    elif mode == HASH_KEY:
+        pass
     elif mode in (NESTED, ESTIMATE):  # (alpha, delta1, k): each a float32 operand, as the reference's host numbers
         alpha, delta1, k = float(rest[0]), float(rest[1]), int(rest[2])
         levels, half, flag = float(k), float((k - 1) // 2), mode == ESTIMATE and alpha != 1.0

@@ -21,7 +21,7 @@ import torch
 
 from gradstat.compressors.base import Compressor, Properties, check_ratio
 from gradstat.compressors.context import Context
-from gradstat.compressors.pending import finite
+from gradstat.compressors.pending import finite, holds
 from gradstat.compressors.registry import register
 from gradstat.compressors.wire.floats import widened
 from gradstat.compressors.wire.payload import Payload
@@ -36,6 +36,23 @@ def random_subset(d: int, k: int, seed: int, device: torch.device | str) -> torc
     """k distinct indices of ``range(d)`` (increasing, int64), uniformly at random: the counter-hash subset of
     ``(seed, SUBSET_STREAM)``, the same on every device."""
     return counter_dither.subset(d, k, counter_dither.keys(seed, SUBSET_STREAM, device), device)
+
+
+def bounded_form(device: torch.device | str) -> bool:
+    """Whether :func:`random_k_indices` takes the bounded selection on ``device``: off the CPU."""
+    return torch.device(device).type != "cpu"
+
+
+def random_k_indices(d: int, k: int, seed: int, device: torch.device | str) -> torch.Tensor:
+    """:func:`random_subset`, off the CPU by the bounded selection of the elements whose hash lies below a cut
+    (:func:`~gradstat.theory.kernels.counter_dither.subset_bounded`: no sort of all d keys), its condition checked
+    with :func:`~gradstat.compressors.pending.holds` (read back at once, or with an encode's deferred checks, whose
+    failure makes the encode run again synchronously, here by the full subset). On a CPU, :func:`random_subset`
+    (which keeps the same elements in cache-sized chunks)."""
+    if not bounded_form(device):
+        return random_subset(d, k, seed, device)
+    chosen, ok = counter_dither.subset_bounded(d, k, counter_dither.keys(seed, SUBSET_STREAM, device), device)
+    return chosen if holds(ok) else random_subset(d, k, seed, device)
 
 
 @register("randk")
@@ -65,7 +82,7 @@ class RandK(Compressor):
         check_ratio(self.ratio, d, who=f"{self.name} ratio")
         k = math.ceil(self.ratio * d)
         seed = ctx.call_seed
-        values = g[random_subset(d, k, seed, g.device)]
+        values = g[random_k_indices(d, k, seed, g.device)]
         if self.scaled:
             values = values * (d / k)
             if not finite(values.float()):
@@ -80,7 +97,7 @@ class RandK(Compressor):
         values = widened(payload["values"])
         d = payload.numel
         seed = payload.seed  # host-side seed, sent in the payload; no device sync
-        idx = random_subset(d, values.numel(), seed, values.device)
+        idx = random_k_indices(d, values.numel(), seed, values.device)
         return torch.zeros(d, dtype=values.dtype, device=values.device).index_put_((idx,), values)
 
     def _check_payload(self, payload: Payload) -> None:
