@@ -255,8 +255,8 @@ def randk_seed(seed_of: Callable[[int], int]) -> list:
     """Random-k's subsets drawn from ``seed_of(seed)`` at both ends (a constant: the same k coordinates always)."""
     import gradstat.compressors.schemes.sparsifiers.randk as rk
 
-    orig = rk.random_subset
-    return [mock.patch.object(rk, "random_subset", lambda d, k, seed, dev: orig(d, k, seed_of(seed), dev))]
+    orig = rk.random_k_indices  # (what encode and decode draw with, on every device)
+    return [mock.patch.object(rk, "random_k_indices", lambda d, k, seed, dev: orig(d, k, seed_of(seed), dev))]
 
 
 def randk_largest() -> list:

@@ -19,7 +19,7 @@ from scipy import stats
 from gradstat import compressors
 from gradstat.compressors.context import Context
 from gradstat.compressors.schemes.sparsifiers import randk, wangni
-from gradstat.theory.kernels import counter_dither
+from gradstat.theory.kernels import bounded, counter_dither
 
 CONFIDENCE = 0.999
 Draw = Callable[[int, int, int], torch.Tensor]
@@ -151,9 +151,9 @@ def test_the_cpu_cut_and_chunks_give_the_subset_of_the_definition(monkeypatch, c
 
 @pytest.mark.parametrize("form", ["eager", "triton"])
 def test_the_bounded_subset_gives_the_subset_of_the_definition(form, monkeypatch):
-    """subset_bounded (the form a GPU takes: the keys hashed in one pass, those past the cut's key selected into a
-    buffer, ranked on their hashes): the definition's subset wherever its condition holds, at many sizes, densities
-    and seeds, counters up to the int32 limit included; its Triton keys (interpreted here) or eager ones."""
+    """bounded.random_subset (the form a GPU takes: the keys hashed in one pass, those past the cut's key selected
+    into a buffer, ranked on their hashes): the definition's subset wherever its condition holds, at many sizes,
+    densities and seeds; its Triton keys (interpreted here) or eager ones."""
     if form == "triton":
         if not counter_dither.triton_runtime.available():
             pytest.skip("no Triton 3.0 or newer here")
@@ -162,7 +162,7 @@ def test_the_bounded_subset_gives_the_subset_of_the_definition(form, monkeypatch
     cases = [(20_000, 200, 1), (20_011, 3, 2), (5_000, 4_990, 3), (70_001, 700, 4), (200_000, 1, 5), (9, 2, 6)]
     for d, k, seed in cases:
         key = counter_dither.keys(seed, randk.SUBSET_STREAM, "cpu")
-        got, holds = counter_dither.subset_bounded(d, k, key, "cpu")
+        got, holds = bounded.random_subset(d, k, key, "cpu")
         assert bool(holds), (d, k)
         assert torch.equal(got, _by_definition(d, k, seed)), (d, k)
 
@@ -176,7 +176,7 @@ def test_the_bounded_subset_says_when_its_buffer_cannot_hold_the_answer(short, m
         monkeypatch.setattr(counter_dither, "SUBSET_MARGIN_SIGMAS", -50.0)
     else:
         monkeypatch.setattr(counter_dither, "subset_room", lambda d, margin: k)
-    got, holds = counter_dither.subset_bounded(d, k, counter_dither.keys(seed, randk.SUBSET_STREAM, "cpu"), "cpu")
+    got, holds = bounded.random_subset(d, k, counter_dither.keys(seed, randk.SUBSET_STREAM, "cpu"), "cpu")
     assert not bool(holds)
     assert got.numel() == k and int(got.min()) >= 0 and int(got.max()) < d
 
@@ -193,8 +193,8 @@ def test_random_k_takes_the_full_subset_where_the_bounded_one_fails(fails, monke
         want = compressors.create("randk:ratio=0.01").encode(g, Context(seed=9))
         monkeypatch.setattr(randk, "bounded_form", lambda device: True)
         if fails:
-            real = counter_dither.subset_bounded
-            monkeypatch.setattr(counter_dither, "subset_bounded", lambda d, k, key, device: (
+            real = bounded.random_subset
+            monkeypatch.setattr(bounded, "random_subset", lambda d, k, key, device: (
                 real(d, k, key, device)[0].flip(0), torch.zeros((), dtype=torch.bool)))  # fmt: skip
         c = compressors.create("randk:ratio=0.01")
         pending = c.enqueue(g, Context(seed=9))

@@ -331,6 +331,25 @@ def test_the_microbench_row_of_all_graphs_says_whether_the_replays_equal(emulate
         assert verdict in text
 
 
+@pytest.mark.parametrize("spec", ["randk:ratio=0.01", "randk_unbiased:ratio=0.01"])
+@pytest.mark.parametrize("backend", [Emulated, Recorded])
+def test_random_k_s_bounded_subset_replays_equal_the_direct_encode(spec, backend, emulated, declared, monkeypatch):
+    """Random-k's form off the CPU (the bounded subset: hash keys, a selection into a buffer, its condition among
+    the deferred checks), taken here on CPU tensors, with its keys by Triton's interpreter: captured, replayed over
+    five steps and seeds, each payload the direct encode's."""
+    if backend is Recorded and not triton_runtime.available():
+        pytest.skip("needs Triton 3 (its interpreter runs the hash keys on the CPU)")
+    from gradstat.compressors.schemes.sparsifiers import randk
+
+    monkeypatch.setattr(randk, "bounded_form", lambda device: True)
+    monkeypatch.setattr(counter_dither, "triton_for", lambda name, out, blocks, rows, rest=(): triton_dither.applies(
+        name, out, blocks, rows, rest))  # fmt: skip
+    kept, wanted, cache = _steps(spec, "cpu", backend=backend(), size=20_000)
+    for got, want in zip(kept, wanted, strict=True):
+        _same(got, want)
+    assert cache.captures == 1 and cache.replays == 5 - graphs.CAPTURE_AFTER + 1
+
+
 def test_no_graph_for_a_torch_dither_or_a_per_worker_state(emulated, declared):
     for spec in ("dqsg:dither=torch", "qsgd"):
         c = create(spec)

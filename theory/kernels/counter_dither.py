@@ -40,7 +40,6 @@ import math
 from collections.abc import Iterator
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
 from gradstat.theory.kernels import policy, triton_dither, triton_runtime
@@ -225,61 +224,31 @@ def subset(d: int, k: int, key: torch.Tensor, device: torch.device | str) -> tor
                 hashes.append(h.index_select(0, kept))
                 picks.append(kept.add_(start))
             if sum(p.numel() for p in picks) >= k:
-                return _smallest(torch.cat(hashes), torch.cat(picks), k)
+                return k_smallest(torch.cat(hashes), torch.cat(picks), k)
     h = counter_bits(1, d, torch.zeros((), dtype=torch.int32, device=device), key, device).reshape(-1)
-    return _smallest(h, torch.arange(d, dtype=torch.int64, device=device), k)
+    return k_smallest(h, torch.arange(d, dtype=torch.int64, device=device), k)
 
 
 def hash_keys_into(out: torch.Tensor, row_factor: torch.Tensor, base: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     """``2^31 - h`` in float32 of the hash h of every element of the ``(rows, size)`` block ``out`` (first index
-    ``base``; ``row_factor`` unread): a positive key that falls as the hash rises (never rises: the int32 to float32
-    conversion and the subtraction are monotone), which :func:`subset_bounded` selects by a threshold."""
+    ``base``; ``row_factor`` unread): a key that falls as the hash rises (never rises: the int32 to float32
+    conversion and the subtraction are monotone; 0 for the 64 largest hashes), which
+    :func:`gradstat.theory.kernels.bounded.random_subset` selects by a threshold."""
     h = counter_bits(out.shape[0], out.shape[1], base, key, out.device)
     return out.copy_(2147483648.0 - h.to(torch.float32))
 
 
-def subset_bounded(d: int, k: int, key: torch.Tensor, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`subset` without a full sort or a read back: ``(indices, holds)``, the indices equal to
-    :func:`subset`'s wherever the 0-d bool ``holds`` is true (a caller that finds it false, probability about 1e-9,
-    takes :func:`subset`). For a GPU, where the full ``torch.topk`` over d int64 keys and the hash's twenty eager
-    passes took 4.2 ms at 26M elements (an H100, reports/gpu/2026-11-26T1850Z.md).
-
-    The elements a CPU :func:`subset` keeps (hash below a cut expected to pass ``k`` plus
-    :data:`SUBSET_MARGIN_SIGMAS` standard deviations) are found by a threshold on :func:`hash_keys_into` (one pass;
-    the Triton kernel on CUDA) into a buffer of fixed size (:func:`~gradstat.theory.kernels.bounded.select_bounded`):
-    every key kept is at least the cut's, every key left out is below it, so each element kept has a smaller hash
-    than each element left out, and with at least ``k`` kept the ``k`` of smallest ``(hash, index)`` are among
-    them; they are ranked exactly on their hashes, computed again. ``holds``: at least ``k`` kept, and no more than
-    the buffer holds. The indices are always within ``range(d)``."""
-    from gradstat.theory.kernels.bounded import select_bounded  # (bounded imports primitives, which imports policy)
-
-    if not 0 <= k <= d:
-        raise ValueError(f"a subset of {k} elements of {d} does not exist")
-    check_indices(0, d)
-    device = torch.device(device)
-    margin = k + SUBSET_MARGIN_SIGMAS * k**0.5 + 16
-    if margin >= d:
-        return subset(d, k, key, device), torch.ones((), dtype=torch.bool, device=device)
-    cut = -(1 << 31) + math.ceil(margin / d * 2**32)  # P(h < cut) = margin / d, as subset's
-    room = max(k, subset_room(d, margin))  # (at least k: the ranking below takes k of the buffer)
-    keys_ = torch.empty((1, d), dtype=torch.float32, device=device)
-    run_rows(KERNELS["hash_keys_into"], keys_, (), torch.ones((1, 1), device=device), 0, key)
-    at_cut = float(np.float32(2147483648.0) - np.float32(cut))  # (the key of the cut, rounded as the keys are)
-    selected = select_bounded(keys_.view(-1), torch.full((), at_cut, device=device), False, room)
-    valid = selected.indices >= 0
-    hashes = torch.where(valid, hash_at(selected.indices.clamp_min(0).to(torch.int32), key), (1 << 31) - 1)
-    chosen = _smallest(hashes, torch.where(valid, selected.indices, (1 << 31) - 1), k).clamp_(0, d - 1)
-    return chosen, (selected.count >= k) & (selected.count <= room)
-
-
 def subset_room(d: int, margin: float) -> int:
-    """The buffer of :func:`subset_bounded` for a cut expected to pass ``margin`` of ``d`` elements: that many plus
-    :data:`SUBSET_MARGIN_SIGMAS` standard deviations and 64, at most d."""
-    return max(0, min(d, math.ceil(margin + SUBSET_MARGIN_SIGMAS * max(margin, 0.0) ** 0.5) + 64))
+    """The buffer of :func:`gradstat.theory.kernels.bounded.random_subset` for a cut expected to pass ``margin`` of
+    ``d`` elements: that many plus :data:`SUBSET_MARGIN_SIGMAS` standard deviations, plus the elements whose hash
+    lies past the cut but shares its float32 key (up to 256 hash values, about ``256 d / 2^32`` elements: a float32
+    near 2^32 is a multiple of 256), plus 64; at most d."""
+    shared = math.ceil(256 * d / 2**32)
+    return max(0, min(d, math.ceil(margin + SUBSET_MARGIN_SIGMAS * max(margin, 0.0) ** 0.5) + shared + 64))
 
 
-def _smallest(hashes: torch.Tensor, index: torch.Tensor, k: int) -> torch.Tensor:
-    """The ``k`` indices of smallest ``(hash, index)`` key, increasing (see :func:`subset`)."""
+def k_smallest(hashes: torch.Tensor, index: torch.Tensor, k: int) -> torch.Tensor:
+    """The ``k`` indices of smallest ``(hash, index)`` key among ``index`` (int64), increasing (see :func:`subset`)."""
     order = ((hashes.to(torch.int64) + (1 << 31)) << SUBSET_INDEX_BITS).add_(index)
     chosen = torch.topk(order, k, largest=False, sorted=False).values
     return chosen.bitwise_and_((1 << SUBSET_INDEX_BITS) - 1).sort().values

@@ -192,10 +192,11 @@ def count_excess_by_tails(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
 
 
 def _count_excess_by_tails_on(x: torch.Tensor, *_: object) -> bool:
-    """Whether :func:`count_excess` runs by Triton on ``x``: a CUDA tensor of the tail statistics' kind, at the
-    sizes where its compiled form ran before (:func:`gradstat.theory.kernels.policy.choose`): a smaller vector keeps
-    the eager sums its callers take on a CPU too."""
-    return triton_stats.runs_on(x) and policy.choose(x, compiled=True) == "compiled"
+    """Whether :func:`count_excess` runs by Triton on ``x``: a CUDA tensor of the tail statistics' kind, from the
+    size on where the kernels' policy compiles (:data:`gradstat.theory.kernels.policy.MIN_ELEMENTS` under
+    ``auto``, every size under ``always``): a smaller vector keeps the eager forms its callers take on a CPU too."""
+    mode = policy.policy()
+    return triton_stats.runs_on(x) and (mode == "always" or (mode == "auto" and x.numel() >= policy.MIN_ELEMENTS))
 
 
 @with_triton(TritonForm(count_excess_by_tails, _count_excess_by_tails_on, triton_stats.report))

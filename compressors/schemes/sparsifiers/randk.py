@@ -25,7 +25,7 @@ from gradstat.compressors.pending import finite, holds
 from gradstat.compressors.registry import register
 from gradstat.compressors.wire.floats import widened
 from gradstat.compressors.wire.payload import Payload
-from gradstat.theory.kernels import counter_dither
+from gradstat.theory.kernels import bounded, counter_dither
 from gradstat.theory.kernels.primitives import all_finite
 
 SUBSET_STREAM = 5
@@ -45,13 +45,13 @@ def bounded_form(device: torch.device | str) -> bool:
 
 def random_k_indices(d: int, k: int, seed: int, device: torch.device | str) -> torch.Tensor:
     """:func:`random_subset`, off the CPU by the bounded selection of the elements whose hash lies below a cut
-    (:func:`~gradstat.theory.kernels.counter_dither.subset_bounded`: no sort of all d keys), its condition checked
+    (:func:`~gradstat.theory.kernels.bounded.random_subset`: no sort of all d keys), its condition checked
     with :func:`~gradstat.compressors.pending.holds` (read back at once, or with an encode's deferred checks, whose
     failure makes the encode run again synchronously, here by the full subset). On a CPU, :func:`random_subset`
     (which keeps the same elements in cache-sized chunks)."""
     if not bounded_form(device):
         return random_subset(d, k, seed, device)
-    chosen, ok = counter_dither.subset_bounded(d, k, counter_dither.keys(seed, SUBSET_STREAM, device), device)
+    chosen, ok = bounded.random_subset(d, k, counter_dither.keys(seed, SUBSET_STREAM, device), device)
     return chosen if holds(ok) else random_subset(d, k, seed, device)
 
 
@@ -96,7 +96,8 @@ class RandK(Compressor):
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         values = widened(payload["values"])
         d = payload.numel
-        seed = payload.seed  # host-side seed, sent in the payload; no device sync
+        seed = payload.seed  # host-side seed, sent in the payload (off the CPU, the bounded subset's condition is
+        # read back: one synchronisation, besides the values' finiteness check)
         idx = random_k_indices(d, values.numel(), seed, values.device)
         return torch.zeros(d, dtype=values.dtype, device=values.device).index_put_((idx,), values)
 
