@@ -167,6 +167,16 @@ def test_the_bounded_subset_gives_the_subset_of_the_definition(form, monkeypatch
         assert torch.equal(got, _by_definition(d, k, seed)), (d, k)
 
 
+def test_the_bounded_subset_on_every_device_gives_the_subset_of_the_definition(device):
+    """bounded.random_subset where it runs (the Triton keys and selection on CUDA, eager forms on a CPU): the
+    definition's subset, computed on the CPU, and its condition true."""
+    for d, k, seed in [(20_000, 200, 1), (70_001, 700, 4), (300_000, 3_000, 8)]:
+        key = counter_dither.keys(seed, randk.SUBSET_STREAM, device)
+        got, holds = bounded.random_subset(d, k, key, device)
+        assert got.device.type == device.type and bool(holds), (d, k)
+        assert torch.equal(got.cpu(), _by_definition(d, k, seed)), (d, k)
+
+
 @pytest.mark.parametrize("short", ["cut", "buffer"])
 def test_the_bounded_subset_says_when_its_buffer_cannot_hold_the_answer(short, monkeypatch):
     """A cut that passes fewer than k elements (a margin of -50 sigmas), or a buffer smaller than what passes the

@@ -268,6 +268,17 @@ def test_plus_minus_equals_the_plain_signed_scale_bit_for_bit(scale):
     assert torch.equal(P.plus_minus_where(rows.t(), s).view(torch.int32), got.view(torch.int32))
 
 
+@pytest.mark.parametrize("scale", [None, 0.7310586, 3e-39, FMAX, 0.0, -0.0, -2.5])
+def test_plus_minus_on_every_device_equals_the_plain_signed_scale_bit_for_bit(scale, device):
+    """plus_minus where it runs (numpy loops on a CPU, one where() on a GPU): the CPU's plain ``s (2b - 1)``."""
+    bits = _laplace(10_007) >= 0
+    s = None if scale is None else torch.tensor([scale], dtype=torch.float32)
+    want = bits.float() * 2 - 1 if s is None else (bits.float() * 2 - 1) * s
+    got = P.plus_minus(bits.to(device), None if s is None else s.to(device))
+    assert got.device.type == device.type
+    assert torch.equal(got.cpu().view(torch.int32), want.view(torch.int32))
+
+
 def test_choose_by_bits_equals_where_bit_for_bit():
     """The bit-pattern choice against ``torch.where``: per-row values of every kind a float32 holds (signed
     zeros, denormals, the largest finite, infinities), several rows, and non-contiguous bits (the plain path)."""

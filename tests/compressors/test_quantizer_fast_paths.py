@@ -81,23 +81,25 @@ def test_the_scratch_buffers_do_not_leak_into_results():
     [q for q in QUANTIZERS if q.dither == "counter" or not q.subtract],
     ids=lambda q: f"L{q.levels}-b{q.bucket}-{q.norm}-s{q.subtract:d}-1b{q.onebit:d}-{q.dither}",
 )
-def test_the_one_pass_decode_on_cuda_equals_the_plain_reference(q, monkeypatch):
-    """The decode CUDA takes (the Triton kernel's one pass over the codes as they are, every bucket's scale), run
-    here through Triton's interpreter on CPU tensors in place of the C loop: the plain reference's values, bit for
-    bit, at every size and scale."""
-    monkeypatch.setattr(counter_native, "reconstructs", lambda codes, scale: False)
-    monkeypatch.setattr(counter_dither, "triton_reconstructs", lambda codes, scale: True)
-    monkeypatch.setattr(counter_dither, "triton_for", lambda name, out, blocks, rows, rest=(): name == (
-        "reconstruct_rows_into") and triton_dither.applies(name, out, blocks, rows, rest))  # fmt: skip
+def test_the_one_pass_decode_on_cuda_equals_the_plain_reference(q, device, monkeypatch):
+    """The decode CUDA takes (the Triton kernel's one pass over the codes as they are, every bucket's scale): on a
+    CUDA device as it runs there, on a CPU through Triton's interpreter in place of the C loop; the plain
+    reference's values on the same device, bit for bit, at every size and scale."""
+    if device.type == "cpu":
+        monkeypatch.setattr(counter_native, "reconstructs", lambda codes, scale: False)
+        monkeypatch.setattr(counter_dither, "triton_reconstructs", lambda codes, scale: True)
+        monkeypatch.setattr(counter_dither, "triton_for", lambda name, out, blocks, rows, rest=(): name == (
+            "reconstruct_rows_into") and triton_dither.applies(name, out, blocks, rows, rest))  # fmt: skip
     launches = []
     run = triton_dither.run
     monkeypatch.setattr(triton_dither, "run", lambda *args: launches.append(args[0]) or run(*args))
-    with policy.forced("never"):  # (no compiled kernel in between: the Triton form or nothing)
+    # (no compiled kernel in between: on a CPU the Triton form or nothing; CUDA never compiles these)
+    with policy.forced("never" if device.type == "cpu" else "auto"):
         for d in (1, 513, 4099, 70_001):
             for i, scale in enumerate((1.0, 1e-30, 3e37)):
-                x = _gradient(d, 10 * d + i, scale, torch.float32)
+                x = _gradient(d, 10 * d + i, scale, torch.float32).to(device)
                 payload = _payload(d)
                 q.encode_reference(x, payload, seed=d + i)
                 out, ref = q.decode(payload, d, seed=d + i), q.decode_reference(payload, d, seed=d + i)
-                assert out.dtype == ref.dtype and torch.equal(out, ref), (d, scale)
+                assert out.device == x.device and out.dtype == ref.dtype and torch.equal(out, ref), (d, scale)
     assert launches and set(launches) == {"reconstruct_rows_into"}

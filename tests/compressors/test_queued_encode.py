@@ -563,10 +563,10 @@ def test_the_fixed_threshold_is_queued_into_the_buffer_its_earlier_encodes_sized
 
 
 @pytest.mark.parametrize("shared", [False, True])
-def test_named_tensors_are_all_queued_before_any_is_read(shared, monkeypatch):
+def test_named_tensors_are_all_queued_before_any_is_read(shared, device, monkeypatch):
     """encode_named queues every layer's encode before reading any back (on a CPU under ``never``, where the queued
-    forms run); two layers given one state are read in turn. The payloads equal encoding each layer on its own, in
-    order, with states of their own updated alike."""
+    forms run, and on CUDA); two layers given one state are read in turn. The payloads equal encoding each layer on
+    its own, in order, with states of their own updated alike."""
     from gradstat.compressors.base import encode_named
     from gradstat.compressors.pending import Pending
 
@@ -586,12 +586,12 @@ def test_named_tensors_are_all_queued_before_any_is_read(shared, monkeypatch):
     monkeypatch.setattr(Pending, "payload", logged_payload)
     spec = "sidco:ratio=0.01,dist=exp,stages=adaptive"
     c, plain = create(spec), create(spec)
-    grads = {f"layer{i}": _laplace(20_000 + 1000 * i, 30 + i) for i in range(3)}
+    grads = {f"layer{i}": _laplace(20_000 + 1000 * i, 30 + i).to(device) for i in range(3)}
     one = c.new_state()
     states = {name: one if shared else c.new_state() for name in grads}
     one_plain = plain.new_state()
     plain_states = {name: one_plain if shared else plain.new_state() for name in grads}
-    with forced("never"):
+    with forced("never" if device.type == "cpu" else "auto"):
         for step in range(6):  # (past the adaptive period: the states change)
             log.clear()
             got = encode_named(c, grads, Context(step=step), states)

@@ -94,15 +94,14 @@ class KeySlots:
 
     def __init__(self, call_seed: int | None, device: torch.device | str = "cpu", capacity: int = KEY_SLOTS) -> None:
         self.call_seed = call_seed
-        self.device = torch.device(device)
         self.buffer = torch.empty((capacity if call_seed is not None else 0, 2), dtype=torch.int32, device=device)
         self.slots: list[tuple[torch.Tensor, int]] = []
 
     def take(self, seed: int, stream: int, device: torch.device) -> torch.Tensor:
         if self.call_seed is None or seed != self.call_seed:
             raise ValueError(f"a key of seed {seed} is not the call seed {self.call_seed}'s: it cannot be refilled")
-        if torch.device(device) != self.device:
-            raise ValueError(f"a key on {device} is not on the captured device {self.device}")
+        if torch.device(device) != self.buffer.device:
+            raise ValueError(f"a key on {device} is not on the captured device {self.buffer.device}")
         if len(self.slots) == self.buffer.shape[0]:
             raise ValueError(f"the capture draws more than {self.buffer.shape[0]} keys")
         slot = self.buffer[len(self.slots)]
