@@ -408,7 +408,10 @@ class ThresholdSparsifier(SparseMessage):
         if top is None:  # (the rule left it to the selection: found by the count's read)
             assert selected.top is not None
             top = selected.top
-        ties = smallest_count(selected)
+        if getattr(self, "ratio", None) is None:  # (no tie-break without a target density: nothing to count)
+            ties = torch.zeros((), dtype=torch.int64, device=x.device)
+        else:
+            ties = smallest_count(selected)
         reads = torch.cat(
             [top.double().reshape(1), selected.count.double().reshape(1), ties.double().reshape(1), queued.reads]
         )
