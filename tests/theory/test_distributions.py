@@ -194,8 +194,12 @@ def test_double_mean_is_zero_and_variance_is_second_moment():
 
 
 # ---- torch gamma quantile -----------------------------------------------------------------------------------------
-A_GRID = np.array([0.02, 0.1, 0.3, 0.6, 1.0, 1.7, 5.0, 30.0, 200.0])
-P_GRID = np.array([1e-300, 1e-100, 1e-20, 1e-7, 1e-3, 0.1, 0.5, 0.9, 0.999])
+# a over seven decades; p from 1e-300 through the body to 1 - 1e-12. Before the bound below the root and the underflow
+# term with its e^-x, the lower branch missed by up to 5x at a >= 400, p <= 1e-295 and by 0.9 at a = 10.4, p = 5e-22.
+A_GRID = np.logspace(-3, 4, 57)
+P_GRID = np.concatenate(
+    [10.0 ** -np.linspace(300, 1, 60), np.linspace(0.05, 0.95, 19), 1 - 10.0 ** -np.linspace(2, 12, 11)]
+)
 
 
 def worst_relative_error_of_gamma_inverses() -> float:
@@ -213,15 +217,22 @@ def test_torch_gamma_inverses_agree_with_scipy_to_1e9_from_1e300_to_1():
     assert worst_relative_error_of_gamma_inverses() < 1e-9
 
 
-def test_fewer_newton_steps_than_documented_are_detected(monkeypatch):
-    """The check above fails on a deliberately truncated solver (2 Newton steps instead of NEWTON_STEPS)."""
-    monkeypatch.setattr(incgamma, "NEWTON_STEPS", 2)
+def test_fewer_steps_than_documented_are_detected(monkeypatch):
+    """The check above fails on a deliberately truncated solver (2 Halley steps instead of STEPS)."""
+    monkeypatch.setattr(incgamma, "STEPS", 2)
     assert worst_relative_error_of_gamma_inverses() > 1e-6
 
 
-def test_six_newton_steps_already_reach_float64_precision(monkeypatch):
-    monkeypatch.setattr(incgamma, "NEWTON_STEPS", 6)
-    assert worst_relative_error_of_gamma_inverses() < 1e-9
+def test_the_solver_at_single_points_on_each_device(device, monkeypatch):
+    """SIDCo's use: one value of each argument, on the device, in the far tail and the body (the torch solver on a
+    CPU too, not scipy's host form)."""
+    monkeypatch.setattr(incgamma, "host_form", lambda a, prob: False)
+    for a, q in ((0.3, 1e-3), (0.05, 1e-7), (2.5, 0.4), (40.0, 1e-30)):
+        at = torch.tensor(a, dtype=torch.float64, device=device)
+        qt = torch.tensor(q, dtype=torch.float64, device=device)
+        got = incgamma.gammainccinv(at, qt)
+        assert got.device == qt.device
+        assert float(got) == pytest.approx(special.gammainccinv(a, q), rel=1e-9)
 
 
 def test_gamma_inverse_edge_probabilities():

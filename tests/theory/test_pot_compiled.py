@@ -4,7 +4,7 @@ form, on every device present where torch.compile builds kernels (C++ on a CPU, 
 Compiled, the stages' statistics and their hundreds of scalar operations become a few generated kernels; the
 result must be the eager one's: the flags and every stage's count and validity exactly, the threshold to 1e-12
 relative (the generated code may sum in another order and take its logarithms by its own routines; measured on
-this CPU: exponential and generalized Pareto within 2e-16, gamma 6e-13, its Newton steps on the quantile)."""
+this CPU: exponential and generalized Pareto within 2e-16, gamma 6e-13, its Halley steps on the quantile)."""
 
 from __future__ import annotations
 
