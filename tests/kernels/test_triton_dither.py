@@ -68,7 +68,7 @@ def test_the_nested_modes_divide_as_their_reference_does_on_cuda(alpha, delta1, 
     their references run with CUDA's division by a host number: equal bit for bit. The CPU branch is the battery's
     (test_equivalence.py). ``differs``: the two divisions give other results on this data (where delta1 is not a
     power of two): in the estimate's values; the encode's codes move only where t lies within a rounding of a tie,
-    which these data do not reach, so a fault in the encode's CUDA branch alone would pass here."""
+    which these data do not reach (the test below builds data that do)."""
     n = 70_001
     g, kappa = _rows(1, n, torch.device("cpu"))
     side = g + 0.05 * _rows(1, n, torch.device("cpu"), 0.3)[0] * kappa
@@ -85,6 +85,42 @@ def test_the_nested_modes_divide_as_their_reference_does_on_cuda(alpha, delta1, 
     got_codes = counter_dither.triton_form("nested_rows_into")(torch.empty(g.shape, dtype=torch.int8), g, kappa, *args)
     got = counter_dither.triton_form("nested_reconstruct_rows_in_place")(codes.float(), side, kappa, *args)
     assert torch.equal(got_codes, codes)
+    assert torch.equal(got, want)
+
+
+def _near_ties(n: int, key: torch.Tensor, alpha: float, delta1: float) -> torch.Tensor:
+    """Values in [-1, 1] whose t = (alpha x + u) / Delta1 (u the counter dither of ``key`` from index 0) lies within a
+    few float32 roundings of a half-integer, each chosen among its 17 nearest floats so that, where one does, the
+    IEEE quotient and the product by the reciprocal round t to other sides of it. (The codes are round(t) modulo k:
+    the coarse rounding of t / k cancels in them, so its division needs no such data.)"""
+    u = counter_dither.dither_rows(1, n, torch.zeros((), dtype=torch.int32), key, torch.device("cpu")) * delta1
+    u = u.reshape(-1).numpy()
+    m = np.random.default_rng(n).integers(-int(1 / delta1), int(1 / delta1), n)
+    x0 = (((m + 0.5) * delta1 - u.astype(np.float64)) / alpha).astype(np.float32)
+    candidates = (x0[:, None].view(np.int32) + np.arange(-8, 9, dtype=np.int32)).view(np.float32).clip(-1, 1)
+    s = candidates * np.float32(alpha) + u[:, None]
+    ieee, product = s / np.float32(delta1), s * (np.float32(1) / np.float32(delta1))
+    apart = np.floor(ieee + np.float32(0.5)) != np.floor(product + np.float32(0.5))
+    pick = np.where(apart.any(axis=1), apart.argmax(axis=1), 8)
+    return torch.from_numpy(candidates[np.arange(n), pick].copy()).reshape(1, n)
+
+
+@needs_triton
+@pytest.mark.parametrize(("alpha", "delta1", "k"), [(1.0, 1 / 3, 3), (1.0, 0.3, 5), (0.9, 0.1, 11)])
+def test_the_nested_encode_divides_as_its_reference_does_on_cuda_at_ties(alpha, delta1, k, monkeypatch):
+    """The nested encode's CUDA branch at near-ties, where the two divisions give other codes (asserted: so a
+    fault in that branch alone shows here), interpreted on a CPU: equal to the reference run with CUDA's division."""
+    key = counter_dither.keys(9, 1, "cpu")
+    g = _near_ties(8192, key, alpha, delta1)
+    kappa, base = torch.ones((1, 1)), torch.zeros((), dtype=torch.int32)
+    encode, _ = nested.NESTED_KERNELS
+    args = (base, key, alpha, delta1, k)
+    with _CudaDivision():
+        want = encode.reference(torch.empty(g.shape, dtype=torch.int8), g, kappa, *args)
+    plain = encode.reference(torch.empty(g.shape, dtype=torch.int8), g, kappa, *args)
+    assert int((plain != want).sum()) >= 100
+    monkeypatch.setattr(triton_dither, "host_division", lambda device: False)
+    got = counter_dither.triton_form("nested_rows_into")(torch.empty(g.shape, dtype=torch.int8), g, kappa, *args)
     assert torch.equal(got, want)
 
 
