@@ -202,10 +202,7 @@ class Compressor(ABC):
         if out.numel() != payload.numel:
             raise PayloadError(f"{self.name}: decoded {out.numel()} elements for a tensor of {payload.numel}")
         if not self._proves_finite(payload) and not all_finite(out):
-            raise PayloadError(
-                f"{self.name}: the reconstruction holds NaN/Inf (a part's values overflow float32's range once "
-                "decoded); the payload is corrupt or its gradient was too close to float32's limit"
-            )
+            raise non_finite_reconstruction(self.name)
         result = out.reshape(payload.shape).to(payload.dtype)
         if payload.dtype == torch.float16 and not all_finite(result):  # float16 ends at 65504, the checks above not
             raise PayloadError(
@@ -418,6 +415,15 @@ def nonfinite_error(flat: torch.Tensor, who: str = "compressor") -> ValueError:
     """The error for a gradient holding NaN or Inf, with their count (a pass that runs on the error path only)."""
     bad = int(torch.count_nonzero(~torch.isfinite(flat)))
     return ValueError(f"{who}: the gradient holds {bad} NaN/Inf value(s) out of {flat.numel()}")
+
+
+def non_finite_reconstruction(name: str) -> PayloadError:
+    """The error :meth:`Compressor.decode` raises for a reconstruction that holds NaN/Inf (a scheme that checks its
+    output's finiteness inside its ``_decode`` raises the same)."""
+    return PayloadError(
+        f"{name}: the reconstruction holds NaN/Inf (a part's values overflow float32's range once decoded); the "
+        "payload is corrupt or its gradient was too close to float32's limit"
+    )
 
 
 def check_ratio(ratio: float, d: int | None = None, who: str = "ratio") -> float:

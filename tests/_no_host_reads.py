@@ -81,3 +81,26 @@ def _forget_traced_torch_functions() -> None:
         cached = getattr(rules, name, None)
         if hasattr(cached, "cache_clear"):
             cached.cache_clear()
+
+
+@contextlib.contextmanager
+def host_reads() -> Iterator[list[int]]:
+    """Counts the reads of tensor values back to the host (``tolist``, ``item``, ``bool``) in the enclosed code."""
+    count = [0]
+    names = ("tolist", "item", "__bool__")
+    originals = {name: getattr(torch.Tensor, name) for name in names}
+
+    def counted(original):  # type: ignore[no-untyped-def]
+        def read(*args, **kwargs):  # type: ignore[no-untyped-def]
+            count[0] += 1
+            return original(*args, **kwargs)
+
+        return read
+
+    try:
+        for name in names:
+            setattr(torch.Tensor, name, counted(originals[name]))
+        yield count
+    finally:
+        for name in names:
+            setattr(torch.Tensor, name, originals[name])

@@ -14,11 +14,13 @@ from typing import Callable
 
 import pytest
 import torch
+from _no_host_reads import host_reads
 from scipy import stats
 
 from gradstat import compressors
 from gradstat.compressors.context import Context
 from gradstat.compressors.schemes.sparsifiers import randk, wangni
+from gradstat.compressors.wire.errors import PayloadError
 from gradstat.theory.kernels import bounded, counter_dither
 
 CONFIDENCE = 0.999
@@ -212,6 +214,24 @@ def test_random_k_takes_the_full_subset_where_the_bounded_one_fails(fails, monke
         got = pending.payload()
         assert torch.equal(got["values"], want["values"])
         assert torch.equal(c.decode(got, Context(seed=9)), c.decode(want, Context(seed=9)))
+
+
+@pytest.mark.parametrize("bounded_form", [False, True])
+def test_random_k_decode_reads_back_once_and_refuses_values_that_are_not_finite(bounded_form, monkeypatch):
+    """Random-k's decode reads the values' finiteness and, in the bounded form (taken here on CPU tensors), the
+    bounded subset's condition in one read back; a value that is not finite raises PayloadError in either form."""
+    monkeypatch.setattr(randk, "bounded_form", lambda device: bounded_form)
+    c = compressors.create("randk:ratio=0.01")
+    payload = c.encode(torch.randn(20_000, generator=torch.Generator().manual_seed(5)), Context(seed=4))
+    with host_reads() as reads:
+        out = c.decode(payload, Context(seed=4))
+    assert reads[0] == 1
+    assert int((out != 0).sum()) == payload["values"].numel()
+    values = payload["values"].clone()
+    values[3] = math.inf
+    payload.parts["values"] = payload.parts["values"].__class__(values, 32, "value")
+    with pytest.raises(PayloadError, match="NaN/Inf"):
+        c.decode(payload, Context(seed=4))
 
 
 def _unshifted_coins(p: torch.Tensor, seed: int) -> torch.Tensor:

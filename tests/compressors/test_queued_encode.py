@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import torch
-from _no_host_reads import no_copy_to_device, on_meta
+from _no_host_reads import host_reads, no_copy_to_device, on_meta
 from _payloads import assert_same_payload
 
 import gradstat.compressors  # noqa: F401  (registers every compressor)
@@ -199,29 +199,6 @@ def test_wangnis_queued_encode_equals_the_synchronous_one(scale, monkeypatch):
             pending.payload()
 
 
-@contextlib.contextmanager
-def _host_reads() -> Iterator[list[int]]:
-    """Counts the reads of tensor values back to the host (``tolist``, ``item``, ``bool``) in the enclosed code."""
-    count = [0]
-    names = ("tolist", "item", "__bool__")
-    originals = {name: getattr(torch.Tensor, name) for name in names}
-
-    def counted(original):  # type: ignore[no-untyped-def]
-        def read(*args, **kwargs):  # type: ignore[no-untyped-def]
-            count[0] += 1
-            return original(*args, **kwargs)
-
-        return read
-
-    try:
-        for name in names:
-            setattr(torch.Tensor, name, counted(originals[name]))
-        yield count
-    finally:
-        for name in names:
-            setattr(torch.Tensor, name, originals[name])
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_wangnis_queued_payload_reads_back_once_in_every_dtype(dtype):
     """The count, the gradient's finiteness and the send's checks of the values (their range in the wire dtype, a
@@ -232,7 +209,7 @@ def test_wangnis_queued_payload_reads_back_once_in_every_dtype(dtype):
     want = c.encode(g, Context(seed=3))
     with forced("never"):
         pending = c.enqueue(g, Context(seed=3))
-    with _host_reads() as reads:
+    with host_reads() as reads:
         got = pending.payload()
     assert reads[0] == 1
     _same(got, want)

@@ -19,14 +19,14 @@ from typing import ClassVar
 
 import torch
 
-from gradstat.compressors.base import Compressor, Properties, check_ratio
+from gradstat.compressors.base import Compressor, Properties, check_ratio, non_finite_reconstruction
 from gradstat.compressors.context import Context
-from gradstat.compressors.pending import finite, holds
+from gradstat.compressors.pending import deferring, finite, holds
 from gradstat.compressors.registry import register
 from gradstat.compressors.wire.floats import widened
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.kernels import bounded, counter_dither
-from gradstat.theory.kernels.primitives import all_finite
+from gradstat.theory.kernels.primitives import finite_flag
 
 SUBSET_STREAM = 5
 """Sub-stream of the call seed for the random subset (the dither uses 1, QCS's signs 2)."""
@@ -47,8 +47,8 @@ def random_k_indices(d: int, k: int, seed: int, device: torch.device | str) -> t
     """:func:`random_subset`, off the CPU by the bounded selection of the elements whose hash lies below a cut
     (:func:`~gradstat.theory.kernels.bounded.random_subset`: no sort of all d keys), its condition checked
     with :func:`~gradstat.compressors.pending.holds` (read back at once, or with an encode's deferred checks, whose
-    failure makes the encode run again synchronously, here by the full subset). On a CPU, :func:`random_subset`
-    (which keeps the same elements in cache-sized chunks)."""
+    failure makes the encode run again synchronously, here by the full subset; decode reads it back with its values'
+    finiteness). On a CPU, :func:`random_subset` (which keeps the same elements in cache-sized chunks)."""
     if not bounded_form(device):
         return random_subset(d, k, seed, device)
     chosen, ok = bounded.random_subset(d, k, counter_dither.keys(seed, SUBSET_STREAM, device), device)
@@ -95,10 +95,15 @@ class RandK(Compressor):
 
     def _decode(self, payload: Payload, ctx: Context, side: torch.Tensor | None) -> torch.Tensor:
         values = widened(payload["values"])
-        d = payload.numel
-        seed = payload.seed  # host-side seed, sent in the payload (off the CPU, the bounded subset's condition is
-        # read back: one synchronisation, besides the values' finiteness check)
-        idx = random_k_indices(d, values.numel(), seed, values.device)
+        d, k, seed = payload.numel, values.numel(), payload.seed  # (the seed: a host integer sent in the payload)
+        with deferring() as flags:  # off the CPU, the bounded subset's condition: kept, not read back
+            idx = random_k_indices(d, k, seed, values.device)
+        # that condition and the values' finiteness (the output is the values and zeros) read back together
+        *conditions, values_finite = torch.stack([*flags, finite_flag(values)]).tolist()
+        if not values_finite:
+            raise non_finite_reconstruction(self.name)
+        if not all(conditions):  # the bounded subset held too few or too many: the full subset, synchronously
+            idx = random_k_indices(d, k, seed, values.device)
         return torch.zeros(d, dtype=values.dtype, device=values.device).index_put_((idx,), values)
 
     def _check_payload(self, payload: Payload) -> None:
@@ -106,7 +111,7 @@ class RandK(Compressor):
         payload.seed  # noqa: B018  (present, one integer: a PayloadError otherwise)
 
     def _proves_finite(self, payload: Payload) -> bool:
-        return all_finite(payload["values"])  # the output is the values and zeros
+        return True  # _decode has read the values' finiteness (with the subset's condition: one read back)
 
 
 @register("randk_unbiased")
