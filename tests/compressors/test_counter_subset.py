@@ -216,6 +216,29 @@ def test_random_k_takes_the_full_subset_where_the_bounded_one_fails(fails, monke
         assert torch.equal(c.decode(got, Context(seed=9)), c.decode(want, Context(seed=9)))
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_gmc_s_sample_takes_the_full_subset_where_the_bounded_one_fails(fails, monkeypatch):
+    """GMC's sample without replacement off the CPU (the bounded subset, taken here on CPU tensors): its queued
+    encode, the condition among the threshold's reads, gives the payload of the full subset's synchronous encode,
+    also where the condition fails (then the indices given are shifted: another sample, another threshold, had the
+    queued encode kept them)."""
+    from gradstat.theory.kernels.policy import forced
+
+    g = torch.randn(50_000, generator=torch.Generator().manual_seed(3))
+    spec = "gmc_topk:ratio=0.01,sample_ratio=0.05"
+    with forced("never"):
+        want = compressors.create(spec).encode(g, Context(seed=9))
+        monkeypatch.setattr(randk, "bounded_form", lambda device: True)
+        if fails:
+            real = bounded.random_subset
+            monkeypatch.setattr(bounded, "random_subset", lambda d, k, key, device: (
+                (real(d, k, key, device)[0] + 1) % d, torch.zeros((), dtype=torch.bool)))  # fmt: skip
+        pending = compressors.create(spec).enqueue(g, Context(seed=9))
+        assert not pending.settled  # (queued: the condition read back with the count)
+        got = pending.payload()
+    assert torch.equal(got["values"], want["values"]) and torch.equal(got["indices"], want["indices"])
+
+
 @pytest.mark.parametrize("bounded_form", [False, True])
 def test_random_k_decode_reads_back_once_and_refuses_values_that_are_not_finite(bounded_form, monkeypatch):
     """Random-k's decode reads the values' finiteness and, in the bounded form (taken here on CPU tensors), the

@@ -331,12 +331,14 @@ def test_the_microbench_row_of_all_graphs_says_whether_the_replays_equal(emulate
         assert verdict in text
 
 
-@pytest.mark.parametrize("spec", ["randk:ratio=0.01", "randk_unbiased:ratio=0.01"])
+@pytest.mark.parametrize(
+    "spec", ["randk:ratio=0.01", "randk_unbiased:ratio=0.01", "gmc_topk:ratio=0.05,sample_ratio=0.2"]
+)
 @pytest.mark.parametrize("backend", [Emulated, Recorded])
-def test_random_k_s_bounded_subset_replays_equal_the_direct_encode(spec, backend, emulated, declared, monkeypatch):
+def test_the_bounded_subset_replays_equal_the_direct_encode(spec, backend, emulated, declared, monkeypatch):
     """Random-k's form off the CPU (the bounded subset: hash keys, a selection into a buffer, its condition among
-    the deferred checks), taken here on CPU tensors, with its keys by Triton's interpreter: captured, replayed over
-    five steps and seeds, each payload the direct encode's."""
+    the deferred checks, or for GMC's sample among its threshold's reads), taken here on CPU tensors, with its keys
+    by Triton's interpreter: captured, replayed over five steps and seeds, each payload the direct encode's."""
     if backend is Recorded and not triton_runtime.available():
         pytest.skip("needs Triton 3 (its interpreter runs the hash keys on the CPU)")
     from gradstat.compressors.schemes.sparsifiers import randk

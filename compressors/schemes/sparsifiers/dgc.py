@@ -27,9 +27,10 @@ import torch
 from gradstat.compressors import graphs
 from gradstat.compressors.base import check_ratio
 from gradstat.compressors.context import Context
+from gradstat.compressors.pending import deferring
 from gradstat.compressors.registry import register
-from gradstat.compressors.schemes.sparsifiers.queued import Queued, capacity, nothing_to_settle
-from gradstat.compressors.schemes.sparsifiers.randk import random_subset
+from gradstat.compressors.schemes.sparsifiers.queued import Queued, capacity
+from gradstat.compressors.schemes.sparsifiers.randk import random_k_indices
 from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier, threshold_properties
 from gradstat.compressors.wire.payload import Payload
 from gradstat.theory.kernels import counter_dither
@@ -44,16 +45,25 @@ def sampled_threshold(
 ) -> torch.Tensor:
     """Top-k threshold estimated on a random sample: the ceil(ratio n)-th largest of n = ceil(sample_ratio d)
     sampled magnitudes (n at least 1, at most d without replacement). Returns a 0-d tensor on ``abs_g``'s device.
-    ``abs_g`` may be the magnitudes or the signed vector (only the sample's magnitudes are formed)."""
+    ``abs_g`` may be the magnitudes or the signed vector (only the sample's magnitudes are formed). Without
+    replacement, random-k's subset (:func:`~gradstat.compressors.schemes.sparsifiers.randk.random_k_indices`: off
+    the CPU its bounded form, whose condition is read back, or kept under
+    :func:`~gradstat.compressors.pending.deferring`)."""
     d = abs_g.numel()
     n = max(1, math.ceil(sample_ratio * d))
     if replacement:  # the counter hash of (seed, SAMPLE_STREAM): the same sample on every device
         idx = counter_dither.indices(n, d, counter_dither.keys(seed, SAMPLE_STREAM, abs_g.device), abs_g.device)
     else:
-        idx = random_subset(d, min(n, d), seed, abs_g.device)
+        idx = random_k_indices(d, min(n, d), seed, abs_g.device)
     sample = abs_g[idx].abs_()  # (a no-op on magnitudes; ``abs_g`` may also be the signed vector)
     k_sample = max(1, math.ceil(ratio * sample.numel()))
     return torch.topk(sample, k_sample, sorted=False).values.min()
+
+
+def subset_failed(values: list[float], payload: Payload) -> bool:
+    """``settle`` of a sampled threshold: True (the synchronous encode runs instead) where a bounded subset's
+    condition, read back, is false (none read for a sample with replacement or on a CPU)."""
+    return not all(values)
 
 
 @dataclass
@@ -81,9 +91,10 @@ class _SampledThreshold(ThresholdSparsifier):
         selection's count, which finds it on its read of ``g``: one read pass fewer."""
         d = g.numel()
         check_ratio(self.ratio, d, who=f"{self.name} ratio")
-        eta = sampled_threshold(g, self.ratio, self.sample_ratio, ctx.call_seed, self.replacement)
-        reads = torch.empty(0, dtype=torch.float64, device=g.device)
-        return None, Queued(eta, reads, nothing_to_settle), capacity(d, self._kept(d))
+        with deferring() as conditions:  # (a sample without replacement off the CPU: its bounded subset's)
+            eta = sampled_threshold(g, self.ratio, self.sample_ratio, ctx.call_seed, self.replacement)
+        reads = torch.stack(conditions).double() if conditions else torch.empty(0, dtype=torch.float64, device=g.device)
+        return None, Queued(eta, reads, subset_failed), capacity(d, self._kept(d))
 
     def _graph_key(self, ctx: Context, x: torch.Tensor | None = None) -> Hashable | None:
         """The settings only: the sample is drawn from the counter hash's keys of the call seed, which a graph's
