@@ -3,10 +3,13 @@ within float rounding where a reduction reorders), on ordinary, tied, zero, deno
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from gradstat.theory.kernels import compaction
 from gradstat.theory.kernels import primitives as P
@@ -159,23 +162,30 @@ def test_float32_wire_refuses_what_float32_cannot_carry():
     assert zero.tolist() == [0.0, 1.0]
 
 
-def test_max_abs_reuses_the_checked_extremes_only_for_the_same_unchanged_tensor():
-    """all_finite keeps the extremes it read for max_abs on the same tensor (one pass for both); an in-place
-    change, another tensor object (even over the same memory) or the end of an encode must all force a fresh reading."""
+def test_max_abs_reuses_the_checked_extremes_only_for_the_same_unchanged_elements():
+    """all_finite keeps the extremes it read for max_abs on the same elements (one pass for both): the same tensor or
+    a contiguous view of the same memory (NDQSG's scale reads the (1, d) rows of the checked vector), in either
+    order. An in-place change, other elements (a part, a strided view), a tensor that replaced a freed one or the end
+    of an encode must all force a fresh reading."""
     from gradstat import compressors
 
     x = torch.tensor([1.0, -3.0, 2.0])
     assert P.all_finite(x) and float(P.max_abs(x)) == 3.0
     x.mul_(2)  # bumps the version counter
     assert float(P.max_abs(x)) == 6.0
-    # another tensor object at the same address, changed where the version counter cannot see it (.data): a
-    # cache keyed by address (and version) would hand back the old 9.0; the weak reference to x tells them apart
+    with _aminmax_calls() as calls:
+        assert float(P.max_abs(x)) == 6.0 and P.all_finite(x)  # (the other order)
+        assert P.all_finite(x) and float(P.max_abs(x.reshape(1, 3).reshape(-1))) == 6.0
+    assert calls == [(3,), (3,)]
+    y = torch.tensor([7.0, -9.0, 8.0, 10.0])
+    for part, want in ((y[:3], 9.0), (y[::2], 8.0), (y[1:], 10.0)):
+        P.all_finite(y)
+        assert float(P.max_abs(part)) == want
+    P.forget_extremes()
     x = torch.tensor([7.0, -9.0, 8.0])
     P.all_finite(x)
-    other = x.view(3)
-    assert other.data_ptr() == x.data_ptr() and other._version == x._version
-    other.data.mul_(0.5)
-    assert float(P.max_abs(other)) == 4.5
+    del x  # a new tensor may take its memory: the weak reference to the checked one is dead
+    assert float(P.max_abs(torch.tensor([1.0, -2.0, 1.5]))) == 2.0
     z = torch.tensor([1.0, -4.0])
     P.all_finite(z)
     z.data.mul_(10)  # .data bypasses the version counter: forgetting is what makes this safe
@@ -184,6 +194,31 @@ def test_max_abs_reuses_the_checked_extremes_only_for_the_same_unchanged_tensor(
     P.all_finite(z)
     compressors.create("topk:ratio=0.5").encode(z)
     assert P._EXTREMES.last is None  # every encode forgets what its check read
+
+
+@contextlib.contextmanager
+def _aminmax_calls() -> Iterator[list[tuple[int, ...]]]:
+    """The shapes of the tensors ``torch.aminmax`` reads in the enclosed code."""
+    calls: list[tuple[int, ...]] = []
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func.overloadpacket is torch.ops.aten.aminmax:
+                calls.append(tuple(args[0].shape))
+            return func(*args, **(kwargs or {}))
+
+    with Seen():
+        yield calls
+
+
+def test_ndqsg_reads_its_input_s_extremes_once():
+    """Its finiteness check and its whole-vector scale (the max |g| of its one row) share one aminmax pass."""
+    from gradstat import compressors
+
+    g = torch.randn(50_000, generator=torch.Generator().manual_seed(1))
+    with _aminmax_calls() as calls:
+        compressors.create("ndqsg").encode(g)
+    assert calls.count((50_000,)) == 1, calls
 
 
 @pytest.mark.parametrize("name", ["laplace", "with_zeros", "ties", "denormal", "near_overflow", "float64"])

@@ -106,10 +106,22 @@ def finite_flag(x: torch.Tensor) -> torch.Tensor:
     """:func:`all_finite`'s answer as a 0-d bool tensor on ``x``'s device: nothing is read back."""
     if x.numel() == 0:
         return torch.ones((), dtype=torch.bool, device=x.device)
+    lo, hi = _shared_extremes(x)
+    return torch.isfinite(torch.stack((lo, hi))).all()
+
+
+def _shared_extremes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`extremes` of all of ``x``, read once for the two callers of an encode that need them (its
+    finiteness check, :func:`finite_flag`, and its largest magnitude, :func:`max_abs`), in either order: the
+    first computes and keeps them (:data:`_EXTREMES`), the second takes them and drops them."""
+    last = getattr(_EXTREMES, "last", None)
+    if last is not None and last[1] == x._version and _same_elements(last[0](), x):
+        _EXTREMES.last = None  # used once: the window for a change the counter does not see stays one call
+        return last[2], last[3]
     lo, hi = extremes(x)
     if not x.is_inference():  # inference tensors have no version counter: nothing is kept for them
         _EXTREMES.last = (weakref.ref(x), x._version, lo, hi)
-    return torch.isfinite(torch.stack((lo, hi))).all()
+    return lo, hi
 
 
 def forget_extremes() -> None:
@@ -118,9 +130,27 @@ def forget_extremes() -> None:
     _EXTREMES.last = None
 
 
+def _same_elements(kept: torch.Tensor | None, x: torch.Tensor) -> bool:
+    """Whether ``x`` holds the elements of ``kept`` (a live tensor) in the same order: the same object, or a
+    contiguous view of the same memory (e.g. its flat reshape; views share the version counter)."""
+    if kept is None:
+        return False
+    if kept is x:
+        return True
+    if kept.dtype != x.dtype or kept.device != x.device or kept.numel() != x.numel():
+        return False
+    if not (kept.is_contiguous() and x.is_contiguous()):
+        return False
+    try:  # (kept alive: its memory holds no other tensor)
+        return kept.data_ptr() == x.data_ptr()
+    except RuntimeError:  # a tensor without storage (fake, or traced by torch.compile)
+        return False
+
+
 _EXTREMES = threading.local()
-"""The extremes :func:`all_finite` last read, for the next :func:`max_abs` on the same tensor object while its
-version counter is unchanged: each encode checks its input and then needs its largest magnitude, one pass for both.
+"""The extremes :func:`finite_flag` or :func:`max_abs` last read, for the next call of the other on the same tensor
+object while its version counter is unchanged: each encode checks its input and needs its largest magnitude, one
+pass for both.
 A weak reference, so nothing is kept alive and a new tensor can never match; used once, and dropped at the end of
 every encode (:func:`forget_extremes`), because writes through ``.data`` or ``.numpy()`` do not bump the counter."""
 
@@ -547,15 +577,7 @@ def select_at_least_reference(
 
 def max_abs(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """``max |x|`` (over ``dim``, or all elements) without materialising ``|x|``: ``max(-min x, max x)``."""
-    if dim is None:
-        last = getattr(_EXTREMES, "last", None)
-        if last is not None and last[0]() is x and last[1] == x._version:
-            lo, hi = last[2], last[3]
-            _EXTREMES.last = None  # used once: the window for a change the counter does not see stays one call
-        else:
-            lo, hi = extremes(x)
-    else:
-        lo, hi = extremes(x, dim)
+    lo, hi = _shared_extremes(x) if dim is None else extremes(x, dim)
     return torch.maximum(-lo, hi)
 
 
