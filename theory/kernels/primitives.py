@@ -132,19 +132,22 @@ def forget_extremes() -> None:
 
 def _same_elements(kept: torch.Tensor | None, x: torch.Tensor) -> bool:
     """Whether ``x`` holds the elements of ``kept`` (a live tensor) in the same order: the same object, or a
-    contiguous view of the same memory (e.g. its flat reshape; views share the version counter)."""
+    contiguous view of the same base tensor at the same offset (e.g. its flat reshape; views share the version
+    counter)."""
     if kept is None:
         return False
     if kept is x:
         return True
-    if kept.dtype != x.dtype or kept.device != x.device or kept.numel() != x.numel():
+    base = kept._base if kept._base is not None else kept
+    if base is not (x._base if x._base is not None else x):
         return False
-    if not (kept.is_contiguous() and x.is_contiguous()):
-        return False
-    try:  # (kept alive: its memory holds no other tensor)
-        return kept.data_ptr() == x.data_ptr()
-    except RuntimeError:  # a tensor without storage (fake, or traced by torch.compile)
-        return False
+    return (
+        kept.dtype == x.dtype
+        and kept.numel() == x.numel()
+        and kept.storage_offset() == x.storage_offset()
+        and kept.is_contiguous()
+        and x.is_contiguous()
+    )
 
 
 _EXTREMES = threading.local()
