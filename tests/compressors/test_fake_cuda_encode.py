@@ -1,0 +1,53 @@
+"""The CUDA paths of the queued encodes, on a machine without a GPU (tests/_fake_cuda.py: fake CUDA tensors, Triton
+launches recorded): each runs to the end without reading a value back, without a CPU tensor in its CUDA work, and
+launches the kernels it is meant to (the Triton forms, not their eager fallbacks). The GPU check times them; this
+holds the property 'no host synchronisation inside encode' in every CI run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _fake_cuda import fake_cuda, needs_fake_cuda
+
+import gradstat.compressors  # noqa: F401  (registers every compressor)
+from gradstat.compressors.context import Context
+from gradstat.compressors.registry import create
+
+SIZE = 2_600_000
+
+READ_FREE = {
+    "sidco:ratio=0.001,dist=exp,stages=1": ("triton:_summary_blocks", "triton:_count_blocks", "triton:_write_blocks"),
+    "sidco:ratio=0.001,dist=exp,stages=3": ("triton:_tail_blocks", "triton:_write_blocks"),
+    "sidco:ratio=0.001,dist=gamma,stages=3": ("triton:_summary_blocks", "triton:_tail_blocks"),
+    "sidco:ratio=0.001,dist=gp,stages=3": ("triton:_summary_blocks", "triton:_tail_blocks"),
+    "dgc:ratio=0.001": ("triton:_count_blocks", "triton:_write_blocks"),
+    "gmc_topk:ratio=0.001": ("triton:_rows", "triton:_count_blocks"),
+    "threshold": ("triton:_count_blocks",),
+    "topk:ratio=0.001": ("aten:topk",),
+    "randk:ratio=0.001": ("triton:_rows", "triton:_count_blocks", "triton:_write_blocks"),
+    "randk_unbiased:ratio=0.001": ("triton:_rows",),
+    "qsgd": ("triton:_rows",),
+    "terngrad": ("triton:_rows",),
+    "dqsg": ("triton:_rows",),
+    "ndqsg": ("triton:_rows",),
+    "qcs": ("triton:_rows",),
+    "ecq": ("triton:_rows",),
+    "signsgd": ("triton:_tail_blocks",),
+    "onebit": (),
+}
+"""The encodes the CUDA goals cover, each with kernels its CUDA path must launch."""
+
+
+@needs_fake_cuda
+@pytest.mark.parametrize("spec", sorted(READ_FREE))
+def test_the_queued_encode_on_cuda_reads_nothing_back(spec, monkeypatch):
+    c = create(spec)
+    with fake_cuda(monkeypatch) as fake:
+        with fake.mode:
+            x = torch.empty(SIZE, device="cuda")
+        for step in range(3):  # (a rule that sizes a buffer on its first encode queues from its second)
+            with fake.record() as launches:
+                pending = c.enqueue(x, Context(seed=3, step=step, state=c.new_state()))
+            assert not pending.settled, "the encode ran synchronously"
+    missing = [k for k in READ_FREE[spec] if k not in launches]
+    assert not missing, (missing, launches)
