@@ -20,7 +20,7 @@ READ_FREE = {
     "sidco:ratio=0.001,dist=exp,stages=3": ("triton:_tail_blocks", "triton:_write_blocks"),
     "sidco:ratio=0.001,dist=gamma,stages=3": ("triton:_summary_blocks", "triton:_tail_blocks"),
     "sidco:ratio=0.001,dist=gp,stages=3": ("triton:_summary_blocks", "triton:_tail_blocks"),
-    "dgc:ratio=0.001": ("triton:_count_blocks", "triton:_write_blocks"),
+    "dgc:ratio=0.001": ("triton:_rows", "triton:_count_blocks", "triton:_write_blocks"),
     "gmc_topk:ratio=0.001": ("triton:_rows", "triton:_count_blocks"),
     "threshold": ("triton:_count_blocks",),
     "topk:ratio=0.001": ("aten:topk",),

@@ -264,7 +264,23 @@ def _rows_cases() -> dict[str, dict[str, Case]]:
                 _base(first, device),
                 _key(device),
             )
-    return {"quantize_rows": quantize, "reconstruct_rows": reconstruct, "signed_rows": signed, "hash_keys": keys}
+    samples: dict[str, Case] = {}
+    for rows, size in ROW_SHAPES:
+        for d in (1, 7, 2**31 - 1):  # (the largest: products near 2^63)
+            samples[f"{rows}x{size}-d={d}"] = lambda device, rows=rows, size=size, d=d: (
+                torch.empty((rows, size), dtype=torch.int64, device=device),
+                torch.ones((rows, 1), device=device),
+                _base(11, device),
+                _key(device),
+                d,
+            )
+    return {
+        "quantize_rows": quantize,
+        "reconstruct_rows": reconstruct,
+        "signed_rows": signed,
+        "hash_keys": keys,
+        "sample_indices": samples,
+    }
 
 
 def _nested_cases() -> dict[str, dict[str, Case]]:

@@ -173,6 +173,7 @@ def test_a_failed_triton_form_warns_once_and_the_eager_tiles_run(monkeypatch):
 
 SIGNATURE = {
     "f_ptr": "*fp32", "f_stride": "i32", "base_ptr": "*i32", "key_ptr": "*i32", "n": "i32", "size": "i32",
+    "modulus": "i32",
     "gain": "fp32", "lo": "fp32", "hi": "fp32", "shift": "fp32", "offset": "fp32", "alpha": "fp32",
     "delta1": "fp32", "levels": "fp32", "half": "fp32", "step": "fp32", "inv_delta1": "fp32", "inv_levels": "fp32",
     "MODE": "constexpr", "FLAG": "constexpr", "HOST_DIVISION": "constexpr", "M0": "constexpr", "M1": "constexpr",
@@ -190,6 +191,7 @@ SIGNATURE = {
         (triton_dither.NESTED, "*i8", "*fp32"),
         (triton_dither.ESTIMATE, "*fp32", "*fp32"),
         (triton_dither.HASH_KEY, "*fp32", "*fp32"),
+        (triton_dither.SAMPLE, "*i64", "*fp32"),
     ],
 )
 def test_the_cuda_build_divides_exactly_and_never_fuses_or_flushes(mode, out, x, tmp_path, monkeypatch):
@@ -216,12 +218,18 @@ def test_the_cuda_build_divides_exactly_and_never_fuses_or_flushes(mode, out, x,
 
     code = ptx(triton_runtime.COMPILE_OPTIONS)
     assert not re.search(r"div\.(approx|full)", code)
-    if mode != triton_dither.HASH_KEY:  # (the hash keys divide nothing)
+    if mode not in (triton_dither.HASH_KEY, triton_dither.SAMPLE):  # (the hash keys and the sample divide nothing)
         assert "div.rn.f32" in code  # (FLAG: the signs divide too)
     assert not re.search(r"\bfma\.", code) and ".ftz" not in code
+    if mode == triton_dither.SAMPLE:  # (h + 2^31) d in 64 bits, shifted right by 32 as a 64-bit number
+        assert re.search(r"mul\.lo\.s64", code) and re.search(r"shr\.s64", code)
     for multiplier in (m0, m1):  # the hash's wrapping 32-bit products, by the constants themselves
         assert re.search(rf"mul\.lo\.s32\s+%r\d+, %r\d+, {multiplier};", code), multiplier
-    if mode not in (triton_dither.SIGN, triton_dither.HASH_KEY):  # (nothing multiplied, then added)
+    if mode not in (
+        triton_dither.SIGN,
+        triton_dither.HASH_KEY,
+        triton_dither.SAMPLE,
+    ):  # (nothing multiplied, then added)
         assert re.search(r"\bfma\.", ptx({"enable_fp_fusion": True})), "no fusion to switch off: proves nothing"
 
 

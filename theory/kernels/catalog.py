@@ -373,6 +373,13 @@ KERNELS: dict[str, Kernel] = {
             {"compiled": _rows_compiled("hash_keys_into"), "triton": _rows_triton("hash_keys_into")},
         ),
         Kernel(
+            "sample_indices",
+            "indices drawn with replacement from the counter hash, floor((h + 2^31) d / 2^32): DGC's sample "
+            "(counter_dither.sample_indices_into)",
+            counter_dither.KERNELS["sample_indices_into"].reference,
+            {"compiled": _rows_compiled("sample_indices_into"), "triton": _rows_triton("sample_indices_into")},
+        ),
+        Kernel(
             "nested_rows",
             "NDQSG's nested encode, eq. (6) (nested.nested_rows_into)",
             _nested_kernel(0).reference,

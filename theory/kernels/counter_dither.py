@@ -182,9 +182,21 @@ def indices(n: int, d: int, key: torch.Tensor, device: torch.device | str) -> to
     if d < 1:
         raise ValueError(f"indices into a vector of length {d} do not exist")
     check_indices(0, max(n, d))
-    zero = torch.zeros((), dtype=torch.int32, device=device)
-    h = counter_bits(1, n, zero, key, torch.device(device)).reshape(-1)
-    return ((h.to(torch.int64) + (1 << 31)) * d) >> 32
+    device = torch.device(device)
+    out = torch.empty((1, n), dtype=torch.int64, device=device)
+    if device.type == "cpu":  # (the reference over one tile: the CPU's, as before)
+        return sample_indices_into(out, torch.ones((1, 1)), torch.zeros((), dtype=torch.int32), key, d).reshape(-1)
+    # elsewhere the Triton kernel's one pass where it runs (the eager hash: twenty passes)
+    return run_rows(KERNELS["sample_indices_into"], out, (), torch.ones((1, 1), device=device), 0, key, d).reshape(-1)
+
+
+def sample_indices_into(
+    out: torch.Tensor, row_factor: torch.Tensor, base: torch.Tensor, key: torch.Tensor, d: int
+) -> torch.Tensor:
+    """``floor((h + 2^31) d / 2^32)`` (int64) of the hash h of every element of the ``(rows, size)`` block ``out``
+    (first index ``base``; ``row_factor`` unread): :func:`indices`' draws."""
+    h = counter_bits(out.shape[0], out.shape[1], base, key, out.device)
+    return out.copy_(((h.to(torch.int64) + (1 << 31)) * d) >> 32)
 
 
 SUBSET_INDEX_BITS = 31
@@ -329,7 +341,14 @@ a constant into a product by its reciprocal on devices other than the CPU, and m
 
 KERNELS = {
     f.__name__: Fused(f, compiles_on=COMPILES_ON)
-    for f in (quantize_rows_into, reconstruct_rows_into, reconstruct_rows_in_place, signed_rows_into, hash_keys_into)
+    for f in (
+        quantize_rows_into,
+        reconstruct_rows_into,
+        reconstruct_rows_in_place,
+        signed_rows_into,
+        hash_keys_into,
+        sample_indices_into,
+    )
 }
 """The fused forms (one generated loop each where compiled; :mod:`gradstat.theory.kernels.fused`, whose policy
 ``GRADSTAT_COMPILE`` they follow: under ``auto``, CPU vectors from ``MIN_ELEMENTS`` up, where the loop saves
@@ -372,7 +391,7 @@ def triton_reconstructs(codes: torch.Tensor, scale: torch.Tensor) -> bool:
     )
 
 
-READ_OUT = ("reconstruct_rows_in_place", "hash_keys_into")
+READ_OUT = ("reconstruct_rows_in_place", "hash_keys_into", "sample_indices_into")
 """The kernels of :data:`KERNELS` with no input block (they read ``out`` itself, or nothing but their counters)."""
 
 

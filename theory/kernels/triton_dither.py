@@ -40,7 +40,7 @@ tl: Any = None
 BLOCK = 1024
 """Elements per program on CUDA."""
 
-QUANTIZE, RECONSTRUCT, SIGN, NESTED, ESTIMATE, HASH_KEY = 0, 1, 2, 3, 4, 5
+QUANTIZE, RECONSTRUCT, SIGN, NESTED, ESTIMATE, HASH_KEY, SAMPLE = 0, 1, 2, 3, 4, 5, 6
 """The kernel's modes (compile-time constants: each builds its own code)."""
 
 MODES = {
@@ -51,6 +51,7 @@ MODES = {
     "nested_rows_into": NESTED,
     "nested_reconstruct_rows_in_place": ESTIMATE,
     "hash_keys_into": HASH_KEY,
+    "sample_indices_into": SAMPLE,
 }
 """The counter-dither kernels (by function name) this form computes, and their mode: those of
 :mod:`gradstat.theory.kernels.counter_dither` and NDQSG's nested encode and estimate
@@ -65,7 +66,7 @@ CODE_DTYPES = (torch.int8, torch.int16, torch.int32, torch.float32)
 
 
 def _rows(  # type: ignore[no-untyped-def]
-    out_ptr, x_ptr, f_ptr, f_stride, base_ptr, key_ptr, n, size, gain, lo, hi, shift, offset, alpha, delta1,
+    out_ptr, x_ptr, f_ptr, f_stride, base_ptr, key_ptr, n, size, modulus, gain, lo, hi, shift, offset, alpha, delta1,
     levels, half, step, inv_delta1, inv_levels, MODE: tl.constexpr, FLAG: tl.constexpr, HOST_DIVISION: tl.constexpr,
     M0: tl.constexpr, M1: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
@@ -73,7 +74,8 @@ def _rows(  # type: ignore[no-untyped-def]
     this one is ``lo``; the quantizers refuse non-finite gradients and scales before they quantize).
     QUANTIZE: ``clamp(floor(x / f gain + u + shift), lo, hi)``;
     RECONSTRUCT: ``(x + offset - u) / gain f`` (``- u`` where FLAG); SIGN: ``r x`` (divided by f where FLAG);
-    HASH_KEY: ``2^31 - h`` of the hash h in float32 (x and f unread);
+    HASH_KEY: ``2^31 - h`` of the hash h in float32 (x and f unread); SAMPLE: ``floor((h + 2^31) modulus / 2^32)``
+    (int64; x and f unread);
     NESTED: NDQSG's nested index of ``x / f`` (eq. (6)); ESTIMATE: its decode of the codes held in ``out`` with the
     side information ``x`` and the scale ``f`` (eq. (7); ``y alpha`` where FLAG), both with the dither ``u delta1``
     and ``levels`` = k, ``half`` = (k - 1) // 2, ``step`` = alpha delta1. Their divisions by delta1 and k are what
@@ -81,10 +83,10 @@ def _rows(  # type: ignore[no-untyped-def]
     HOST_DIVISION (a CPU), else products by ``inv_delta1`` and ``inv_levels``, their float32 reciprocals (CUDA)."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # int32: a call indexes fewer than 2^31 elements
     inside = offsets < n
-    if MODE != 5:
+    if MODE < 5:
         f = tl.load(f_ptr + (offsets // size) * f_stride, mask=inside, other=1.0)
         x = tl.load(x_ptr + offsets, mask=inside, other=0).to(tl.float32)
-    else:  # (the hash keys read nothing but their counters)
+    else:  # (the hash keys and the sample read nothing but their counters)
         f, x = 1.0, 0.0
     h = (tl.load(base_ptr) + offsets) ^ tl.load(key_ptr)  # counter_dither.counter_bits, on int32 words
     h = h * M0
@@ -146,6 +148,8 @@ def _rows(  # type: ignore[no-untyped-def]
         v = ((r - fb * levels) * step + y) * f
     elif MODE == 5:  # counter_dither.hash_keys_into: 2^31 - h in float32, falling as the hash rises
         v = 2147483648.0 - h.to(tl.float32)
+    elif MODE == 6:  # counter_dither.sample_indices_into: (h + 2^31) in [0, 2^32) times modulus < 2^31, in int64
+        v = ((h.to(tl.int64) + 2147483648) * modulus) >> 32
     else:
         # r x with r = -1 where the hash is negative: its sign bit flipped (the reference's negation, -0.0 and NaN
         # included; Triton's own ``-x`` was ``0 - x``, which keeps +0.0, before version 3.9)
@@ -183,6 +187,8 @@ def applies(
     nested encode within :data:`SMALL_T`."""
     if name not in MODES or out.device.type not in ("cuda", "cpu") or not triton_runtime.available():
         return False
+    if MODES[name] == SAMPLE:
+        return not blocks and out.dtype == torch.int64 and out.dim() == 2 and out.is_contiguous()
     tensors = (out, *blocks)
     if any(t.device != out.device or not t.is_contiguous() or t.dtype not in CODE_DTYPES for t in tensors):
         return False
@@ -215,7 +221,7 @@ def run(name: str, multipliers: tuple[int, int], out: torch.Tensor, blocks: tupl
     if n == 0:
         return out
     source = blocks[0] if blocks else out
-    gain, lo, hi, shift, offset, flag = 1.0, 0.0, 0.0, 0.0, 0.0, False
+    gain, lo, hi, shift, offset, flag, modulus = 1.0, 0.0, 0.0, 0.0, 0.0, False, 1
     alpha, delta1, levels, half = 1.0, 1.0, 1.0, 0.0
     if mode == QUANTIZE:
         gain, lo, hi, shift = float(rest[0]), float(rest[1]), float(rest[2]), float(rest[3])
@@ -223,6 +229,8 @@ def run(name: str, multipliers: tuple[int, int], out: torch.Tensor, blocks: tupl
         gain, offset, flag = float(rest[0]), float(rest[1]), bool(rest[2])
     elif mode == HASH_KEY:
         pass
+    elif mode == SAMPLE:
+        modulus = int(rest[0])
     elif mode in (NESTED, ESTIMATE):  # (alpha, delta1, k): each a float32 operand, as the reference's host numbers
         alpha, delta1, k = float(rest[0]), float(rest[1]), int(rest[2])
         levels, half, flag = float(k), float((k - 1) // 2), mode == ESTIMATE and alpha != 1.0
@@ -234,8 +242,8 @@ def run(name: str, multipliers: tuple[int, int], out: torch.Tensor, blocks: tupl
     context, options = triton_runtime.launch(out)
     with context:
         kernel(interpret=out.device.type == "cpu")[grid](
-            out, source, row_factor, row_factor.stride(0), base, key, n, out.shape[1], gain, lo, hi, shift, offset,
-            alpha, delta1, levels, half, alpha * delta1, inv_delta1, inv_levels, MODE=mode, FLAG=flag,
+            out, source, row_factor, row_factor.stride(0), base, key, n, out.shape[1], modulus, gain, lo, hi, shift,
+            offset, alpha, delta1, levels, half, alpha * delta1, inv_delta1, inv_levels, MODE=mode, FLAG=flag,
             HOST_DIVISION=host_division(out.device), M0=multipliers[0], M1=multipliers[1], BLOCK=block, **options,
         )  # fmt: skip
     return out
