@@ -117,7 +117,8 @@ def _shared_extremes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     finiteness check, :func:`finite_flag`, and its largest magnitude, :func:`max_abs`), in either order: the
     first computes and keeps them (:data:`_EXTREMES`), the second takes them and drops them."""
     last = getattr(_EXTREMES, "last", None)
-    if last is not None and last[1] == x._version and _same_elements(last[0](), x):
+    # (an inference tensor has no version counter to compare: it is never matched, and never kept)
+    if last is not None and not x.is_inference() and _same_elements(last[0](), x) and last[1] == x._version:
         _EXTREMES.last = None  # used once: the window for a change the counter does not see stays one call
         return last[2], last[3]
     lo, hi = extremes(x)

@@ -39,7 +39,9 @@ def scratch(numel: int, dtype: torch.dtype, device: torch.device, slot: str, kee
         cache = _SCRATCH.buffers = {}
     key = (slot, dtype, torch.device(device))
     buf = cache.get(key)
-    if buf is None or buf.numel() < numel:
+    # a buffer made under inference mode takes no in-place change outside it: made again (its kept prefix copied)
+    stale = buf is not None and buf.is_inference() and not torch.is_inference_mode_enabled()
+    if buf is None or stale or buf.numel() < numel:
         grown = torch.empty(numel, dtype=dtype, device=device)
         if buf is not None and keep:
             grown[:keep] = buf[:keep]
