@@ -38,10 +38,14 @@ def _fake_cuda_tensors() -> bool:
 
 
 needs_fake_cuda = pytest.mark.skipif(
-    not _fake_cuda_tensors(),
-    reason=f"torch {torch.__version__} makes no fake CUDA tensor without a CUDA driver (torch 2.11 and 2.13 do)",
+    torch.cuda.is_available() or not _fake_cuda_tensors(),
+    reason="a GPU is present (its own tests count the synchronisations; and a device cache filled with fake tensors "
+    "would outlive the test)"
+    if torch.cuda.is_available()
+    else f"torch {torch.__version__} makes no fake CUDA tensor without a CUDA driver (torch 2.11 and 2.13 do)",
 )
-"""Marks a test that runs CUDA paths on fake tensors."""
+"""Marks a test that runs CUDA paths on fake tensors: on a machine without a GPU (process-wide caches keyed by the
+device, such as the Hadamard matrices', keep what a fake run put there, which no real CUDA work can then meet)."""
 
 VIEWS = {
     "view", "_unsafe_view", "reshape", "expand", "as_strided", "slice", "select", "unsqueeze", "squeeze", "t",
@@ -60,12 +64,21 @@ class _Launcher:
 
     def __getitem__(self, grid: object) -> Any:
         def launch(*args: Any, **kwargs: Any) -> None:
-            for arg in args:  # (Triton refuses a pointer it cannot reach from the GPU)
+            for arg in (*args, *kwargs.values()):  # (Triton refuses a pointer it cannot reach from the GPU)
                 if isinstance(arg, torch.Tensor) and arg.device.type != "cuda":
                     raise ValueError(f"{self.name}: a tensor on {arg.device} passed to a CUDA kernel")
             self.launches.append(f"triton:{self.name}")
 
         return launch
+
+
+COPIES = {"_to_copy", "copy_", "to"}
+"""Operations that copy between devices."""
+
+
+def _from_cuda_to_host(args: tuple[Any, ...], out: Any) -> bool:
+    sources = [a for a in args if isinstance(a, torch.Tensor)]
+    return isinstance(out, torch.Tensor) and out.device.type == "cpu" and any(a.device.type == "cuda" for a in sources)
 
 
 class _Launches(TorchDispatchMode):
@@ -77,9 +90,12 @@ class _Launches(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         name = func.overloadpacket.__name__
+        out = func(*args, **(kwargs or {}))
+        if name in COPIES and _from_cuda_to_host(args, out):  # (no value is read, but a GPU would wait for it)
+            raise RuntimeError(f"{name}: a copy from the GPU to the host")
         if name not in VIEWS and not self.inside[0]:
             self.launches.append(f"aten:{name}")
-        return func(*args, **(kwargs or {}))
+        return out
 
 
 def _dim_index(t: torch.Tensor, dim: int, index: Any) -> tuple[torch.Tensor, int]:

@@ -85,9 +85,11 @@ def _forget_traced_torch_functions() -> None:
 
 @contextlib.contextmanager
 def host_reads() -> Iterator[list[int]]:
-    """Counts the reads of tensor values back to the host (``tolist``, ``item``, ``bool``) in the enclosed code."""
+    """Counts the reads of tensor values back to the host (``tolist``, ``item``, ``bool``, ``float``, ``numpy``) in
+    the enclosed code. Not ``int``: a payload's seed is read so, from a tensor held on the host by design
+    (:meth:`~gradstat.compressors.wire.payload.Payload.seed`), which the count would take for a device's."""
     count = [0]
-    names = ("tolist", "item", "__bool__")
+    names = ("tolist", "item", "__bool__", "__float__", "numpy")
     originals = {name: getattr(torch.Tensor, name) for name in names}
 
     def counted(original):  # type: ignore[no-untyped-def]
