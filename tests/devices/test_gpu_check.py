@@ -42,7 +42,7 @@ def test_the_dry_run_names_every_step_and_writes_nothing():
     assert listing() == before
     lines = proc.stdout.splitlines()
     steps = {line.split(" (at most ")[0]: line.split(": ", 1)[1] for line in lines if " (at most " in line}
-    assert list(steps) == ["install", "suite", "cross-device", "microbench", "train", "profile"]
+    assert list(steps) == ["install", "microbench", "suite", "cross-device", "train", "profile"]
     assert steps["install"].endswith("-m pip install --no-deps --no-build-isolation --no-index -e .")
     assert " -m pytest " in steps["suite"] and " -m slow" not in steps["suite"] and " tests/" not in steps["suite"]
     cross = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("tests/**/test_*cross_device*.py"))
