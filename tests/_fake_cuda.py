@@ -3,8 +3,9 @@ dtypes and devices but no values) and Triton launches recorded instead of run.
 
 What this shows: the branches a CUDA tensor takes (the Triton forms, the bounded selections, the deferred checks) run
 to the end without reading a value back to the host (a read of a fake tensor raises ``DataDependentOutputException``,
-as it would have synchronised with a GPU), without mixing a CPU tensor into the CUDA work (a fake CUDA tensor and a
-CPU one in one operation raise, as on a GPU), and which kernels they launch. What it does not show: any value (the
+as it would have synchronised with a GPU), without a copy between the host and the GPU (refused here: a GPU would
+wait for it), without mixing a CPU tensor into the CUDA work (a fake CUDA tensor and a CPU one in one operation
+raise, as on a GPU), and which kernels they launch. What it does not show: any value (the
 kernels do not run), nor the speed.
 
 Python's indexing of a CUDA tensor (``x[i]``, ``x[a:b] = y``) and ``~x`` ask for the CUDA runtime before they
@@ -72,13 +73,17 @@ class _Launcher:
         return launch
 
 
-COPIES = {"_to_copy", "copy_", "to"}
-"""Operations that copy between devices."""
+COPIES = {"_to_copy", "copy_"}
+"""Operations that copy between devices (``Tensor.to`` reaches the dispatcher as ``_to_copy``)."""
 
 
-def _from_cuda_to_host(args: tuple[Any, ...], out: Any) -> bool:
-    sources = [a for a in args if isinstance(a, torch.Tensor)]
-    return isinstance(out, torch.Tensor) and out.device.type == "cpu" and any(a.device.type == "cuda" for a in sources)
+def _across(args: tuple[Any, ...], out: Any) -> bool:
+    """Whether the copy ``out`` of ``args`` moves data between the host and the GPU, either way (a copy from pageable
+    host memory waits for the device too)."""
+    if not isinstance(out, torch.Tensor):
+        return False
+    sources = {a.device.type for a in args if isinstance(a, torch.Tensor)}
+    return bool(sources) and out.device.type in ("cpu", "cuda") and sources != {out.device.type}
 
 
 class _Launches(TorchDispatchMode):
@@ -91,8 +96,8 @@ class _Launches(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         name = func.overloadpacket.__name__
         out = func(*args, **(kwargs or {}))
-        if name in COPIES and _from_cuda_to_host(args, out):  # (no value is read, but a GPU would wait for it)
-            raise RuntimeError(f"{name}: a copy from the GPU to the host")
+        if name in COPIES and _across(args, out):  # (no value is read, but a GPU would wait for it)
+            raise RuntimeError(f"{name}: a copy between the host and the GPU")
         if name not in VIEWS and not self.inside[0]:
             self.launches.append(f"aten:{name}")
         return out

@@ -85,24 +85,38 @@ def _forget_traced_torch_functions() -> None:
 
 @contextlib.contextmanager
 def host_reads() -> Iterator[list[int]]:
-    """Counts the reads of tensor values back to the host (``tolist``, ``item``, ``bool``, ``float``, ``numpy``) in
-    the enclosed code. Not ``int``: a payload's seed is read so, from a tensor held on the host by design
-    (:meth:`~gradstat.compressors.wire.payload.Payload.seed`), which the count would take for a device's."""
+    """Counts the reads of tensor values back to the host (``tolist``, ``item``, ``bool``, ``float``, ``int``, an
+    index, ``numpy``) in the enclosed code, except inside
+    :attr:`~gradstat.compressors.wire.payload.Payload.seed`, which reads a tensor held on the host by design."""
+    from gradstat.compressors.wire.payload import Payload
+
     count = [0]
-    names = ("tolist", "item", "__bool__", "__float__", "numpy")
+    paused = [0]
+    names = ("tolist", "item", "__bool__", "__float__", "__int__", "__index__", "numpy")
     originals = {name: getattr(torch.Tensor, name) for name in names}
+    seed = Payload.seed
 
     def counted(original):  # type: ignore[no-untyped-def]
         def read(*args, **kwargs):  # type: ignore[no-untyped-def]
-            count[0] += 1
+            if not paused[0]:
+                count[0] += 1
             return original(*args, **kwargs)
 
         return read
 
+    def host_seed(payload: Payload) -> int:
+        paused[0] += 1
+        try:
+            return seed.fget(payload)  # type: ignore[misc]
+        finally:
+            paused[0] -= 1
+
     try:
         for name in names:
             setattr(torch.Tensor, name, counted(originals[name]))
+        Payload.seed = property(host_seed)  # type: ignore[assignment, method-assign]
         yield count
     finally:
         for name in names:
             setattr(torch.Tensor, name, originals[name])
+        Payload.seed = seed  # type: ignore[method-assign]

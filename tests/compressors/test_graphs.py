@@ -551,6 +551,20 @@ def test_a_capture_that_draws_a_key_it_cannot_refill_is_refused(emulated):
         KeySlots(None).take(7, 1, cpu)
 
 
+def test_key_slots_made_under_inference_mode_are_refilled_outside_it():
+    """A graph captured under torch.inference_mode is replayed outside it too: its key slots take the host's refill
+    in place in either mode (an inference tensor would refuse it outside)."""
+    cpu = torch.device("cpu")
+    with torch.inference_mode():
+        slots = KeySlots(7, cpu, capacity=1)
+        with slots_for_keys(slots):
+            counter_dither.keys(7, 1, cpu)
+    slots.fill(9)
+    with torch.inference_mode():
+        slots.fill(10)
+    assert torch.equal(slots.buffer[0], counter_dither.keys(10, 1, cpu))
+
+
 def test_the_policy_reads_the_environment(monkeypatch):
     for value, want in [("", "auto"), ("never", "never"), ("0", "never"), ("on", "auto"), ("ALL", "all")]:
         monkeypatch.setenv(graphs.ENV, value)

@@ -94,7 +94,8 @@ class KeySlots:
 
     def __init__(self, call_seed: int | None, device: torch.device | str = "cpu", capacity: int = KEY_SLOTS) -> None:
         self.call_seed = call_seed
-        self.buffer = torch.empty((capacity if call_seed is not None else 0, 2), dtype=torch.int32, device=device)
+        with torch.inference_mode(False):  # (an ordinary tensor: refilled in place in either mode, whichever made it)
+            self.buffer = torch.empty((capacity if call_seed is not None else 0, 2), dtype=torch.int32, device=device)
         self.slots: list[tuple[torch.Tensor, int]] = []
 
     def take(self, seed: int, stream: int, device: torch.device) -> torch.Tensor:
