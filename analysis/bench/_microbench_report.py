@@ -65,6 +65,10 @@ def goals_markdown(table: pd.DataFrame) -> str:
         "",
     ]
     attrs = table.attrs
+    if attrs.get("interrupted"):
+        lines += ["**Interrupted:** the table holds only the rows measured before the run was stopped.", ""]
+    if "group" not in table.columns:  # (stopped before its first row)
+        return "\n".join(lines) + "\n"
     if "load" in attrs:
         before, after = attrs["load"]
         lines.append(

@@ -186,8 +186,16 @@ def _sidco_phases(g: torch.Tensor, ratio: float, repeats: int, dev: torch.device
 
 
 def _rows_for(
-    size: int, ratios: list[float], threads: str, repeats: int, dev: torch.device, seed: int, only: frozenset[str]
-) -> list[dict]:
+    rows: list[dict],
+    size: int,
+    ratios: list[float],
+    threads: str,
+    repeats: int,
+    dev: torch.device,
+    seed: int,
+    only: frozenset[str],
+) -> None:
+    """Append the rows of one size to ``rows``, each as soon as it is measured (an interrupted run keeps them)."""
     from gradstat.compressors.context import Context
 
     def wanted(spec: str) -> bool:
@@ -195,7 +203,6 @@ def _rows_for(
 
     g = _laplace(size, seed, dev)
     abs_g = g.abs()
-    rows = []
     read = time_ms(lambda: g.sum(), repeats, dev)
     rows.append(_row(size, threads, None, "read", "g.sum() (one read pass)", "read", read, read_passes=1.0))
     if dev.type == "cuda":
@@ -297,7 +304,6 @@ def _rows_for(
             graphed = _all_graphs_row(c, spec, g, ctx, size, threads, repeats, read, dev)
             if graphed is not None:
                 rows.append(graphed)
-    return rows
 
 
 def _all_graphs_row(
@@ -392,6 +398,7 @@ def run(
     cores = os.cpu_count() or previous
     rows: list[dict] = []
     load_before = os.getloadavg()[0]
+    interrupted = False
     try:
         for n_threads in thread_counts if dev.type == "cpu" else [previous]:
             label = "cuda" if dev.type == "cuda" else ("1" if n_threads == 1 else f"all ({n_threads or cores})")
@@ -420,7 +427,10 @@ def run(
                         }
                     )
                     continue
-                rows += _rows_for(size, ratios, label, repeats, dev, seed, frozenset(only))
+                _rows_for(rows, size, ratios, label, repeats, dev, seed, frozenset(only))
+    except KeyboardInterrupt:  # (Ctrl-C, or the command's SIGTERM: a time limit) the rows measured so far
+        interrupted = True
+        progress(f"bench microbench: interrupted; the table holds the {len(rows)} rows measured before")
     finally:
         torch.set_num_threads(previous)
     table = pd.DataFrame(rows)
@@ -449,6 +459,7 @@ def run(
         compaction=compaction.available(torch.zeros(1)),
         torch=torch.__version__,
         huge_pages=huge_pages.describe(),
+        interrupted=interrupted,
     )
     if out:
         write_outputs(table, Path(out))

@@ -9,9 +9,16 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import signal
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _topics() -> list[str]:
@@ -77,7 +84,7 @@ def bench(topic: str | None, settings: tuple[str, ...], out: Path | None) -> Non
         if not eq or key not in params:
             raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of {', '.join(params)}")
         kwargs[key] = _convert(value, params[key].default, key)
-    table = mod.run(**kwargs)
+    table = _interruptible(mod.run, kwargs)
     import pandas as pd
 
     with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 200):
@@ -86,6 +93,25 @@ def bench(topic: str | None, settings: tuple[str, ...], out: Path | None) -> Non
         out.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(out, index=False)
         click.echo(f"wrote {out}")
+    if table.attrs.get("interrupted"):
+        raise SystemExit(130)  # (stopped: what was measured is printed and written, and the exit says it is partial)
+
+
+def _interruptible(run: Callable[..., pd.DataFrame], kwargs: dict[str, object]) -> pd.DataFrame:
+    """``run(**kwargs)`` with SIGTERM (a time limit's, e.g. ``timeout``) raised as the KeyboardInterrupt that Ctrl-C
+    raises: a benchmark that keeps its rows on an interruption (``attrs["interrupted"]``) returns them, to be
+    printed and written like a whole table. Elsewhere than the main thread, SIGTERM keeps its handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return run(**kwargs)
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return run(**kwargs)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 COMMANDS = (bench,)

@@ -192,3 +192,43 @@ def test_profile_counts_each_encodes_operators_and_lists_its_most_expensive(devi
         profile.run(specs=" ; ", size=100)
     with pytest.raises(ValueError, match="unknown"):
         profile.run(specs="nosuch", size=100)
+
+
+def test_a_microbench_stopped_by_sigterm_writes_the_rows_it_measured(tmp_path):
+    """A time limit's SIGTERM (``timeout``, the GPU check's steps) stops the run after some rows: the rows measured
+    so far are printed and written to --out, the report says the run was interrupted, and the exit status is 130."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "mb.csv"
+    args = ["bench", "microbench", "--set", "sizes=20000", "--set", "threads=1", "--set", "repeats=1"]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gradstat",
+            *args,
+            "--set",
+            "ratios=0.01",
+            "--set",
+            f"out={tmp_path}",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    started = 0
+    for line in proc.stderr:
+        started += "ratio 0.01:" in line
+        if started == 3:  # torch.topk and two compressors begun: at least two rows measured
+            proc.send_signal(signal.SIGTERM)
+            break
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    table = pd.read_csv(out)
+    assert {"g.sum() (one read pass)", "torch.topk(|g|)"} <= set(table["name"])
+    assert "interrupted" in err and "**Interrupted:**" in (tmp_path / "bench.md").read_text()
