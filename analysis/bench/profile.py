@@ -124,6 +124,20 @@ def run(
         ctx = Context(seed=seed).but(state=c.new_state(g))
         work.append((spec, functools.partial(c.encode, g, ctx)))
     rows: list[dict] = []
+    try:
+        _profile_each(work, rows, repeats, top, dev, size)
+    except KeyboardInterrupt:  # (Ctrl-C, or the command's SIGTERM: a time limit) the encodes profiled so far
+        progress(f"bench profile: interrupted; the table holds the {len(rows)} rows profiled before")
+        table = pd.DataFrame(rows, columns=["spec", "kernel", "calls", "ms", "share", "vs_topk"])
+        table.attrs["interrupted"] = True
+        return table
+    return pd.DataFrame(rows, columns=["spec", "kernel", "calls", "ms", "share", "vs_topk"])
+
+
+def _profile_each(
+    work: list[tuple[str, Callable[[], object]]], rows: list[dict], repeats: int, top: int, dev: torch.device, size: int
+) -> None:
+    """Append each encode's rows to ``rows`` as soon as it is profiled (an interrupted run keeps them)."""
     baseline = math.nan
     for spec, fn in work:
         progress(f"bench profile: size {size:,}, device {dev.type}: {spec}")
@@ -152,4 +166,3 @@ def run(
         for item in table.head(top).itertuples(index=False):
             share = item.ms / total if total > 0 else math.nan
             rows.append({"spec": spec, "kernel": item.kernel, "calls": item.calls, "ms": item.ms, "share": share})
-    return pd.DataFrame(rows, columns=["spec", "kernel", "calls", "ms", "share", "vs_topk"])

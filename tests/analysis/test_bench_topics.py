@@ -196,7 +196,8 @@ def test_profile_counts_each_encodes_operators_and_lists_its_most_expensive(devi
 
 def test_a_microbench_stopped_by_sigterm_writes_the_rows_it_measured(tmp_path):
     """A time limit's SIGTERM (``timeout``, the GPU check's steps) stops the run after some rows: the rows measured
-    so far are printed and written to --out, the report says the run was interrupted, and the exit status is 130."""
+    so far are printed and written to --out, the report says the run was interrupted, and the exit status is 130
+    (bench profile keeps its rows the same way)."""
     import signal
     import subprocess
     import sys
@@ -232,3 +233,18 @@ def test_a_microbench_stopped_by_sigterm_writes_the_rows_it_measured(tmp_path):
     table = pd.read_csv(out)
     assert {"g.sum() (one read pass)", "torch.topk(|g|)"} <= set(table["name"])
     assert "interrupted" in err and "**Interrupted:**" in (tmp_path / "bench.md").read_text()
+
+
+def test_a_profile_interrupted_keeps_the_encodes_profiled_before(monkeypatch):
+    calls = []
+    original = profile.profile_calls
+
+    def stop_at_the_second(fn, repeats, dev):  # type: ignore[no-untyped-def]
+        calls.append(fn)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(fn, repeats, dev)
+
+    monkeypatch.setattr(profile, "profile_calls", stop_at_the_second)
+    table = profile.run(size=3000, repeats=1, specs="sidco;qsgd", top=2)
+    assert table.attrs["interrupted"] and set(table["spec"]) == {"torch.topk"}
