@@ -94,6 +94,7 @@ def host_reads() -> Iterator[list[int]]:
     paused = [0]
     names = ("tolist", "item", "__bool__", "__float__", "__int__", "__index__", "numpy")
     originals = {name: getattr(torch.Tensor, name) for name in names}
+    own = {name for name in names if name in torch.Tensor.__dict__}  # (the others are inherited from TensorBase)
     seed = Payload.seed
 
     def counted(original):  # type: ignore[no-untyped-def]
@@ -118,5 +119,8 @@ def host_reads() -> Iterator[list[int]]:
         yield count
     finally:
         for name in names:
-            setattr(torch.Tensor, name, originals[name])
+            if name in own:
+                setattr(torch.Tensor, name, originals[name])
+            else:
+                delattr(torch.Tensor, name)
         Payload.seed = seed  # type: ignore[method-assign]

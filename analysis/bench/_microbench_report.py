@@ -38,13 +38,14 @@ def plot(table: pd.DataFrame, out: Path) -> dict[str, Path]:
     reads = single[single["group"] == "read"].sort_values("size")
     ax.plot(reads["size"], reads["ms"], "k--", label="one read pass (g.sum())")
     ax.set(
-        xscale="log",
-        yscale="log",
+        xscale="log" if len(table) else "linear",  # (a run stopped before its first row: empty axes)
+        yscale="log" if len(table) else "linear",
         xlabel="elements d",
         ylabel="encode time, ms (median, min-max)",
         title=f"sparsifiers at delta = {ratio}, {where}",
     )
-    ax.legend(fontsize=6, ncol=2)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6, ncol=2)
     return save_figure(fig, table, out, "bench")
 
 
@@ -67,8 +68,8 @@ def goals_markdown(table: pd.DataFrame) -> str:
     attrs = table.attrs
     if attrs.get("interrupted"):
         lines += ["**Interrupted:** the table holds only the rows measured before the run was stopped.", ""]
-    if "group" not in table.columns:  # (stopped before its first row)
-        return "\n".join(lines) + "\n"
+    if "group" not in table.columns or "speedup_vs_topk" not in table.columns:  # (stopped before its baselines)
+        return "\n".join(lines) + "\n" + (markdown_table(table) + "\n" if not table.empty else "")
     if "load" in attrs:
         before, after = attrs["load"]
         lines.append(
@@ -114,8 +115,19 @@ def goals_markdown(table: pd.DataFrame) -> str:
     lines += _qcs_threads_goals(measured, big)
     lines += _small_vector_goals(measured)
     lines += _cuda_goals(measured)
+    if attrs.get("interrupted"):  # a goal over "every" row would be judged on some of them: none is judged
+        goals = lines.index("## Goals")
+        lines[goals:] = [_unjudged(line) for line in lines[goals:]]
     lines += ["", "## Table", "", markdown_table(measured), ""]
     return "\n".join(lines)
+
+
+def _unjudged(line: str) -> str:
+    """A goal row of an interrupted run: its measured value kept, its verdict replaced."""
+    for verdict in ("| yes |", "| no |"):
+        if line.startswith("| ") and line.endswith(verdict):
+            return line[: -len(verdict)] + "| not judged (run interrupted) |"
+    return line
 
 
 def _one_thread_goals(measured: pd.DataFrame, one: pd.DataFrame, big: int) -> list[str]:

@@ -123,6 +123,13 @@ def _topk_abs(g: torch.Tensor, k: int) -> torch.Tensor:
     return torch.topk(g.abs(), k, sorted=False).values
 
 
+COLUMNS = (
+    "size", "threads", "ratio", "group", "name", "op", "ms", "ms_min", "ms_max", "GB/s", "read_passes",
+    "speedup_vs_topk",
+)  # fmt: skip
+"""The columns every table has, whatever rows a run measured before it ended (the others follow)."""
+
+
 def _row(
     size: int, threads: str, ratio: float | None, group: str, name: str, op: str, t: Timing, **extra: object
 ) -> dict[str, object]:
@@ -434,6 +441,23 @@ def run(
     finally:
         torch.set_num_threads(previous)
     table = pd.DataFrame(rows)
+    table = table.reindex(columns=[*COLUMNS, *(c for c in table.columns if c not in COLUMNS)])  # (however few rows)
+    try:  # (stopped while describing the run or writing its report: the table itself is kept)
+        _describe(table, sizes, ratios, thread_counts, repeats, device, memory_fraction, max_elements, only, seed, out)
+        table.attrs.update(cores=cores, load=(load_before, os.getloadavg()[0]), interrupted=interrupted)
+        if out:
+            write_outputs(table, Path(out))
+    except KeyboardInterrupt:
+        table.attrs["interrupted"] = True
+        progress("bench microbench: interrupted while writing its report; the table is kept")
+    return table
+
+
+def _describe(
+    table: pd.DataFrame, sizes: list[int], ratios: list[float], thread_counts: list[int], repeats: int, device: str,
+    memory_fraction: float, max_elements: int, only: list[str], seed: int, out: str,
+) -> None:  # fmt: skip
+    """The run's settings and the machine's facts, in ``table.attrs`` (the report's header)."""
     table.attrs.update(
         command="gradstat bench microbench "
         + " ".join(
@@ -452,18 +476,12 @@ def run(
             )
             if v not in ("", [])
         ),
-        cores=cores,
-        load=(load_before, os.getloadavg()[0]),
         compile_policy=policy(),
         can_compile=can_compile(),
         compaction=compaction.available(torch.zeros(1)),
         torch=torch.__version__,
         huge_pages=huge_pages.describe(),
-        interrupted=interrupted,
     )
-    if out:
-        write_outputs(table, Path(out))
-    return table
 
 
 def write_outputs(table: pd.DataFrame, out: Path) -> dict[str, Path]:

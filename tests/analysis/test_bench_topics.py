@@ -198,9 +198,11 @@ def test_a_microbench_stopped_by_sigterm_writes_the_rows_it_measured(tmp_path):
     """A time limit's SIGTERM (``timeout``, the GPU check's steps) stops the run after some rows: the rows measured
     so far are printed and written to --out, the report says the run was interrupted, and the exit status is 130
     (bench profile keeps its rows the same way)."""
+    import queue
     import signal
     import subprocess
     import sys
+    import threading
 
     out = tmp_path / "mb.csv"
     args = ["bench", "microbench", "--set", "sizes=20000", "--set", "threads=1", "--set", "repeats=1"]
@@ -221,18 +223,58 @@ def test_a_microbench_stopped_by_sigterm_writes_the_rows_it_measured(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert proc.stderr is not None
-    started = 0
-    for line in proc.stderr:
-        started += "ratio 0.01:" in line
-        if started == 3:  # torch.topk and two compressors begun: at least two rows measured
-            proc.send_signal(signal.SIGTERM)
-            break
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 130, err
+    lines: queue.Queue[str | None] = queue.Queue()
+    seen: list[str] = []
+
+    def read(stream) -> None:  # type: ignore[no-untyped-def]
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, args=(proc.stderr,), daemon=True).start()
+    try:
+        started = 0
+        while started < 3:  # torch.topk and two compressors begun: at least two rows measured
+            line = lines.get(timeout=120)
+            if line is None:
+                break
+            seen.append(line)
+            started += "ratio 0.01:" in line
+        assert started == 3, f"the run ended before its third progress line: {''.join(seen)}"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 130
+    finally:
+        proc.kill()
+    while (line := lines.get(timeout=60)) is not None:
+        seen.append(line)
     table = pd.read_csv(out)
     assert {"g.sum() (one read pass)", "torch.topk(|g|)"} <= set(table["name"])
+    err = "".join(seen)
     assert "interrupted" in err and "**Interrupted:**" in (tmp_path / "bench.md").read_text()
+
+
+@pytest.mark.parametrize("at", [1, 2, 3, 5])
+def test_a_microbench_interrupted_anywhere_keeps_a_table_and_judges_no_goal(at, tmp_path, monkeypatch):
+    """Stopped at its first timed call (no row yet), its second (the read pass only), or later: the table has every
+    column, the report and figure are written, and no goal is judged on the rows it happens to hold."""
+    calls = []
+    original = microbench.time_ms
+
+    def stop(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == at:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(microbench, "time_ms", stop)
+    try:
+        table = microbench.run(sizes=(20_000,), ratios=(0.01,), threads=(1,), repeats=1, out=str(tmp_path))
+    except KeyboardInterrupt:
+        pytest.fail("microbench.run let the interruption through")
+    assert table.attrs["interrupted"] and {"ratio", "speedup_vs_topk", "read_passes"} <= set(table.columns)
+    assert len(table) == at - 1
+    report = (tmp_path / "bench.md").read_text()
+    assert "**Interrupted:**" in report and "| yes |" not in report and "| no |" not in report
 
 
 def test_a_profile_interrupted_keeps_the_encodes_profiled_before(monkeypatch):
@@ -246,5 +288,8 @@ def test_a_profile_interrupted_keeps_the_encodes_profiled_before(monkeypatch):
         return original(fn, repeats, dev)
 
     monkeypatch.setattr(profile, "profile_calls", stop_at_the_second)
-    table = profile.run(size=3000, repeats=1, specs="sidco;qsgd", top=2)
+    try:
+        table = profile.run(size=3000, repeats=1, specs="sidco;qsgd", top=2)
+    except KeyboardInterrupt:
+        pytest.fail("profile.run let the interruption through")
     assert table.attrs["interrupted"] and set(table["spec"]) == {"torch.topk"}

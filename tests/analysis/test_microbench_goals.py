@@ -84,3 +84,21 @@ def test_the_figure_of_a_cuda_run_plots_its_cuda_rows(tmp_path):
               "ms_min": s / 2e8, "ms_max": s / 2e8} for s in (2_600_000, 26_000_000)]  # fmt: skip
     files = plot(pd.DataFrame(rows), tmp_path)
     assert files["png"].stat().st_size > 0
+
+
+def test_an_interrupted_run_judges_no_goal_but_shows_what_it_measured():
+    """A goal over "every" row judged on the rows an interrupted run happens to hold would say yes on a part: the
+    report keeps the measured values and judges none (the same table, not interrupted, judges them)."""
+    from gradstat.analysis.bench._microbench_report import goals_markdown
+
+    big = 26_000_000
+    rows = [_row(big, "cuda", 0.01, n, goal, read_passes=1.0, ms=0.1) for n, goal in SIDCO_GOALS.items()]
+    rows.append({**_row(big, "cuda", None, "g.sum() (one read pass)", None, group="read", op="read"), "GB/s": 2000.0})
+    table = pd.DataFrame(rows)
+    whole = goals_markdown(table)
+    assert "| yes |" in whole
+    table.attrs["interrupted"] = True
+    partial = goals_markdown(table)
+    assert "| yes |" not in partial and "| no |" not in partial
+    assert partial.count("| not judged (run interrupted) |") == whole.count("| yes |") + whole.count("| no |")
+    assert "3.00x" in partial and "**Interrupted:**" in partial
