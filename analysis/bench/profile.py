@@ -124,14 +124,15 @@ def run(
         ctx = Context(seed=seed).but(state=c.new_state(g))
         work.append((spec, functools.partial(c.encode, g, ctx)))
     rows: list[dict] = []
+    interrupted = False
     try:
         _profile_each(work, rows, repeats, top, dev, size)
     except KeyboardInterrupt:  # (Ctrl-C, or the command's SIGTERM: a time limit) the encodes profiled so far
+        interrupted = True
         progress(f"bench profile: interrupted; the table holds the {len(rows)} rows profiled before")
-        table = pd.DataFrame(rows, columns=["spec", "kernel", "calls", "ms", "share", "vs_topk"])
-        table.attrs["interrupted"] = True
-        return table
-    return pd.DataFrame(rows, columns=["spec", "kernel", "calls", "ms", "share", "vs_topk"])
+    table = pd.DataFrame(rows, columns=["spec", "kernel", "calls", "ms", "share", "vs_topk"])
+    table.attrs["interrupted"] = interrupted
+    return table
 
 
 def _profile_each(
