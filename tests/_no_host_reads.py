@@ -86,8 +86,9 @@ def _forget_traced_torch_functions() -> None:
 @contextlib.contextmanager
 def host_reads() -> Iterator[list[int]]:
     """Counts the reads of tensor values back to the host (``tolist``, ``item``, ``bool``, ``float``, ``int``, an
-    index, ``numpy``) in the enclosed code, except inside
-    :attr:`~gradstat.compressors.wire.payload.Payload.seed`, which reads a tensor held on the host by design."""
+    index, ``numpy``) in the enclosed code, except inside :attr:`~gradstat.compressors.wire.payload.Payload.seed` and
+    :meth:`~gradstat.compressors.wire.payload.Payload.check_generator`, which read parts held on the host by
+    design."""
     from gradstat.compressors.wire.payload import Payload
 
     count = [0]
@@ -95,7 +96,7 @@ def host_reads() -> Iterator[list[int]]:
     names = ("tolist", "item", "__bool__", "__float__", "__int__", "__index__", "numpy")
     originals = {name: getattr(torch.Tensor, name) for name in names}
     own = {name for name in names if name in torch.Tensor.__dict__}  # (the others are inherited from TensorBase)
-    seed = Payload.seed
+    seed, check_generator = Payload.seed, Payload.check_generator
 
     def counted(original):  # type: ignore[no-untyped-def]
         def read(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -112,10 +113,18 @@ def host_reads() -> Iterator[list[int]]:
         finally:
             paused[0] -= 1
 
+    def host_generator(payload: Payload, device: torch.device | str, who: str) -> None:
+        paused[0] += 1
+        try:
+            check_generator(payload, device, who)
+        finally:
+            paused[0] -= 1
+
     try:
         for name in names:
             setattr(torch.Tensor, name, counted(originals[name]))
         Payload.seed = property(host_seed)  # type: ignore[assignment, method-assign]
+        Payload.check_generator = host_generator  # type: ignore[method-assign]
         yield count
     finally:
         for name in names:
@@ -124,3 +133,4 @@ def host_reads() -> Iterator[list[int]]:
             else:
                 delattr(torch.Tensor, name)
         Payload.seed = seed  # type: ignore[method-assign]
+        Payload.check_generator = check_generator  # type: ignore[method-assign]
