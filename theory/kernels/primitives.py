@@ -153,11 +153,11 @@ def _same_elements(kept: torch.Tensor | None, x: torch.Tensor) -> bool:
 
 
 _EXTREMES = threading.local()
-"""The extremes :func:`finite_flag` or :func:`max_abs` last read, for the next call of the other on the same tensor
-object while its version counter is unchanged: each encode checks its input and needs its largest magnitude, one
-pass for both.
-A weak reference, so nothing is kept alive and a new tensor can never match; used once, and dropped at the end of
-every encode (:func:`forget_extremes`), because writes through ``.data`` or ``.numpy()`` do not bump the counter."""
+"""The extremes :func:`finite_flag` or :func:`max_abs` last read, for the next call of either on the same elements
+(the same tensor, or a contiguous view of it: :func:`_same_elements`) while their version counter is unchanged: each
+encode checks its input and needs its largest magnitude, one pass for both. The tensor is kept by weak reference, so
+nothing is kept alive and a new tensor can never match; used once, and dropped at the end of every encode
+(:func:`forget_extremes`), because writes through ``.data`` or ``.numpy()`` do not bump the counter."""
 
 
 def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
