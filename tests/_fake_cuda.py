@@ -57,11 +57,12 @@ VIEWS = {
 
 
 class _Launcher:
-    """A Triton kernel's stand-in: ``kernel[grid](*args)`` records the kernel's name, after Triton's own check that
-    every tensor it is given is on the GPU."""
+    """A Triton kernel's stand-in: ``kernel[grid](*args)`` records the kernel's name (and, in ``constants``, its
+    compile-time constants: the upper-case keywords), after Triton's own check that every tensor it is given is on
+    the GPU."""
 
-    def __init__(self, fn: Any, launches: list[str]) -> None:
-        self.name, self.launches = fn.__name__, launches
+    def __init__(self, fn: Any, launches: list[str], constants: list[tuple[str, dict[str, Any]]]) -> None:
+        self.name, self.launches, self.constants = fn.__name__, launches, constants
 
     def __getitem__(self, grid: object) -> Any:
         def launch(*args: Any, **kwargs: Any) -> None:
@@ -69,6 +70,7 @@ class _Launcher:
                 if isinstance(arg, torch.Tensor) and arg.device.type != "cuda":
                     raise ValueError(f"{self.name}: a tensor on {arg.device} passed to a CUDA kernel")
             self.launches.append(f"triton:{self.name}")
+            self.constants.append((self.name, {k: v for k, v in kwargs.items() if k.isupper()}))
 
         return launch
 
@@ -134,12 +136,15 @@ class FakeCuda:
     def __init__(self) -> None:
         self.mode = FakeTensorMode(allow_non_fake_inputs=True)
         self.launches: list[str] = []
+        self.constants: list[tuple[str, dict[str, Any]]] = []
+        """Each Triton launch's kernel and compile-time constants, in order."""
         self.inside = [0]  # (compiled functions being run: their operations are not launches of their own)
 
     @contextlib.contextmanager
     def record(self) -> Iterator[list[str]]:
         """Run the enclosed code on fake tensors, its launches recorded (the list cleared first)."""
         self.launches.clear()
+        self.constants.clear()
         with self.mode, _Launches(self.launches, self.inside):
             yield self.launches
 
@@ -180,7 +185,7 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCuda]:
     monkeypatch.setattr(torch.Tensor, "__getitem__", get)
     monkeypatch.setattr(torch.Tensor, "__setitem__", put)
     monkeypatch.setattr(torch.Tensor, "__invert__", lambda self: torch.ops.aten.bitwise_not.default(self))
-    monkeypatch.setattr(triton_runtime, "build", lambda fn, interpret: _Launcher(fn, fake.launches))
+    monkeypatch.setattr(triton_runtime, "build", lambda fn, interpret: _Launcher(fn, fake.launches, fake.constants))
     monkeypatch.setattr(triton_runtime, "available", lambda: True)
     monkeypatch.setattr(triton_runtime, "launch", lambda x: (contextlib.nullcontext(), {}))
     monkeypatch.setattr(policy, "compiler_for", lambda device_type: True)

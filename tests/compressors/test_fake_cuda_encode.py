@@ -51,3 +51,40 @@ def test_the_queued_encode_on_cuda_reads_nothing_back(spec, monkeypatch):
             assert not pending.settled, "the encode ran synchronously"
     missing = [k for k in READ_FREE[spec] if k not in launches]
     assert not missing, (missing, launches)
+
+
+SELECTION = ["triton:_count_blocks", "aten:cumsum", "triton:_write_blocks", "triton:_finish", "aten:cat"]
+"""A threshold sparsifier's queued selection once its threshold is known: the count, the blocks' ends, the writes,
+the tally with the buffers' padding, and the one vector read back (eleven more launches before the tally kernel)."""
+
+
+@needs_fake_cuda
+@pytest.mark.parametrize("spec", [s for s in sorted(READ_FREE) if s.startswith(("sidco", "dgc"))])
+def test_the_queued_selection_takes_five_launches_after_the_threshold(spec, monkeypatch):
+    c = create(spec)
+    with fake_cuda(monkeypatch) as fake:
+        with fake.mode:
+            x = torch.empty(SIZE, device="cuda")
+        for step in range(2):
+            with fake.record() as launches:
+                c.enqueue(x, Context(seed=3, step=step, state=c.new_state()))
+    kernels = [k for k in launches if k != "aten:device"]  # (a device query, no launch)
+    assert kernels[kernels.index(SELECTION[0]) :] == SELECTION, kernels
+
+
+@needs_fake_cuda
+@pytest.mark.parametrize("spec", [s for s in sorted(READ_FREE) if s.startswith("sidco")])
+def test_sidco_stores_peaks_in_its_summary_and_its_selection_skips_by_them(spec, monkeypatch):
+    """The stage-1 summary's read stores the sub-block maxima of |g| (theory/kernels/peaks.py), and both reads of
+    the selection take them: at ratio 1e-3 they read about 3 % of the vector instead of all of it and two thirds."""
+    c = create(spec)
+    with fake_cuda(monkeypatch) as fake:
+        with fake.mode:
+            x = torch.empty(SIZE, device="cuda")
+        for step in range(2):
+            with fake.record():
+                c.enqueue(x, Context(seed=3, step=step, state=c.new_state()))
+        constants = dict(fake.constants)  # (each kernel's last launch)
+    assert constants["_summary_blocks"]["PEAKS"] and constants["_summary_blocks"]["SUB"] == 32
+    assert constants["_count_blocks"]["PEAKS"] and constants["_write_blocks"]["PEAKS"]
+    assert constants["_count_blocks"]["SUB"] == constants["_write_blocks"]["SUB"] == 32

@@ -26,11 +26,12 @@ from gradstat.compressors.base import Compressor
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import create
 from gradstat.compressors.schemes.sparsifiers import queued as queued_module
+from gradstat.compressors.schemes.sparsifiers import sidco as sidco_module
 from gradstat.compressors.schemes.sparsifiers import threshold as threshold_module
 from gradstat.compressors.schemes.sparsifiers import wangni as wangni_module
 from gradstat.compressors.schemes.sparsifiers.threshold import ThresholdSparsifier
 from gradstat.compressors.wire.payload import Payload
-from gradstat.theory.kernels import primitives, stage_stats, triton_runtime, triton_select
+from gradstat.theory.kernels import bounded, primitives, stage_stats, triton_runtime, triton_select, triton_stats
 from gradstat.theory.kernels.policy import forced
 
 QUEUED = [
@@ -159,6 +160,39 @@ def test_the_queued_encode_equals_the_synchronous_one(spec, scale, device, stage
         queued = pending.payload()
         with _synchronous(c):
             synchronous = c.encode(g, _ctx(c))
+    _same(queued, synchronous)
+    assert queued.info["k_hat"] > 0
+
+
+@pytest.mark.skipif(not triton_runtime.available(), reason="no Triton 3.0 or newer here")
+@pytest.mark.parametrize("spec", [f"sidco:ratio={r},dist={d},stages={m}" for r in (0.01, 0.001)
+                                  for d, m in (("exp", 1), ("exp", 3), ("gamma", 3), ("gp", 2))])  # fmt: skip
+@pytest.mark.parametrize("scale", [1e-30, 1e30])
+def test_sidcos_selection_skipping_by_its_summarys_peaks_equals_the_synchronous_encode(spec, scale, monkeypatch):
+    """The CUDA path, on a CPU by Triton's interpreter: the stage-1 summary stores the sub-block maxima of |g|
+    (theory/kernels/peaks.py) and the bounded selection's count and writes skip the sub-blocks below the threshold.
+    The payload equals the synchronous encode's, bit for bit but the threshold's last bits (the float64 sums in
+    another order)."""
+    c = create(spec)
+    g = _laplace(50_000, 12, scale)
+    g[::89] = 0.0
+    g[1000:1400] = 0.0  # (whole sub-blocks of zeros: below every threshold)
+    stored: list[object] = []
+
+    def summary_and_peaks(x, *flags):  # type: ignore[no-untyped-def]
+        found = triton_stats.summary_and_peaks(x, *flags)
+        stored.append(found[1])
+        return found
+
+    monkeypatch.setattr(sidco_module, "summary_and_peaks", summary_and_peaks)
+    monkeypatch.setattr(bounded, "form_for", lambda x: "triton")
+    with forced("never"):
+        pending = c.enqueue(g, _ctx(c))
+        assert not pending.settled  # the queued form ran
+        queued = pending.payload()
+        with _synchronous(c):
+            synchronous = c.encode(g, _ctx(c))
+    assert len(stored) == 1 and stored[0] is not None
     _same(queued, synchronous)
     assert queued.info["k_hat"] > 0
 

@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from gradstat.theory.kernels import bounded, policy, triton_runtime, triton_select
+from gradstat.theory.kernels import bounded, peaks, policy, triton_runtime, triton_select
 
 needs_triton = pytest.mark.skipif(not triton_select.available(), reason="no Triton 3.0 or newer here")
 
@@ -196,7 +196,7 @@ def test_the_package_imports_and_selects_without_triton(monkeypatch):
 @needs_triton
 @pytest.mark.parametrize("dtype", ["fp32", "fp64"])
 def test_the_triton_kernels_compile_for_cuda_without_a_gpu(dtype, tmp_path, monkeypatch):
-    """Triton's own compiler down to the GPU's machine code (sm_90), for both kernels: a CI machine without a GPU
+    """Triton's own compiler down to the GPU's machine code (sm_90), for the three kernels: a CI machine without a GPU
     checks that the CUDA build (the form a GPU runs) goes through; the interpreter checks what it computes."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     import triton
@@ -204,25 +204,30 @@ def test_the_triton_kernels_compile_for_cuda_without_a_gpu(dtype, tmp_path, monk
     from triton.compiler import ASTSource
 
     count_blocks, write_blocks = triton_select.build(interpret=False)
-    constants = {"SIGNED": True, "BLOCK": triton_select.BLOCK}
-    common = {"x_ptr": f"*{dtype}", "t_ptr": f"*{dtype}", "n": "i32", "SIGNED": "constexpr", "BLOCK": "constexpr"}
-    counting = {**common, "counts_ptr": "*i64", "tops_ptr": f"*{dtype}", "EXTREMES": "constexpr"}
-    builds = (
-        (count_blocks, counting, {**constants, "EXTREMES": False}),
-        (count_blocks, counting, {**constants, "EXTREMES": True}),  # (the exact selection's, with block maxima)
-        (
-            write_blocks,
-            {
-                **common,
-                "starts_ptr": "*i64",
-                "counts_ptr": "*i64",
-                "indices_ptr": "*i64",
-                "values_ptr": f"*{dtype}",
-                "capacity": "i32",
-            },
-            constants,
-        ),  # fmt: skip
-    )
+    finish = triton_runtime.build(triton_select._finish, interpret=False)
+    constants = {"SIGNED": True, "WIDE": dtype == "fp64", "BLOCK": triton_select.BLOCK}
+    plain, skipping = {"PEAKS": False, "SUB": 1}, {"PEAKS": True, "SUB": peaks.SUB}
+    builds = []
+    for threshold in sorted({dtype, "fp64"}):  # (a queued encode's threshold is float64 whatever x's dtype)
+        common = {"x_ptr": f"*{dtype}", "t_ptr": f"*{threshold}", "peaks_ptr": f"*{dtype}", "n": "i32",
+                  "n_peaks": "i32", "SIGNED": "constexpr", "WIDE": "constexpr", "PEAKS": "constexpr",
+                  "SUB": "constexpr", "BLOCK": "constexpr"}  # fmt: skip
+        counting = {**common, "counts_ptr": "*i64", "tops_ptr": f"*{dtype}", "EXTREMES": "constexpr"}
+        builds.append((count_blocks, counting, {**constants, **plain, "EXTREMES": False}))
+        builds.append((count_blocks, counting, {**constants, **plain, "EXTREMES": True}))  # (with block maxima)
+        builds.append((count_blocks, counting, {**constants, **skipping, "EXTREMES": False}))
+        writing = {**common, "ends_ptr": "*i64", "counts_ptr": "*i64", "indices_ptr": "*i64",
+                   "values_ptr": f"*{dtype}", "lows_ptr": f"*{dtype}", "tied_ptr": "*i32", "capacity": "i32",
+                   "TIES": "constexpr"}  # fmt: skip
+        builds += [(write_blocks, writing, {**constants, **plain, "TIES": ties}) for ties in (False, True)]
+        builds.append((write_blocks, writing, {**constants, **skipping, "TIES": True}))
+    finishing = {"ends_ptr": "*i64", "tops_ptr": f"*{dtype}", "lows_ptr": f"*{dtype}", "tied_ptr": "*i32",
+                 "indices_ptr": "*i64", "values_ptr": f"*{dtype}", "tally_ptr": "*fp64", "blocks": "i32",
+                 "capacity": "i32", "EXTREMES": "constexpr", "TIES": "constexpr", "CHUNK": "constexpr",
+                 "STEPS": "constexpr", "FILL": "constexpr"}  # fmt: skip
+    for extremes, ties in ((False, False), (True, True)):
+        sizes = {"CHUNK": triton_select.CHUNK, "STEPS": 16, "FILL": triton_select.FILL}
+        builds.append((finish, finishing, {"EXTREMES": extremes, "TIES": ties, **sizes}))
     for kernel, signature, values in builds:
         names = kernel.arg_names
         ordered = {name: signature[name] for name in names}

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from gradstat.theory.kernels import catalog, counter_dither, native, nested, primitives
+from gradstat.theory.kernels import catalog, counter_dither, native, nested, peaks, primitives
 
 Case = Callable[[torch.device], tuple[Any, ...]]
 """A case builds fresh arguments on a device (kernels write into their ``out`` argument)."""
@@ -100,6 +100,51 @@ def _bounded_cases() -> dict[str, Case]:
         if name.startswith(("n=1-", "n=70001-float32", "nan", "threshold")):
             # with the largest magnitude from the count's read (+inf where a NaN is held)
             cases[f"{name}-extremes"] = lambda device, make=cases[f"{name}-capacity=equal"]: (*make(device), True)
+        if name.startswith(("n=1-", "n=70001-", "nan", "threshold")):
+            for room in CAPACITIES:  # with the tie-break's count (and the largest magnitude)
+                make = cases[f"{name}-capacity={room}"]
+                cases[f"{name}-capacity={room}-ties"] = lambda device, make=make: (*make(device), True, True)
+    for room, capacity_of in CAPACITIES.items():
+        for dtype in (torch.float32, torch.float64):
+            # magnitudes 1, 2 and 3 in every block, the smallest selected (2) tied across blocks, and a buffer that
+            # ends among them (below), on them (equal) or past them (above)
+
+            def tied(device, dtype=dtype, capacity_of=capacity_of):
+                x = (torch.arange(5003) * 7919 % 3 + 1).to(dtype) * torch.where(torch.arange(5003) % 5 < 2, -1, 1)
+                count = int((x.abs() >= 2).sum())
+                return x.to(device), torch.tensor(2.0, dtype=torch.float64, device=device), True, capacity_of(count)
+
+            cases[f"tied-magnitudes-{str(dtype)[6:]}-capacity={room}-ties"] = lambda device, tied=tied: (
+                *tied(device),
+                False,
+                True,
+            )
+    # with the sub-block maxima of x (theory/kernels/peaks.py): the sub-blocks below the threshold left unread
+    for name in [c for c in cases if c.startswith(("n=70001-", "nan", "threshold", "tied")) and "extremes" not in c]:
+
+        def with_peaks(device, make=cases[name]):
+            x, t, signed, capacity, *flags = make(device)
+            return x, t, signed, capacity, False, bool(flags[1:] and flags[1]), peaks.reference(x, peaks.sub_for(x))
+
+        cases[f"{name}-peaks"] = with_peaks
+    for dtype in (torch.float32, torch.float64):
+        # sub-blocks whose largest magnitude is the threshold itself (read: |x| >= t selects it), above it and below
+
+        def at_peak(device, dtype=dtype):
+            x = torch.tensor([2.0, -1.0, 0.5, 1.5, -3.0, 1.0, 0.0, 1.0, 1.0, 1.0, -1.0, 0.25] * 700, dtype=dtype)
+            x[5::97] = -2.0
+            sub = peaks.sub_for(x.to(device))
+            return (
+                x.to(device),
+                torch.tensor(2.0, dtype=torch.float64, device=device),
+                True,
+                2000,
+                False,
+                True,
+                (peaks.reference(x.to(device), sub)),
+            )
+
+        cases[f"peak-at-the-threshold-{str(dtype)[6:]}-peaks"] = at_peak
     return cases
 
 

@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-from gradstat.theory.kernels import policy, primitives, triton_runtime, triton_select
+from gradstat.theory.kernels import bounded, policy, primitives, triton_runtime, triton_select
 
 needs_triton = pytest.mark.skipif(not triton_runtime.available(), reason="no Triton 3.0 or newer here")
 
@@ -91,8 +91,30 @@ def test_blocks_with_nothing_to_write_leave_the_output_as_the_reference(device):
     assert torch.equal(indices, picks) and torch.equal(values, x[picks])
     for capacity in range(len(picks) + 2):  # the bounded form: blocks starting past the capacity write nothing
         kept = min(capacity, len(picks))
-        bounded, sent, count, top = triton_select.select(x, t, True, capacity, extremes=capacity % 2 == 1)
-        assert top is None if capacity % 2 == 0 else float(top) == float(x.abs().max())
-        assert int(count) == len(picks)
+        extremes, ties = capacity % 2 == 1, capacity % 3 != 1
+        bounded, sent, count, tally = triton_select.select(x, t, True, capacity, extremes=extremes, ties=ties)
+        top, total, tied = tally.tolist()
+        assert math.isnan(top) if not extremes else top == float(x.abs().max())
+        assert int(count) == len(picks) == total
+        # the written magnitudes' smallest, across blocks (1.0 at the 1st and 4th picks), counted
+        written = x[picks[:kept]].abs()
+        assert tied == (int((written == written.min()).sum()) if ties and kept else 0), (capacity, tied)
         assert torch.equal(bounded[:kept], picks[:kept]) and bool((bounded[kept:] == -1).all())
         assert torch.equal(sent[:kept], x[picks[:kept]]) and bool((sent[kept:] == 0).all())
+
+
+@needs_triton
+@pytest.mark.parametrize("chunk", [1, 2])
+def test_the_tally_joins_blocks_read_by_one_lane_in_several_steps(chunk, monkeypatch):
+    """The finishing program keeps a running minimum and its count per lane: with fewer lanes than blocks (as on a
+    GPU, 2,048 lanes for 25,391 blocks at 26M elements; interpreted, four blocks and 16 lanes, so forced here), a lane
+    meets a smaller low (reset its count), an equal one (add) and a larger one (keep)."""
+    x, picks = _sparse_blocks(torch.device("cpu"))
+    monkeypatch.setattr(triton_select, "_steps", lambda blocks, x: (chunk, -(-blocks // chunk)))
+    t = torch.tensor(1.0, dtype=torch.float64)
+    for capacity in range(len(picks) + 1):
+        got = triton_select.select(x, t, True, capacity, extremes=True, ties=True)
+        want = bounded.reference(x, t, True, capacity, extremes=True, ties=True)
+        assert torch.equal(got[3], want.tally), (capacity, got[3].tolist(), want.tally.tolist())
+    # the magnitudes the lanes meet: blocks 0-3 write nothing, 1.0, 1.0 (and 2, 1.5) and 1.25 (and 3): two ties
+    assert triton_select.select(x, t, True, len(picks), ties=True)[3][2].item() == 2

@@ -6,17 +6,20 @@ compaction into a buffer of declared capacity). :func:`select_bounded` selects b
 elements with ``x >= t``, or ``|x| >= t`` when ``signed``, ``t`` the threshold raised to the smallest positive
 value of ``x``'s dtype by :func:`~gradstat.theory.kernels.primitives.positive_threshold`; NaN never selected) but
 writes only the first ``capacity`` selected indices, increasing, and ``x`` there into buffers of that size
-(:class:`Bounded`), with the number selected as a 0-d tensor on ``x``'s device. The caller reads that count once,
-when it sends the payload, and falls back to the exact selection where it exceeds the capacity.
+(:class:`Bounded`), with the number selected as a 0-d tensor on ``x``'s device, and a float64 *tally* of what a
+queued encode reads back (the largest magnitude, the count, the tie-break's count). The caller reads the tally once,
+when it sends the payload, and falls back to the exact selection where the count exceeds the capacity.
 
 Forms, each equal to :func:`reference` bit for bit (the battery in ``tests/kernels`` holds them to it):
 
 - :func:`reference`: ``select_at_least_reference`` and a copy into the buffers (it reads the count: the definition);
 - :func:`eager`: plain torch with no host read, on any device: the comparison mask, ``torch.nonzero_static`` into
   the buffer (or, on a device whose torch has no such kernel, e.g. CUDA under torch 2.1, a cumulative sum of the
-  mask and a scatter of the indices to their positions), ``count_nonzero`` for the count, and a gather;
-- :func:`triton`: two Triton kernels over blocks (:mod:`gradstat.theory.kernels.triton_select`), compiled on CUDA
-  and interpreted on a CPU (how CI checks them without a GPU; never chosen for a CPU in use).
+  mask and a scatter of the indices to their positions), ``count_nonzero`` for the count, a gather, and the tally's
+  reductions, a launch each;
+- :func:`triton`: three Triton kernels over blocks and a cumulative sum (:mod:`gradstat.theory.kernels.triton_select`:
+  the counts, the writes, the tally with the buffers' padding), compiled on CUDA and interpreted on a CPU (how CI
+  checks them without a GPU; never chosen for a CPU in use).
 
 Which form runs (:func:`form_for`, the one place that decides): ``triton`` for a CUDA tensor where Triton is
 installed, the compile policy (:func:`gradstat.theory.kernels.policy.policy`, ``GRADSTAT_COMPILE``) is not
@@ -33,6 +36,7 @@ import numpy as np
 import torch
 
 from gradstat.theory.kernels import counter_dither, policy, primitives, triton_runtime, triton_select
+from gradstat.theory.kernels.peaks import Peaks
 
 DTYPES = (torch.float32, torch.float64)
 
@@ -43,19 +47,23 @@ class Bounded:
 
     ``indices``: int64 ``[capacity]``, the first ``min(count, capacity)`` selected indices in increasing order, then
     -1. ``values``: the input's dtype ``[capacity]``, the input at those indices (its own signed values), then 0.
-    ``count``: 0-d int64, how many elements the rule selects (more than ``capacity`` when the buffers overflowed)."""
+    ``count``: 0-d int64, how many elements the rule selects (more than ``capacity`` when the buffers overflowed).
+    ``tally``: float64 ``[largest |x|, count, ties]``, what a queued encode reads back in one copy: the largest
+    ``|x|`` where asked for (``extremes``: from the same read as the count; +inf where ``x`` holds a NaN or an
+    infinity, 0 for an empty ``x``; else NaN), the count again, and, where asked for (``ties``; else 0), how many
+    of the written magnitudes ``|values|`` equal the smallest written one (0 where none is written): the count a
+    tie-break needs (:func:`~gradstat.compressors.schemes.sparsifiers.threshold.break_ties`)."""
 
     indices: torch.Tensor
     values: torch.Tensor
     count: torch.Tensor
-    top: torch.Tensor | None = None
-    """Where asked for (``extremes``): the largest ``|x|`` (0-d of x's dtype; +inf where ``x`` holds a NaN or an
-    infinity, 0 for an empty ``x``), from the same read as the count. Else None."""
+    tally: torch.Tensor
 
 
-def _threshold(x: torch.Tensor, threshold: torch.Tensor, capacity: int) -> torch.Tensor:
-    """Check the arguments (a clear ValueError for each mistake) and return the comparison threshold ``t``: a 0-d
-    tensor of ``x``'s dtype on its device (:func:`~gradstat.theory.kernels.primitives.positive_threshold`)."""
+def _check(
+    x: torch.Tensor, threshold: torch.Tensor, capacity: int, extremes: bool = False, peaks: Peaks | None = None
+) -> None:
+    """Check the arguments: a clear ValueError for each mistake (``peaks`` too, whichever form runs)."""
     if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.dtype not in DTYPES:
         shape = f"a {x.dim()}-D {x.dtype} tensor" if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f"select_bounded: x must be a 1-D float32 or float64 tensor (reshape(-1) it), got {shape}")
@@ -66,13 +74,51 @@ def _threshold(x: torch.Tensor, threshold: torch.Tensor, capacity: int) -> torch
         raise ValueError(f"select_bounded: threshold is on {threshold.device}, x on {x.device}; put it on x's device")
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
         raise ValueError(f"select_bounded: capacity must be a host int >= 0, got {capacity!r}")
+    if peaks is not None:
+        if extremes:
+            raise ValueError("select_bounded: peaks skip elements, and the largest magnitude (extremes) needs them all")
+        peaks.check(x, triton_runtime.block_for(x, triton_select.BLOCK))
+
+
+def _threshold(x: torch.Tensor, threshold: torch.Tensor, capacity: int) -> torch.Tensor:
+    """Check the arguments (:func:`_check`) and return the comparison threshold ``t``: a 0-d tensor of ``x``'s dtype
+    on its device (:func:`~gradstat.theory.kernels.primitives.positive_threshold`; the Triton kernels make it
+    themselves)."""
+    _check(x, threshold, capacity)
     return primitives.positive_threshold(threshold, x)
 
 
-def reference(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int, extremes: bool = False) -> Bounded:
+def _tally(top: torch.Tensor | None, count: torch.Tensor, ties: torch.Tensor | None) -> torch.Tensor:
+    """:attr:`Bounded.tally` from its parts (None: not asked for), in plain torch."""
+    nan = torch.full((), torch.nan, dtype=torch.float64, device=count.device)
+    zero = torch.zeros((), dtype=torch.float64, device=count.device)
+    parts = (nan if top is None else top.double(), count.double(), zero if ties is None else ties.double())
+    return torch.stack(parts)
+
+
+def _ties(indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """How many written magnitudes (``indices >= 0``) equal the smallest written one (0-d int64; 0 where none)."""
+    valid = indices >= 0
+    magnitudes = values.abs()
+    smallest = torch.where(valid, magnitudes, math.inf).amin() if values.numel() else magnitudes.sum()
+    return (valid & (magnitudes == smallest)).sum()
+
+
+def reference(
+    x: torch.Tensor,
+    threshold: torch.Tensor,
+    signed: bool,
+    capacity: int,
+    extremes: bool = False,
+    ties: bool = False,
+    peaks: Peaks | None = None,
+) -> Bounded:
     """The definition: :func:`~gradstat.theory.kernels.primitives.select_at_least_reference`, its first
-    ``capacity`` indices and ``x`` there copied into the buffers (with ``extremes``, the largest ``|x|`` by
-    ``x.abs().amax()``, +inf where that is not finite). Reads the count on the host (any device)."""
+    ``capacity`` indices and ``x`` there copied into the buffers, and the tally (with ``extremes``, the largest
+    ``|x|`` by ``x.abs().amax()``, +inf where that is not finite; with ``ties``, the written magnitudes equal to the
+    smallest written one, counted). Reads the count on the host (any device). ``peaks`` (a hint that changes no
+    result) is not read."""
+    _check(x, threshold, capacity, extremes, peaks)
     t = _threshold(x, threshold, capacity)
     selected = primitives.select_at_least_reference(x, t, signed)
     kept = selected[:capacity]
@@ -84,25 +130,44 @@ def reference(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: 
     if extremes:
         top = x.abs().amax() if x.numel() else torch.zeros((), dtype=x.dtype, device=x.device)
         top = torch.where(torch.isfinite(top), top, torch.full((), torch.inf, dtype=x.dtype, device=x.device))
-    return Bounded(indices, values, torch.tensor(selected.numel(), dtype=torch.int64, device=x.device), top)
+    tied = None
+    if ties:
+        magnitudes = x[kept].abs()
+        tied = (magnitudes == magnitudes.min()).sum() if kept.numel() else torch.zeros((), dtype=torch.int64)
+    count = torch.tensor(selected.numel(), dtype=torch.int64, device=x.device)
+    return Bounded(indices, values, count, _tally(top, count, None if tied is None else tied.to(x.device)))
 
 
-def eager(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int, extremes: bool = False) -> Bounded:
-    """The bounded selection in plain torch, with no host read: runs on any device (and on ``meta`` tensors)."""
-    return _eager(x, _threshold(x, threshold, capacity), signed, capacity, extremes)
+def eager(
+    x: torch.Tensor,
+    threshold: torch.Tensor,
+    signed: bool,
+    capacity: int,
+    extremes: bool = False,
+    ties: bool = False,
+    peaks: Peaks | None = None,
+) -> Bounded:
+    """The bounded selection in plain torch, with no host read: runs on any device (and on ``meta`` tensors); it
+    reads every element (``peaks`` not read)."""
+    _check(x, threshold, capacity, extremes, peaks)
+    return _eager(x, _threshold(x, threshold, capacity), signed, capacity, extremes, ties)
 
 
-def _eager(x: torch.Tensor, t: torch.Tensor, signed: bool, capacity: int, extremes: bool = False) -> Bounded:
+def _eager(
+    x: torch.Tensor, t: torch.Tensor, signed: bool, capacity: int, extremes: bool = False, ties: bool = False
+) -> Bounded:
     mask = (x.abs() if signed else x) >= t
     count = torch.count_nonzero(mask)
     zero = torch.zeros((), dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         indices = torch.full((capacity,), -1, dtype=torch.int64, device=x.device)
         values = torch.zeros(capacity, dtype=x.dtype, device=x.device)
-        return Bounded(indices, values, count, zero if extremes else None)
+        tied = torch.zeros((), dtype=torch.int64, device=x.device) if ties else None
+        return Bounded(indices, values, count, _tally(zero if extremes else None, count, tied))
     indices = _first_true(mask, capacity)
     values = torch.where(indices >= 0, x.index_select(0, indices.clamp_min(0)), zero)
-    return Bounded(indices, values, count, _top(x) if extremes else None)
+    tally = _tally(_top(x) if extremes else None, count, _ties(indices, values) if ties else None)
+    return Bounded(indices, values, count, tally)
 
 
 def _top(x: torch.Tensor) -> torch.Tensor:
@@ -138,10 +203,19 @@ def _first_true_scattered(mask: torch.Tensor, capacity: int) -> torch.Tensor:
     return out[:capacity]
 
 
-def triton(x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int, extremes: bool = False) -> Bounded:
+def triton(
+    x: torch.Tensor,
+    threshold: torch.Tensor,
+    signed: bool,
+    capacity: int,
+    extremes: bool = False,
+    ties: bool = False,
+    peaks: Peaks | None = None,
+) -> Bounded:
     """The Triton form (:mod:`gradstat.theory.kernels.triton_select`): compiled for a CUDA ``x``, interpreted for a
     CPU one. Raises where Triton is not installed or its kernels fail (no fallback: :func:`select_bounded` has it)."""
-    return Bounded(*triton_select.select(x, _threshold(x, threshold, capacity), signed, capacity, extremes))
+    _check(x, threshold, capacity, extremes, peaks)
+    return Bounded(*triton_select.select(x, threshold, signed, capacity, extremes, ties, peaks))
 
 
 def triton_exists(x: torch.Tensor, *_: object) -> bool:
@@ -162,20 +236,28 @@ def form_for(x: torch.Tensor) -> str:
 
 
 def select_bounded(
-    x: torch.Tensor, threshold: torch.Tensor, signed: bool, capacity: int, extremes: bool = False
+    x: torch.Tensor,
+    threshold: torch.Tensor,
+    signed: bool,
+    capacity: int,
+    extremes: bool = False,
+    ties: bool = False,
+    peaks: Peaks | None = None,
 ) -> Bounded:
     """The first ``capacity`` elements selected by ``x >= t`` (``|x| >= t`` when ``signed``; nonzero elements only,
-    NaN never; ``t`` the 0-d ``threshold`` on ``x``'s device, raised to the smallest positive value), their values and
-    the count of all selected (:class:`Bounded`; with ``extremes`` also the largest ``|x|``, from the same read where
-    Triton runs), with no read back to the host. ``x``: 1-D, float32 or float64; ``capacity``: a host int >= 0. Runs
-    the form :func:`form_for` names."""
-    t = _threshold(x, threshold, capacity)
+    NaN never; ``t`` the 0-d ``threshold`` on ``x``'s device, in x's dtype, raised to the smallest positive value),
+    their values, the count of all selected and the tally (:class:`Bounded`; with ``extremes`` the largest ``|x|``,
+    from the same read where Triton runs; with ``ties`` the tie-break's count), with no read back to the host.
+    ``x``: 1-D, float32 or float64; ``capacity``: a host int >= 0. ``peaks``: x's sub-block maxima
+    (:mod:`gradstat.theory.kernels.peaks`, from an earlier read of x), whose sub-blocks below the threshold the
+    Triton form does not read; the result is the same. Runs the form :func:`form_for` names."""
+    _check(x, threshold, capacity, extremes, peaks)
     if form_for(x) == "triton":
         try:
-            return Bounded(*triton_select.select(x, t, signed, capacity, extremes))
+            return Bounded(*triton_select.select(x, threshold, signed, capacity, extremes, ties, peaks))
         except Exception as exc:  # noqa: BLE001 - any build or launch failure falls back to the eager form
             _report_failure(exc)
-    return _eager(x, t, signed, capacity, extremes)
+    return _eager(x, primitives.positive_threshold(threshold, x), signed, capacity, extremes, ties)
 
 
 def _report_failure(exc: Exception) -> None:

@@ -28,6 +28,7 @@ import torch
 
 from gradstat.theory.kernels import native, triton_stats
 from gradstat.theory.kernels.fused import TritonForm, compiling, with_native
+from gradstat.theory.kernels.peaks import Peaks
 
 T = TypeVar("T")
 
@@ -185,6 +186,20 @@ def summary(
     if logs:
         parts.append(torch.log(torch.where(v != 0, v, 1.0)).double().sum())
     return torch.stack(parts)
+
+
+def summary_and_peaks(
+    x: torch.Tensor, absolute: bool, extremes: bool = True, squares: bool = True, logs: bool = False
+) -> tuple[torch.Tensor, Peaks | None]:
+    """:func:`summary` of ``x`` and, where its Triton form is the one that runs (a CUDA tensor), the sub-block maxima
+    of ``|x|`` from the same read (:mod:`gradstat.theory.kernels.peaks`: what lets a later selection at a high
+    threshold skip most of ``x``); None where another form runs."""
+    if summary.form_for(x, absolute, extremes, squares, logs) == "triton":
+        try:
+            return triton_stats.summary_and_peaks(x, *_checked_summary(absolute, extremes, squares, logs))
+        except Exception as exc:  # noqa: BLE001 - a failed build or launch: reported once, the other forms run
+            triton_stats.report(exc)
+    return summary(x, absolute, extremes, squares, logs), None
 
 
 @with_native(

@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-from gradstat.theory.kernels import triton_runtime
+from gradstat.theory.kernels import peaks, triton_runtime
+from gradstat.theory.kernels.peaks import Peaks
 
 tl: Any = None
 """``triton.language``, bound by :func:`gradstat.theory.kernels.triton_runtime.build`."""
@@ -41,13 +42,21 @@ DTYPES = (torch.float32, torch.float64)
 
 
 def _summary_blocks(  # type: ignore[no-untyped-def]
-    x_ptr, part_ptr, n, ABSOLUTE: tl.constexpr, EXTREMES: tl.constexpr, SQUARES: tl.constexpr, LOGS: tl.constexpr,
-    BLOCK: tl.constexpr,
+    x_ptr, part_ptr, peaks_ptr, n, n_peaks, ABSOLUTE: tl.constexpr, EXTREMES: tl.constexpr, SQUARES: tl.constexpr,
+    LOGS: tl.constexpr, PEAKS: tl.constexpr, SUB: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
+    """Block b's partials (the module docstring); with PEAKS also the largest ``|x|`` of each of its sub-blocks of
+    SUB elements into ``peaks`` (+inf where one holds a NaN or an infinity: :mod:`gradstat.theory.kernels.peaks`)."""
     block = tl.program_id(0)
     offsets = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = offsets < n
     x = tl.load(x_ptr + offsets, mask=inside, other=0.0)
+    if PEAKS:
+        a = tl.abs(x)
+        marked = tl.where((a - a) != 0, float("inf"), a)  # (NaN or an infinity: inf - inf is NaN)
+        peak = tl.reduce(tl.reshape(marked, (BLOCK // SUB, SUB)), 1, tl.standard._elementwise_max)
+        subs = block.to(tl.int64) * (BLOCK // SUB) + tl.arange(0, BLOCK // SUB)
+        tl.store(peaks_ptr + subs, peak, mask=subs < n_peaks)
     v = tl.abs(x) if ABSOLUTE else x
     nonzero = (v != 0) & inside  # (a NaN is nonzero, as the reference counts it)
     w = v.to(tl.float64)
@@ -170,6 +179,24 @@ def summary(
 ) -> torch.Tensor:
     """:func:`gradstat.theory.kernels.stage_stats.summary` of ``x`` by the two kernels (the module docstring); the
     arguments are checked by the caller. Raises what Triton raises where it cannot build or launch them."""
+    return _summary(x, absolute, extremes, squares, logs, None)
+
+
+def summary_and_peaks(
+    x: torch.Tensor, absolute: bool, extremes: bool = True, squares: bool = True, logs: bool = False
+) -> tuple[torch.Tensor, Peaks]:
+    """:func:`summary` of ``x`` and, from the same read, its sub-block maxima
+    (:class:`~gradstat.theory.kernels.peaks.Peaks`, sub-blocks of :func:`~gradstat.theory.kernels.peaks.sub_for`
+    elements): one more store per sub-block (a thirty-second of the vector's bytes, on CUDA)."""
+    flat = x.detach().reshape(-1)
+    sub = peaks.sub_for(flat)
+    found = torch.empty(-(-flat.numel() // sub), dtype=flat.dtype, device=flat.device)
+    return _summary(x, absolute, extremes, squares, logs, found), peaks.Peaks(found, sub)
+
+
+def _summary(
+    x: torch.Tensor, absolute: bool, extremes: bool, squares: bool, logs: bool, found: torch.Tensor | None
+) -> torch.Tensor:
     blocks_kernel = triton_runtime.build(_summary_blocks, interpret=x.device.type == "cpu")
     finish_kernel = triton_runtime.build(_join_blocks, interpret=x.device.type == "cpu")
     flat = x.detach().reshape(-1).contiguous()
@@ -178,11 +205,14 @@ def summary(
     blocks = max(1, -(-n // block))
     parts = torch.empty((blocks, PARTS), dtype=torch.float64, device=flat.device)
     out = torch.empty(7 if logs else 6, dtype=torch.float64, device=flat.device)
+    sub = peaks.sub_for(flat)
     context, options = triton_runtime.launch(flat)
     with context:
         blocks_kernel[(blocks,)](
-            flat, parts, n, ABSOLUTE=absolute, EXTREMES=extremes, SQUARES=squares, LOGS=logs, BLOCK=block, **options
-        )
+            flat, parts, parts if found is None else found, n, 0 if found is None else found.numel(),
+            ABSOLUTE=absolute, EXTREMES=extremes, SQUARES=squares, LOGS=logs, PEAKS=found is not None, SUB=sub,
+            BLOCK=block, **options,
+        )  # fmt: skip
         chunk, steps = _chunks(blocks, flat)
         finish_kernel[(1,)](
             parts, out, blocks, TAIL=False, EXTREMES=extremes, SQUARES=squares, LOGS=logs, CHUNK=chunk, STEPS=steps,

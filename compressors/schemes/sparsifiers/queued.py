@@ -10,8 +10,6 @@ the selection and the tie-break's count on the device and reads them back in one
 - :func:`capacity`: the size of the selection's buffer (:func:`gradstat.theory.kernels.bounded.select_bounded`);
   a selection that outgrows it is made again by the synchronous encode, so the buffer bounds memory and time, never
   the result;
-- :func:`smallest_count`: the tie-break's count of the selected magnitudes equal to the smallest one, from the
-  buffer, on the device.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from gradstat.compressors.wire.payload import Payload
-from gradstat.theory.kernels.bounded import Bounded
+from gradstat.theory.kernels.peaks import Peaks
 
 CAPACITY_FACTOR = 4.0
 """The buffer of a target-count rule's queued selection holds this many times its target k = ceil(delta d). SIDCo
@@ -42,6 +40,9 @@ class Queued:
     threshold: torch.Tensor
     reads: torch.Tensor
     settle: Callable[[list[float], Payload], bool]
+    peaks: Peaks | None = None
+    """The sub-block maxima of the gradient where the rule's own read stored them
+    (:mod:`gradstat.theory.kernels.peaks`): the selection then skips the sub-blocks below the threshold."""
 
 
 def nothing_to_settle(values: list[float], payload: Payload) -> bool:
@@ -53,13 +54,3 @@ def capacity(d: int, k: int) -> int:
     """The queued selection's buffer for a target of ``k`` of ``d`` elements: ``ceil(CAPACITY_FACTOR k)``, at
     least 1 and at most ``d``."""
     return max(1, min(d, math.ceil(CAPACITY_FACTOR * k)))
-
-
-def smallest_count(selected: Bounded) -> torch.Tensor:
-    """How many of the selected magnitudes equal the smallest selected one (0-d int64 on the device; 0 where nothing
-    was selected), from the buffer's valid entries: the count :func:`~gradstat.compressors.schemes.sparsifiers.
-    threshold.break_ties` needs, without reading the gradient again."""
-    valid = selected.indices >= 0
-    magnitudes = selected.values.abs()
-    smallest = torch.where(valid, magnitudes, math.inf).amin()
-    return (valid & (magnitudes == smallest)).sum()

@@ -51,7 +51,7 @@ from gradstat.theory.kernels.primitives import (
     scale_by_pow2,
     selects_signed,
 )
-from gradstat.theory.kernels.stage_stats import summary, tail_moments
+from gradstat.theory.kernels.stage_stats import summary, summary_and_peaks, tail_moments
 from gradstat.theory.pot import PotResult, deferred_threshold, multistage_threshold
 
 
@@ -128,9 +128,12 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
     reads_summary = True
 
     def _summary(self, g: torch.Tensor) -> torch.Tensor:
+        return summary(g, True, *self._summary_flags())
+
+    def _summary_flags(self) -> tuple[bool, bool, bool]:
         # the minima only for a shaped first stage (its spread check); the sum of squares only for the generalized
         # Pareto's variance, the sum of logarithms only for the gamma (the exponential needs max, count and sum)
-        return summary(g, True, self.dist in SHAPED, self.dist == "genpareto", self.dist == "gamma")
+        return self.dist in SHAPED, self.dist == "genpareto", self.dist == "gamma"
 
     def _threshold(self, g: torch.Tensor, abs_g: torch.Tensor, ctx: Context, payload: Payload) -> torch.Tensor:
         return self._fit(abs_g, ctx, payload, signed=False, original=g).threshold
@@ -156,7 +159,8 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
         check_ratio(self.ratio, d, who="sidco ratio")
         state = ctx.state if isinstance(ctx.state, SIDCoState) else None
         m = self.stage_count(state)
-        stats = self._summary(g)
+        # (with the sub-block maxima of |g| where the Triton summary reads it: the selection skips most of g)
+        stats, peaks = summary_and_peaks(g, True, *self._summary_flags())
         signed = tail_moments.fast_for(g, None, None, None, self.dist == "gamma")
         e = None if signed else pow2_exponent(stats[1])
         pot = deferred_threshold(
@@ -178,7 +182,8 @@ class SIDCo(ExactFallback, ThresholdSparsifier):
             return exact_path
 
         threshold = pot.threshold if e is None else scale_by_pow2(pot.threshold, e)
-        return stats[1], Queued(threshold, pot.reads, settle), capacity(d, math.ceil(self.ratio * d))
+        queued = Queued(threshold, pot.reads, settle, peaks if g.dim() == 1 else None)
+        return stats[1], queued, capacity(d, math.ceil(self.ratio * d))
 
     def _graph_key(self, ctx: Context, x: torch.Tensor | None = None) -> Hashable | None:
         """The settings and the stage count M (the state's, where adaptive): all that :meth:`_queued` reads besides

@@ -28,7 +28,7 @@ from gradstat.compressors import graphs
 from gradstat.compressors.base import Compressor, Properties, nonfinite_error
 from gradstat.compressors.context import Context
 from gradstat.compressors.registry import register
-from gradstat.compressors.schemes.sparsifiers.queued import Queued, capacity, nothing_to_settle, smallest_count
+from gradstat.compressors.schemes.sparsifiers.queued import Queued, capacity, nothing_to_settle
 from gradstat.compressors.wire.errors import PayloadError
 from gradstat.compressors.wire.floats import widened
 from gradstat.compressors.wire.payload import Payload, index_width
@@ -255,7 +255,8 @@ def break_ties(abs_g: torch.Tensor, indices: torch.Tensor, k: int, n_low: int | 
     the largest magnitude, those fill up to ``k``. Only exact ties are trimmed or added, so a selection on
     continuous data (no ties) is never changed. ``indices`` are sorted (``select_at_least``); so is the result.
     ``abs_g`` may also be the signed vector: only magnitudes are compared. ``n_low``: how many selected magnitudes
-    equal the smallest selected one, where the caller has counted it already (:func:`smallest_count`)."""
+    equal the smallest selected one, where the caller has counted it already (the bounded selection's tally,
+    :attr:`~gradstat.theory.kernels.bounded.Bounded.tally`)."""
     n = indices.numel()
     if n > k:
         n_low = count_at_smallest(abs_g, indices) if n_low is None else n_low
@@ -404,17 +405,13 @@ class ThresholdSparsifier(SparseMessage):
         if found is None:
             return None
         top, queued, room = found
-        selected = select_bounded(x, queued.threshold, True, room, extremes=top is None)
-        if top is None:  # (the rule left it to the selection: found by the count's read)
-            assert selected.top is not None
-            top = selected.top
-        if getattr(self, "ratio", None) is None:  # (no tie-break without a target density: nothing to count)
-            ties = torch.zeros((), dtype=torch.int64, device=x.device)
-        else:
-            ties = smallest_count(selected)
-        reads = torch.cat(
-            [top.double().reshape(1), selected.count.double().reshape(1), ties.double().reshape(1), queued.reads]
-        )
+        # (no tie-break without a target density: nothing to count)
+        ties = getattr(self, "ratio", None) is not None
+        peaks = queued.peaks if top is not None else None  # (the largest magnitude needs every element read)
+        selected = select_bounded(x, queued.threshold, True, room, extremes=top is None, ties=ties, peaks=peaks)
+        # the tally is [max |x|, count, ties]; where the rule had the largest magnitude, its own read's
+        head = [selected.tally] if top is None else [top.double().reshape(1), selected.tally[1:]]
+        reads = torch.cat([*head, queued.reads])
         return queued, room, selected, reads
 
     def _queued(self, g: torch.Tensor, ctx: Context) -> tuple[torch.Tensor | None, Queued, int] | None:
