@@ -88,3 +88,21 @@ def test_sidco_stores_peaks_in_its_summary_and_its_selection_skips_by_them(spec,
     assert constants["_summary_blocks"]["PEAKS"] and constants["_summary_blocks"]["SUB"] == 32
     assert constants["_count_blocks"]["PEAKS"] and constants["_write_blocks"]["PEAKS"]
     assert constants["_count_blocks"]["SUB"] == constants["_write_blocks"]["SUB"] == 32
+
+
+@needs_fake_cuda
+def test_a_selection_without_peaks_stores_them_in_its_count_for_its_writes(monkeypatch):
+    """DGC's threshold comes from a sample, with no read of the whole gradient before the selection: the count reads
+    every element (it also finds the largest magnitude) and stores the sub-block maxima, and the writes skip by
+    them."""
+    c = create("dgc:ratio=0.001")
+    with fake_cuda(monkeypatch) as fake:
+        with fake.mode:
+            x = torch.empty(SIZE, device="cuda")
+        for step in range(2):
+            with fake.record():
+                c.enqueue(x, Context(seed=3, step=step, state=c.new_state()))
+        constants = dict(fake.constants)
+    count, write = constants["_count_blocks"], constants["_write_blocks"]
+    assert count["STORE"] and not count["PEAKS"] and count["EXTREMES"]
+    assert write["PEAKS"] and write["SUB"] == count["SUB"] == 32

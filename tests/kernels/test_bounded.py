@@ -207,15 +207,18 @@ def test_the_triton_kernels_compile_for_cuda_without_a_gpu(dtype, tmp_path, monk
     finish = triton_runtime.build(triton_select._finish, interpret=False)
     constants = {"SIGNED": True, "WIDE": dtype == "fp64", "BLOCK": triton_select.BLOCK}
     plain, skipping = {"PEAKS": False, "SUB": 1}, {"PEAKS": True, "SUB": peaks.SUB}
+    storing = {"PEAKS": False, "STORE": True, "SUB": peaks.SUB}
     builds = []
     for threshold in sorted({dtype, "fp64"}):  # (a queued encode's threshold is float64 whatever x's dtype)
         common = {"x_ptr": f"*{dtype}", "t_ptr": f"*{threshold}", "peaks_ptr": f"*{dtype}", "n": "i32",
                   "n_peaks": "i32", "SIGNED": "constexpr", "WIDE": "constexpr", "PEAKS": "constexpr",
                   "SUB": "constexpr", "BLOCK": "constexpr"}  # fmt: skip
-        counting = {**common, "counts_ptr": "*i64", "tops_ptr": f"*{dtype}", "EXTREMES": "constexpr"}
-        builds.append((count_blocks, counting, {**constants, **plain, "EXTREMES": False}))
-        builds.append((count_blocks, counting, {**constants, **plain, "EXTREMES": True}))  # (with block maxima)
-        builds.append((count_blocks, counting, {**constants, **skipping, "EXTREMES": False}))
+        counting = {**common, "counts_ptr": "*i64", "tops_ptr": f"*{dtype}", "EXTREMES": "constexpr",
+                    "STORE": "constexpr"}  # fmt: skip
+        builds.append((count_blocks, counting, {**constants, **plain, "STORE": False, "EXTREMES": False}))
+        builds.append((count_blocks, counting, {**constants, **plain, "STORE": False, "EXTREMES": True}))
+        builds.append((count_blocks, counting, {**constants, **skipping, "STORE": False, "EXTREMES": False}))
+        builds.append((count_blocks, counting, {**constants, **storing, "EXTREMES": True}))  # (DGC's: no peaks)
         writing = {**common, "ends_ptr": "*i64", "counts_ptr": "*i64", "indices_ptr": "*i64",
                    "values_ptr": f"*{dtype}", "lows_ptr": f"*{dtype}", "tied_ptr": "*i32", "capacity": "i32",
                    "TIES": "constexpr"}  # fmt: skip

@@ -7,13 +7,16 @@ fixed size, and returns how many elements the rule selects as a 0-d device tenso
 host:
 
 1. ``_count_blocks``: one program per block of ``BLOCK`` elements stores how many of them are selected (and, with
-   ``EXTREMES``, the block's largest magnitude);
+   ``EXTREMES``, the block's largest magnitude). Given the vector's sub-block maxima from an earlier read
+   (:mod:`gradstat.theory.kernels.peaks`), it leaves unread the sub-blocks whose maximum lies below the threshold;
+   without them it reads every element and stores them;
 2. the blocks' inclusive ends are the cumulative sum of those counts (one small torch ``cumsum`` on the device), and
    the last is the count;
-3. ``_write_blocks``: each program reads its block again, numbers its selected elements in order (an inclusive scan
-   of the hit mask), and writes index and value at its block's first position (its end less its count) plus that
-   number, where the position is below ``capacity``; with ``TIES`` it also stores the smallest magnitude it wrote
-   and how many of its writes equal it;
+3. ``_write_blocks``: each program reads its block again (only its sub-blocks that can hold a selected element:
+   at ratio 1e-3, 3 % of them; the exact selection's writes too), numbers its selected elements in order (an
+   inclusive scan of the hit mask), and writes index and value at its block's first position (its end less its
+   count) plus that number, where the position is below ``capacity``; with ``TIES`` it also stores the smallest
+   magnitude it wrote and how many of its writes equal it;
 4. ``_finish``: its first program joins the blocks' partials into the *tally* ``[largest |x|, count, ties]``
    (float64: what a queued encode reads back, ``ties`` being how many written magnitudes equal the smallest written
    one); the others fill the buffers past the written prefix with -1 and 0.
@@ -39,7 +42,7 @@ from typing import Any
 import torch
 
 from gradstat.theory.kernels import triton_runtime
-from gradstat.theory.kernels.peaks import Peaks
+from gradstat.theory.kernels.peaks import Peaks, sub_for
 from gradstat.theory.kernels.triton_runtime import available
 
 __all__ = ["BLOCK", "Counted", "available", "build", "count_exact", "select", "select_exact"]
@@ -57,12 +60,13 @@ BLOCK = 1024
 
 def _count_blocks(  # type: ignore[no-untyped-def]
     x_ptr, t_ptr, counts_ptr, tops_ptr, peaks_ptr, n, n_peaks, SIGNED: tl.constexpr, EXTREMES: tl.constexpr,
-    WIDE: tl.constexpr, PEAKS: tl.constexpr, SUB: tl.constexpr, BLOCK: tl.constexpr,
+    WIDE: tl.constexpr, PEAKS: tl.constexpr, STORE: tl.constexpr, SUB: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """``counts[b]``: how many of block b's elements are selected; with EXTREMES also ``tops[b]``, the block's
     largest magnitude (+inf where it holds a NaN or an infinity: the finiteness check rides on the same read).
     WIDE: x is float64. PEAKS: the sub-blocks of SUB elements whose ``peaks`` lie below the threshold are not read
-    (none of their elements is selected; never with EXTREMES)."""
+    (none of their elements is selected; never with EXTREMES). STORE (not with PEAKS): every element is read, and
+    each sub-block's peak stored into ``peaks`` for the writes to skip by."""
     block = tl.program_id(0)
     offsets = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     # the threshold in x's dtype (rounded to nearest), at least its smallest positive value (a subnormal, made from
@@ -82,6 +86,12 @@ def _count_blocks(  # type: ignore[no-untyped-def]
     v = tl.load(x_ptr + offsets, mask=inside, other=0.0)
     hit = ((tl.abs(v) if SIGNED else v) >= t) & inside
     tl.store(counts_ptr + block, tl.reduce(hit.to(tl.int64), 0, tl.standard._sum_combine))
+    if STORE:
+        a = tl.abs(v)
+        marked = tl.where((a - a) != 0, float("inf"), a)  # (NaN or an infinity: inf - inf is NaN)
+        peak = tl.reduce(tl.reshape(marked, (BLOCK // SUB, SUB)), 1, tl.standard._elementwise_max)
+        subs = block.to(tl.int64) * (BLOCK // SUB) + tl.arange(0, BLOCK // SUB)
+        tl.store(peaks_ptr + subs, peak, mask=subs < n_peaks)
     if EXTREMES:
         a = tl.abs(v)
         bad = (a - a) != 0  # NaN or an infinity (inf - inf is NaN)
@@ -223,8 +233,9 @@ def select(
     ``threshold``: a 0-d floating tensor on x's device, ``t`` being it in x's dtype raised to the smallest positive
     value (zeros are never selected; NaN selects nothing). ``peaks``: x's sub-block maxima
     (:mod:`gradstat.theory.kernels.peaks`), whose sub-blocks below ``t`` the count and the writes do not read (the
-    result is the same); not with ``extremes``, whose largest magnitude needs every element read. Five launches
-    (four with no room: ``capacity`` 0)."""
+    result is the same); not with ``extremes``, whose largest magnitude needs every element read. Without them the
+    count reads every element and stores them, for the writes. Five launches (four with no room: ``capacity``
+    0)."""
     count_kernel, write_kernel = build(interpret=x.device.type == "cpu")
     finish_kernel = triton_runtime.build(_finish, interpret=x.device.type == "cpu")
     x = x.contiguous()
@@ -246,8 +257,12 @@ def select(
     blocks = -(-n // block)
     counts = torch.empty(blocks, dtype=torch.int64, device=x.device)
     tops = torch.empty(blocks, dtype=x.dtype, device=x.device) if extremes else counts
-    skip = {"PEAKS": peaks is not None, "SUB": 1 if peaks is None else peaks.sub}
-    maxima, n_peaks = (counts, 0) if peaks is None else (peaks.values, peaks.values.numel())
+    # without peaks, the count's read stores them (a thirty-second of x's bytes on CUDA), and the writes skip by them
+    found = peaks if peaks is not None else Peaks(torch.empty(-(-n // sub_for(x)), dtype=x.dtype, device=x.device),
+                                                  sub_for(x))  # fmt: skip
+    counting = {"PEAKS": peaks is not None, "STORE": peaks is None and capacity > 0, "SUB": found.sub}
+    writing = {"PEAKS": True, "SUB": found.sub}
+    maxima, n_peaks = found.values, found.values.numel()
     ties = ties and capacity > 0  # (nothing written: no ties)
     lows = torch.empty(blocks, dtype=x.dtype, device=x.device) if ties else counts
     tied = torch.empty(blocks, dtype=torch.int32, device=x.device) if ties else counts
@@ -258,12 +273,12 @@ def select(
     context, options = triton_runtime.launch(x)
     with context:
         count_kernel[(blocks,)](x, threshold, counts, tops, maxima, n, n_peaks, SIGNED=signed, EXTREMES=extremes,
-                                WIDE=wide, BLOCK=block, **skip, **options)  # fmt: skip
+                                WIDE=wide, BLOCK=block, **counting, **options)  # fmt: skip
         ends = torch.cumsum(counts, 0)
         if capacity:
             write_kernel[(blocks,)](
                 x, threshold, ends, counts, indices, values, lows, tied, maxima, n, n_peaks, capacity, SIGNED=signed,
-                WIDE=wide, TIES=ties, BLOCK=block, **skip, **options,
+                WIDE=wide, TIES=ties, BLOCK=block, **writing, **options,
             )  # fmt: skip
         finish_kernel[(1 + -(-capacity // fill),)](
             ends, tops, lows, tied, indices, values, tally, blocks, capacity, EXTREMES=extremes, TIES=ties,
@@ -292,17 +307,18 @@ def count_exact(x: torch.Tensor, t: torch.Tensor, signed: bool, extremes: bool) 
     blocks = -(-n // block)
     counts = torch.zeros(max(blocks, 1), dtype=torch.int64, device=x.device)
     tops = torch.zeros(max(blocks, 1), dtype=x.dtype, device=x.device) if extremes else counts
+    found = Peaks(torch.empty(-(-n // sub_for(x)), dtype=x.dtype, device=x.device), sub_for(x))
     if n:
         count_kernel, _ = build(interpret=x.device.type == "cpu")
         context, options = triton_runtime.launch(x)
         with context:
             count_kernel[(blocks,)](
-                x, t, counts, tops, counts, n, 0, SIGNED=signed, EXTREMES=extremes, WIDE=x.dtype == torch.float64,
-                PEAKS=False, SUB=1, BLOCK=block, **options,
+                x, t, counts, tops, found.values, n, found.values.numel(), SIGNED=signed, EXTREMES=extremes,
+                WIDE=x.dtype == torch.float64, PEAKS=False, STORE=True, SUB=found.sub, BLOCK=block, **options,
             )  # fmt: skip
     ends = torch.cumsum(counts, 0)
     read = torch.stack([ends[-1].to(torch.float64), tops.amax().to(torch.float64)]) if extremes else ends[-1:]
-    return Counted(x, t, signed, block, counts, ends, read, extremes)
+    return Counted(x, t, signed, block, counts, ends, read, extremes, found)
 
 
 @dataclass(frozen=True)
@@ -318,6 +334,8 @@ class Counted:
     ends: torch.Tensor
     read: torch.Tensor
     extremes: bool
+    peaks: Peaks
+    """x's sub-block maxima, stored by the count's read: the writes skip the sub-blocks below the threshold."""
 
     def finish(self) -> tuple[torch.Tensor, torch.Tensor, float | None]:
         """Read the total back (one copy, with the maximum), then write the selection: :func:`select_exact`'s
@@ -333,8 +351,8 @@ class Counted:
             grid = (-(-x.numel() // self.block),)
             with context:
                 write_kernel[grid](
-                    x, self.t, self.ends, self.counts, indices, values, self.counts, self.counts, self.counts,
-                    x.numel(), 0, total, SIGNED=self.signed, WIDE=x.dtype == torch.float64, TIES=False, PEAKS=False,
-                    SUB=1, BLOCK=self.block, **options,
+                    x, self.t, self.ends, self.counts, indices, values, self.counts, self.counts, self.peaks.values,
+                    x.numel(), self.peaks.values.numel(), total, SIGNED=self.signed, WIDE=x.dtype == torch.float64,
+                    TIES=False, PEAKS=True, SUB=self.peaks.sub, BLOCK=self.block, **options,
                 )  # fmt: skip
         return indices, values, (float(values_read[1]) if self.extremes else None)
