@@ -341,7 +341,7 @@ def _deferred_stages(
         if first == "gamma" and facts.min_nonzero is not None:  # (read: a shaped law)
             # log z underflows: the synchronous form takes its logarithms in float64
             rare = rare | (facts.min_nonzero / unit < torch.finfo(values.dtype).tiny)
-    eta, ok = _first_threshold(first, est, tail, quantile, validated=True)
+    eta, ok = _first_threshold(first, est, tail, quantile, plan.deltas[0], validated=True)
     done = [_Stage(plan.deltas[0], eta, est, facts.n_nonzero, ok, 0, "closed_form", first)]
     fused_stages, _, values = _later_stages(values, done, plan.deltas, plan, anchor, unit, signed, False, None)
     # a stage that fails keeps its predecessor's threshold and fails every later one (``ok`` is chained), so the last
@@ -412,7 +412,7 @@ def _multistage(
         eta, ok = S.constant(0.0, x, host), S.flag(True, x, host)
         done = [_Stage(deltas[0], eta, est, count, ok, mags.n_zeros, method, first, note)]
     else:
-        eta, ok = _first_threshold(first, est, tail, quantile)
+        eta, ok = _first_threshold(first, est, tail, quantile, deltas[0])
         done = [_Stage(deltas[0], eta, est, count, ok, mags.n_zeros, method, first)]
     fused_stages, candidates, x = _later_stages(x, done, deltas, plan, anchor, unit, signed, host, narrow)
     result = _assemble(done, S.read(_to_read(x, done, fused_stages, final_count, host)), final_count, details, x.device)
@@ -458,11 +458,11 @@ def _plan(
 
 
 def _first_threshold(
-    first: str, est: Estimate, tail: float | torch.Tensor, quantile: str, validated: bool = False
+    first: str, est: Estimate, tail: float | torch.Tensor, quantile: str, ratio: float, validated: bool = False
 ) -> tuple[S.Scalar, S.Flag]:
-    """Stage 1's threshold eta_1 at the conditional ratio ``tail`` (< 1) and its validity: 0 where the fit or its
-    quantile is not finite."""
-    eta = tail_quantile(first, est.params, tail, quantile, validated=validated)
+    """Stage 1's threshold eta_1 at the conditional ratio ``tail`` (< 1; at least stage 1's ``ratio``, as
+    delta_1 d / n with n <= d) and its validity: 0 where the fit or its quantile is not finite."""
+    eta = tail_quantile(first, est.params, tail, quantile, validated=validated, tail_at_least=ratio)
     ok = est.valid() & S.isfinite(eta)
     return S.where(ok, eta, 0.0), ok
 

@@ -59,6 +59,7 @@ def tail_quantile(
     quantile: str = "exact",
     *,
     validated: bool = False,
+    tail_at_least: float = 0.0,
 ) -> S.Scalar:
     """eta with P(|G| > eta) = tail under ``dist`` with ``params`` (location 0), on the parameters' device.
 
@@ -77,6 +78,10 @@ def tail_quantile(
         ``tail`` is a 0-d float64 tensor on the parameters' device whose range its caller answers for (it checks
         ``0 < tail < 1`` on the device and discards the result where that fails): used as it is, never read back
         (:func:`gradstat.theory.pot.deferred_threshold`, which must not synchronise).
+    tail_at_least : float
+        A bound below ``tail`` known on the host (SIDCo's first stage: its ratio delta_1, as ``tail`` is
+        delta_1 d / n with n <= d): the gamma quantile on a device then takes one Halley step fewer
+        (:data:`gradstat.theory.distributions.incgamma.MODERATE_STEPS`).
 
     Returns
     -------
@@ -107,7 +112,7 @@ def tail_quantile(
         elif host:
             eta = scale * np.float64(host_inverse("gammainccinv", shape, q))
         else:
-            eta = scale * gammainccinv(shape, q)
+            eta = scale * gammainccinv(shape, q, tail_at_least)
     else:
         eta = scale * expm1_over(params["shape"], -S.log(q))
     return S.clamp_max(eta, float(np.finfo(np.float64).max) if host else torch.finfo(eta.dtype).max)  # NaN stays

@@ -223,6 +223,32 @@ def test_fewer_steps_than_documented_are_detected(monkeypatch):
     assert worst_relative_error_of_gamma_inverses() > 1e-6
 
 
+Q_MODERATE = np.concatenate([np.logspace(-6, np.log10(0.99), 60), 1 - 10.0 ** -np.linspace(2, 16, 15)])
+"""q from incgamma.MODERATE up: what SIDCo's gamma first stage asks (q >= delta_1), to 1 - 1e-16."""
+
+
+def worst_relative_error_of_the_moderate_solver() -> float:
+    a, q = (torch.tensor(v) for v in np.meshgrid(A_GRID, Q_MODERATE))
+    want = special.gammainccinv(a.numpy(), q.numpy())
+    got = incgamma.gammainccinv(a, q, q_at_least=incgamma.MODERATE).numpy()
+    keep = want > 1e-290
+    return float(np.max(np.abs(got[keep] / want[keep] - 1)))
+
+
+def test_a_q_known_to_be_moderate_takes_fewer_steps_to_the_same_accuracy(monkeypatch):
+    assert incgamma.MODERATE_STEPS < incgamma.STEPS
+    assert worst_relative_error_of_the_moderate_solver() < 1e-9
+    monkeypatch.setattr(incgamma, "MODERATE_STEPS", 1)  # (a truncated solver: the check above fails on it)
+    assert worst_relative_error_of_the_moderate_solver() > 1e-6
+    monkeypatch.setattr(incgamma, "MODERATE_STEPS", 99)  # (the bound is what chooses the count)
+    calls = []
+    monkeypatch.setattr(incgamma, "host_form", lambda a, prob: False)  # (the torch solver, not scipy's host form)
+    monkeypatch.setattr(incgamma, "_solve", lambda a, logp, logq, steps=None: calls.append(steps) or logp)
+    incgamma.gammainccinv(torch.tensor([0.5]), torch.tensor([0.3]), q_at_least=0.25)
+    incgamma.gammainccinv(torch.tensor([0.5]), torch.tensor([0.3]), q_at_least=1e-7)
+    assert calls == [99, None]
+
+
 def test_the_solver_at_single_points_on_each_device(device, monkeypatch):
     """SIDCo's use: one value of each argument, on the device, in the far tail and the body (the torch solver on a
     CPU too, not scipy's host form)."""
