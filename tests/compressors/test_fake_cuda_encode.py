@@ -18,7 +18,7 @@ SIZE = 2_600_000
 READ_FREE = {
     "sidco:ratio=0.001,dist=exp,stages=1": ("triton:_summary_blocks", "triton:_count_blocks", "triton:_write_blocks"),
     "sidco:ratio=0.001,dist=exp,stages=3": ("triton:_tail_blocks", "triton:_write_blocks"),
-    "sidco:ratio=0.001,dist=gamma,stages=3": ("triton:_summary_blocks", "triton:_tail_blocks"),
+    "sidco:ratio=0.001,dist=gamma,stages=3": ("triton:_summary_blocks", "triton:_tail_blocks", "triton:_halley"),
     "sidco:ratio=0.001,dist=gp,stages=3": ("triton:_summary_blocks", "triton:_tail_blocks"),
     "dgc:ratio=0.001": ("triton:_rows", "triton:_count_blocks", "triton:_write_blocks"),
     "gmc_topk:ratio=0.001": ("triton:_rows", "triton:_count_blocks"),
@@ -56,6 +56,9 @@ def test_the_queued_encode_on_cuda_reads_nothing_back(spec, monkeypatch):
 SELECTION = ["triton:_count_blocks", "aten:cumsum", "triton:_write_blocks", "triton:_finish", "aten:cat"]
 """A threshold sparsifier's queued selection once its threshold is known: the count, the blocks' ends, the writes,
 the tally with the buffers' padding, and the one vector read back (eleven more launches before the tally kernel)."""
+THRESHOLD_FROM = {"exp,stages=1": "compiled:_deferred_stages", "stages=3": "triton:_join_blocks", "dgc": "aten:min"}
+"""The launch that leaves each rule's threshold: SIDCo's compiled stages (their last pass's join, with later stages),
+DGC's sample minimum; the selection follows it at once (the threshold's conversions happen in the kernels)."""
 
 
 @needs_fake_cuda
@@ -69,7 +72,10 @@ def test_the_queued_selection_takes_five_launches_after_the_threshold(spec, monk
             with fake.record() as launches:
                 c.enqueue(x, Context(seed=3, step=step, state=c.new_state()))
     kernels = [k for k in launches if k != "aten:device"]  # (a device query, no launch)
-    assert kernels[kernels.index(SELECTION[0]) :] == SELECTION, kernels
+    start = kernels.index(SELECTION[0])
+    assert kernels[start:] == SELECTION, kernels
+    before = next(v for k, v in THRESHOLD_FROM.items() if k in spec)
+    assert kernels[start - 1] == before, kernels
 
 
 @needs_fake_cuda

@@ -219,11 +219,12 @@ def test_the_triton_kernels_compile_for_cuda_without_a_gpu(dtype, tmp_path, monk
         builds.append((count_blocks, counting, {**constants, **plain, "STORE": False, "EXTREMES": True}))
         builds.append((count_blocks, counting, {**constants, **skipping, "STORE": False, "EXTREMES": False}))
         builds.append((count_blocks, counting, {**constants, **storing, "EXTREMES": True}))  # (DGC's: no peaks)
+        builds.append((count_blocks, counting, {**constants, **storing, "EXTREMES": False}))  # (a random subset's)
         writing = {**common, "ends_ptr": "*i64", "counts_ptr": "*i64", "indices_ptr": "*i64",
                    "values_ptr": f"*{dtype}", "lows_ptr": f"*{dtype}", "tied_ptr": "*i32", "capacity": "i32",
                    "TIES": "constexpr"}  # fmt: skip
-        builds += [(write_blocks, writing, {**constants, **plain, "TIES": ties}) for ties in (False, True)]
-        builds.append((write_blocks, writing, {**constants, **skipping, "TIES": True}))
+        builds += [(write_blocks, writing, {**constants, **skipping, "TIES": ties}) for ties in (False, True)]
+        builds.append((write_blocks, {**writing, "n": "i64"}, {**constants, **skipping, "TIES": True}))  # (2^31+)
     finishing = {"ends_ptr": "*i64", "tops_ptr": f"*{dtype}", "lows_ptr": f"*{dtype}", "tied_ptr": "*i32",
                  "indices_ptr": "*i64", "values_ptr": f"*{dtype}", "tally_ptr": "*fp64", "blocks": "i32",
                  "capacity": "i32", "EXTREMES": "constexpr", "TIES": "constexpr", "CHUNK": "constexpr",

@@ -195,7 +195,8 @@ def build(interpret: bool) -> tuple[Any, Any]:
 
 
 CHUNK = 2048
-"""Partials the finishing program joins per step on CUDA (25,391 blocks at 26M elements: 13 steps)."""
+"""Partials the finishing program joins per step on CUDA (25,391 blocks at 26M elements: 13 steps, run as 16: the
+step count is rounded up to a power of two, the last three masked)."""
 FILL = 1024
 """Buffer positions each filling program pads on CUDA."""
 
@@ -234,7 +235,7 @@ def select(
     value (zeros are never selected; NaN selects nothing). ``peaks``: x's sub-block maxima
     (:mod:`gradstat.theory.kernels.peaks`), whose sub-blocks below ``t`` the count and the writes do not read (the
     result is the same); not with ``extremes``, whose largest magnitude needs every element read. Without them the
-    count reads every element and stores them, for the writes. Five launches (four with no room: ``capacity``
+    count reads every element and stores them, for the writes. Four launches (three with no room: ``capacity``
     0)."""
     count_kernel, write_kernel = build(interpret=x.device.type == "cpu")
     finish_kernel = triton_runtime.build(_finish, interpret=x.device.type == "cpu")
