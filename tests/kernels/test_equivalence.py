@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -373,6 +374,31 @@ def _fwht_cases() -> dict[str, Case]:
     }
 
 
+def _gamma_cases() -> dict[str, Case]:
+    """The Halley steps from the torch solver's start, at 3 and 4 steps: SIDCo's shapes and conditional ratios
+    (q >= delta_1), far tails of both branches, and shapes from 1e-3 to 1e4."""
+    from gradstat.theory.distributions import incgamma
+
+    grids = {
+        "sidco": ([0.08, 0.3, 0.7, 1.0, 1.6, 4.0], [0.25, 0.31, 0.5, 0.8, 0.97, 1 - 1e-9]),
+        "far-tails": ([0.01, 0.5, 2.0, 30.0], [1e-300, 1e-40, 1e-8, 1 - 1e-16]),
+        "shapes": ([1e-3, 0.05, 5.0, 300.0, 1e4], [1e-6, 0.25, 0.9]),
+    }
+    cases: dict[str, Case] = {}
+    for name, (shapes, qs) in grids.items():
+        for steps in (incgamma.MODERATE_STEPS, incgamma.STEPS):
+
+            def make(device, shapes=shapes, qs=qs, steps=steps):
+                a, q = (torch.tensor(v, dtype=torch.float64).reshape(-1) for v in np.meshgrid(shapes, qs))
+                logp, logq = torch.log1p(-q), torch.log(q)
+                lgam, lgam1 = torch.lgamma(a), torch.lgamma(a + 1.0)
+                start = torch.maximum(torch.log(incgamma._initial_guess(a, logp, logq)), (logp + lgam1) / a)
+                return (*(v.to(device) for v in (a, logp, logq, lgam, lgam1, start)), steps)
+
+            cases[f"{name}-steps={steps}"] = make
+    return cases
+
+
 CASES: dict[str, dict[str, Case]] = {
     "select": _selection_cases(),
     "gather": _selection_cases(),
@@ -383,6 +409,7 @@ CASES: dict[str, dict[str, Case]] = {
     **_rows_cases(),
     **_nested_cases(),
     "fwht": _fwht_cases(),
+    "gamma_halley": _gamma_cases(),
 }
 
 PARAMS = [pytest.param(kernel, case, id=f"{kernel}-{case}") for kernel, cases in CASES.items() for case in cases]

@@ -26,12 +26,14 @@ from gradstat.theory.kernels import (
     compaction,
     counter_dither,
     counter_native,
+    gamma_halley,
     hadamard,
     native,
     nested,
     policy,
     primitives,
     stage_stats,
+    triton_gamma,
     triton_runtime,
     triton_select,
     triton_stats,
@@ -41,6 +43,10 @@ from gradstat.theory.kernels.fused import Fused
 
 def _always(*_: Any) -> bool:
     return True
+
+
+def _gamma_triton_exists(a: torch.Tensor, *_: Any) -> bool:
+    return a.device.type in ("cuda", "cpu") and a.dtype == torch.float64 and triton_runtime.available()
 
 
 @dataclass(frozen=True)
@@ -398,6 +404,13 @@ KERNELS: dict[str, Kernel] = {
                 "compiled": _compiled(_nested_kernel(1)),
                 "triton": _rows_triton("nested_reconstruct_rows_in_place"),
             },
+        ),
+        Kernel(
+            "gamma_halley",
+            "the gamma quantile's Halley steps: x with P(a, x) = p or Q(a, x) = q (gamma_halley.halley)",
+            gamma_halley.reference,
+            {"triton": Form(triton_gamma.halley, _gamma_triton_exists)},
+            rtol=2e-9,  # (each form within 1e-9 of scipy's inverse, by its own evaluation of P and Q: tests)
         ),
         Kernel(
             "fwht",
