@@ -142,7 +142,9 @@ class Compressor(ABC):
         payload = Payload(shape=shape, dtype=dtype)
         with deferring() as flags:
             self._encode_now(x, payload, ctx)
-        return payload, torch.stack(flags).all() if flags else None
+        if not flags:
+            return payload, None
+        return payload, flags[0] if len(flags) == 1 else torch.stack(flags).all()  # (one check: its own flag)
 
     replays_as_graph: ClassVar[bool] = False
     """Whether the encode with deferred checks (:attr:`defers_checks`) may be replayed as a CUDA graph

@@ -374,3 +374,14 @@ def test_a_payload_for_another_size_is_refused_before_any_loop_runs(spec):
     side = torch.zeros(1000) if spec == "ndqsg" else None
     with pytest.raises(ValueError, match="payload|elements"):
         c.decode(wrong, ctx, side=side) if side is not None else c.decode(wrong, ctx)
+
+
+def test_a_key_is_its_two_words_low_first_from_one_fill():
+    """keys() fills one int64 whose halves are the key words (little-endian memory, low word first): the words of
+    key_words, over seeds whose low words take both signs."""
+    for seed in (0, 1, 7, 2**31 - 1, 2**40 + 3, 2**63 - 5):
+        for stream in (0, 1, 5):
+            want = list(counter_dither.key_words(seed, stream))
+            assert counter_dither.keys(seed, stream, "cpu").tolist() == want, (seed, stream)
+    # (the seeds are 63-bit: the high word is never negative; the low one takes both signs)
+    assert {counter_dither.key_words(s, 0)[0] < 0 for s in range(64)} == {False, True}

@@ -112,3 +112,21 @@ def test_a_selection_without_peaks_stores_them_in_its_count_for_its_writes(monke
     count, write = constants["_count_blocks"], constants["_write_blocks"]
     assert count["STORE"] and not count["PEAKS"] and count["EXTREMES"]
     assert write["PEAKS"] and write["SUB"] == count["SUB"] == 32
+
+
+@needs_fake_cuda
+@pytest.mark.parametrize("spec", ["terngrad", "dqsg"])
+def test_a_quantizers_queued_encode_fills_its_key_once_and_keeps_its_one_check_as_it_is(spec, monkeypatch):
+    """The counter hash's key is one int64 fill (its two int32 words; a stack of two fills before), the scale's
+    finiteness one norm reduction and its comparison, and the only deferred check is the answer itself (no stack
+    and no all() of one flag)."""
+    c = create(spec)
+    with fake_cuda(monkeypatch) as fake:
+        with fake.mode:
+            x = torch.empty(SIZE, device="cuda")
+        with fake.record() as launches:
+            c.enqueue(x, Context(seed=3, step=0, state=c.new_state()))
+    kernels = [k for k in launches if k != "aten:device"]
+    assert "aten:stack" not in kernels and "aten:all" not in kernels, kernels
+    assert kernels.count("aten:linalg_vector_norm") == 1 and "aten:ones_like" not in kernels, kernels
+    assert kernels[-1] == "triton:_rows", kernels

@@ -343,3 +343,17 @@ def test_count_at_smallest_is_the_same_on_numpy_and_torch(dtype):
         indices = torch.randperm(4000, generator=g)[:size].sort().values
         want = 0 if size == 0 else int((x[indices].abs() == x[indices].abs().min()).sum())
         assert count_at_smallest(x, indices) == want == count_at_smallest(strided, indices), size
+
+
+def test_the_norm_finiteness_flag_sees_every_nan_and_infinity():
+    """The small tensors' check off the CPU (a quantizer's scales on a GPU): one norm reduction; here on CPU tensors,
+    whose values it reads the same way."""
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        x = torch.tensor([0.0, 2.5, -1e-30, 3.0e38 if dtype != torch.float64 else 1e300], dtype=dtype)
+        assert bool(P.norm_finite_flag(x))
+        for bad in (math.nan, math.inf, -math.inf):
+            for at in (0, 3):
+                y = x.clone()
+                y[at] = bad
+                assert not bool(P.norm_finite_flag(y)), (dtype, bad, at)
+    assert bool(P.norm_finite_flag(torch.zeros(1)))

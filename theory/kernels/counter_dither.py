@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import sys
 from collections.abc import Iterator
 from typing import Any, Callable
 
@@ -63,8 +64,13 @@ def keys(seed: int, stream: int, device: torch.device | str) -> torch.Tensor:
     slots = _SLOTS.get()
     if slots is not None:
         return slots.take(seed, stream, torch.device(device))
-    # filled on the device (a copy from host memory would wait for the device's queue)
-    return torch.stack([_int32(w, device) for w in key_words(seed, stream)])
+    # filled on the device (a copy from host memory would wait for the device's queue): one int64 fill whose two
+    # 32-bit halves, low first in memory, are the key words (three launches, two fills and a stack, before)
+    if sys.byteorder != "little":  # (no such GPU; a big-endian CPU gets the words one by one)
+        return torch.stack([_int32(w, device) for w in key_words(seed, stream)])
+    low, high = key_words(seed, stream)
+    packed = (high << 32) | (low & 0xFFFFFFFF)  # (signed: high carries the sign)
+    return torch.full((1,), packed, dtype=torch.int64, device=device).view(torch.int32)
 
 
 def key_words(seed: int, stream: int) -> tuple[int, int]:

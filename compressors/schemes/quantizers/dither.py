@@ -208,7 +208,7 @@ def _native_rows(
 
 def _safe(scale: torch.Tensor) -> torch.Tensor:
     """The scale with zeros replaced by ones, for dividing (a zero bucket quantizes to zero codes)."""
-    return torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.where(scale > 0, scale, 1.0)
 
 
 @dataclass(frozen=True)
