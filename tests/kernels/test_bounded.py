@@ -235,7 +235,10 @@ def test_the_triton_kernels_compile_for_cuda_without_a_gpu(dtype, tmp_path, monk
     for kernel, signature, values in builds:
         names = kernel.arg_names
         ordered = {name: signature[name] for name in names}
-        compiled = triton.compile(ASTSource(kernel, ordered, values), target=GPUTarget("cuda", 90, 32))
+        target = GPUTarget("cuda", 90, 32)  # (with the launches' own options: no fused multiply-add)
+        compiled = triton.compile(
+            ASTSource(kernel, ordered, values), target=target, options=dict(triton_runtime.COMPILE_OPTIONS)
+        )
         ptx = compiled.asm["ptx"]
         assert ".ftz" not in ptx  # subnormals compared as they are (the threshold may be the smallest one)
         assert compiled.asm["cubin"]

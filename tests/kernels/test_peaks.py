@@ -86,5 +86,8 @@ def test_the_summary_kernel_with_peaks_compiles_for_cuda_without_a_gpu(dtype, tm
         constants = {"ABSOLUTE": True, "EXTREMES": False, "SQUARES": False, "LOGS": False, "PEAKS": with_peaks,
                      "SUB": peaks.SUB, "BLOCK": triton_stats.BLOCK}  # fmt: skip
         ordered = {name: signature[name] for name in kernel.arg_names}
-        compiled = triton.compile(ASTSource(kernel, ordered, constants), target=GPUTarget("cuda", 90, 32))
+        target = GPUTarget("cuda", 90, 32)  # (with the launches' own options: no fused multiply-add)
+        compiled = triton.compile(
+            ASTSource(kernel, ordered, constants), target=target, options=dict(triton_runtime.COMPILE_OPTIONS)
+        )
         assert ".ftz" not in compiled.asm["ptx"] and compiled.asm["cubin"]

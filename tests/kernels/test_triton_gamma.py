@@ -10,7 +10,7 @@ import torch
 from scipy import special
 
 from gradstat.theory.distributions import incgamma
-from gradstat.theory.kernels import triton_gamma, triton_runtime
+from gradstat.theory.kernels import gamma_halley, triton_gamma, triton_runtime
 
 needs_triton = pytest.mark.skipif(not triton_runtime.available(), reason="no Triton 3.0 or newer here")
 
@@ -45,11 +45,36 @@ def test_the_kernel_agrees_with_scipy_to_1e9_on_both_branches(steps):
 
 
 @needs_triton
-def test_a_truncated_kernel_is_detected(monkeypatch):
-    """The check above fails on one Halley step, and on series and continued fractions cut at two terms."""
+def test_a_truncated_kernel_is_detected_and_a_loop_cut_short_gives_nan(monkeypatch):
+    """The check above fails on one Halley step; series and continued fractions cut at two terms (as at shapes
+    beyond MAX_TERMS' reach) give NaN, never a number cut short."""
     assert _worst(1) > 1e-6
     monkeypatch.setattr(triton_gamma, "MAX_TERMS", 2)
-    assert _worst(incgamma.STEPS) > 1e-6
+    got, want = _kernel_quantiles(incgamma.STEPS)
+    cut = np.isnan(got)
+    assert cut.mean() > 0.5, cut.mean()
+    keep = ~cut & (want > 1e-290)
+    assert np.all(np.abs(got[keep] / want[keep] - 1) < 1e-9)  # (the few whose loops end within two terms)
+
+
+@needs_triton
+def test_the_operator_answers_by_the_reference_where_the_kernel_fails(monkeypatch):
+    """Inside a compiled function the kernel is an operator: a failure there is reported once and the torch steps
+    answer (the compiled function keeps running, not turned eager)."""
+
+    def broken(*args):  # type: ignore[no-untyped-def]
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(triton_gamma, "_BROKEN", triton_runtime.Fallback("the Triton gamma quantile", "X"))
+    monkeypatch.setattr(triton_gamma, "halley", broken)
+    a, q = torch.tensor([1.2, 30.0], dtype=torch.float64), torch.tensor([0.3, 0.9], dtype=torch.float64)
+    logp, logq = torch.log1p(-q), torch.log(q)
+    lgam, lgam1 = torch.lgamma(a), torch.lgamma(a + 1.0)
+    start = torch.maximum(torch.log(incgamma._initial_guess(a, logp, logq)), (logp + lgam1) / a)
+    with pytest.warns(RuntimeWarning, match="the Triton gamma quantile failed"):
+        got = triton_gamma._halley_op(a, logp, logq, lgam, lgam1, start, 4)
+    assert torch.equal(got, gamma_halley.reference(a, logp, logq, lgam, lgam1, start, 4))
+    assert triton_gamma._BROKEN.failed and not triton_gamma.in_graph(a)  # (later traces leave the operator)
 
 
 @needs_triton
@@ -101,5 +126,11 @@ def test_the_kernel_compiles_for_cuda_without_a_gpu(tmp_path, monkeypatch):
     signature.update(n="i32", STEPS="constexpr", MAX_TERMS="constexpr", BLOCK="constexpr")
     constants = {"STEPS": incgamma.MODERATE_STEPS, "MAX_TERMS": triton_gamma.MAX_TERMS, "BLOCK": triton_gamma.BLOCK}
     ordered = {name: signature[name] for name in kernel.arg_names}
-    compiled = triton.compile(ASTSource(kernel, ordered, constants), target=GPUTarget("cuda", 90, 32))
+    target = GPUTarget("cuda", 90, 32)
+    compiled = triton.compile(ASTSource(kernel, ordered, constants), target=target, options=_cuda_options())
     assert compiled.asm["cubin"]
+
+
+def _cuda_options() -> dict[str, object]:
+    """The options every CUDA launch builds with (triton_runtime.COMPILE_OPTIONS: no fused multiply-add)."""
+    return dict(triton_runtime.COMPILE_OPTIONS)

@@ -15,7 +15,7 @@ import pytest
 import torch
 from test_pot_deferred import _vector
 
-from gradstat.theory.kernels import policy
+from gradstat.theory.kernels import policy, triton_gamma
 from gradstat.theory.kernels.policy import forced
 from gradstat.theory.kernels.stage_stats import summary
 from gradstat.theory.pot import DEFERRED_STAGES, deferred_threshold, multistage_threshold
@@ -136,3 +136,42 @@ def test_the_compiled_stages_calling_the_triton_statistics_equal_the_traced_ones
     rtol = 1e-9 if first == "gamma" else RTOL
     torch.testing.assert_close(called[0], traced[0], rtol=rtol, atol=0.0)
     assert torch.equal(called[1:], traced[1:])
+
+
+def test_the_compiled_gamma_stages_call_the_quantile_kernel_as_their_operator(monkeypatch):
+    """On CUDA the gamma quantile's Halley steps are one Triton kernel, called by the compiled stages as the operator
+    gradstat::gamma_halley (theory/kernels/triton_gamma.py); here on a CPU through Triton's interpreter, the operator
+    path opened to CPU tensors. The trace reads no policy or context variable (it would fail, and the stages would
+    turn eager with a warning), the operator runs once per call, and the threshold equals the eager one's (the torch
+    steps) to the test's 1e-12: measured here 5e-13, the kernel and torch each evaluating P and Q their own way."""
+    if not policy.compiler_for("cpu") or triton_gamma.HALLEY_OP is None:
+        pytest.skip("torch.compile builds no CPU kernel here, or this torch has no custom operators")
+    calls = []
+    original = triton_gamma.halley
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        calls.append(args[-1])
+        return original(*args)
+
+    monkeypatch.setattr(triton_gamma, "GRAPH_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(triton_gamma, "halley", counted)
+    g = _laplace(300_000, 3, torch.device("cpu"))
+    stats = summary(g, True, True, False, True)
+    args = (g, stats, 1e-3, 3, "gamma", 0.25, "threshold", "exact", True)
+    with forced("never"):
+        eager = DEFERRED_STAGES(*args)
+    assert not calls  # (eager on a CPU: the torch steps)
+    with forced("always"), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        warnings.filterwarnings("error", message=".*lru_cache", category=UserWarning)
+        DEFERRED_STAGES._compiled = None
+        torch._dynamo.reset()
+        try:
+            compiled = DEFERRED_STAGES(*args)
+            assert DEFERRED_STAGES.compiled_for(g)
+        finally:
+            DEFERRED_STAGES._compiled = None  # (the next test traces afresh, without the opened path)
+            torch._dynamo.reset()
+    assert calls == [3]  # (q >= delta_1 = 0.25: three steps)
+    torch.testing.assert_close(compiled[0], eager[0], rtol=RTOL, atol=0.0)
+    assert torch.equal(compiled[1:], eager[1:])

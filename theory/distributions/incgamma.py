@@ -18,7 +18,7 @@ this solver took before, and three do where the caller knows q >= 1e-6 (SIDCo's 
 Where the tail underflows, its leading term stands in for it: P ~ x^a e^-x / Gamma(a + 1), Q ~ x^(a-1) e^-x /
 Gamma(a).
 
-That solver is the reference. On CUDA the same steps run as one Triton kernel
+That solver is the reference. For float64 values on CUDA the same steps run as one Triton kernel
 (:mod:`gradstat.theory.kernels.triton_gamma`: P and Q by their series and continued fraction in logarithms, one
 launch where the torch steps took some 15 each), within 1e-9 of scipy as the reference is. For one value on a CPU,
 where its ~280 operations on 0-d tensors cost half a millisecond of dispatch, the same quantile comes from scipy's

@@ -14,8 +14,10 @@ Forms:
   one value's serial series or continued fraction is the cost), the tail's leading term standing in where it
   underflows: some 15 launches per step on a device;
 - ``triton`` (:mod:`gradstat.theory.kernels.triton_gamma`): one launch for every step, P and Q by their series and
-  continued fraction in logarithms; for CUDA tensors where Triton is installed and the policy is not ``never``
-  (inside a compiled function, as its operator), the reference elsewhere and after a failure (reported once).
+  continued fraction in logarithms; for float64 values on CUDA where Triton is installed and the policy is not
+  ``never`` (inside a compiled function, as its operator), the reference elsewhere (float32 values among them) and
+  after a failure (reported once). Shapes above about 9e8 (float64 magnitudes nearly constant) exceed its loops'
+  bound: those values come out NaN, which a SIDCo stage reads as a failed fit.
 
 Both agree with scipy's inverse to 1e-9 relative (tests), not bit for bit with each other.
 """
@@ -85,14 +87,12 @@ def halley(
     steps: int,
 ) -> torch.Tensor:
     """:func:`reference`'s result by the form that runs on ``a`` (the module docstring)."""
-    if triton_gamma.runs_on(a):
-        if compiling():
-            op = triton_gamma.HALLEY_OP
-            if op is not None and not triton_gamma._BROKEN.failed:
-                return op(a, logp, logq, lgam, lgam1, start, steps)
-        else:
-            try:
-                return triton_gamma.halley(a, logp, logq, lgam, lgam1, start, steps)
-            except Exception as exc:  # noqa: BLE001 - a failed build or launch: reported once, the reference runs
-                triton_gamma.report(exc)
+    if compiling():  # (what torch.compile traces: plain attributes only, no policy or context variable read)
+        if triton_gamma.in_graph(a):
+            return triton_gamma.HALLEY_OP(a, logp, logq, lgam, lgam1, start, steps)
+    elif triton_gamma.runs_on(a):
+        try:
+            return triton_gamma.halley(a, logp, logq, lgam, lgam1, start, steps)
+        except Exception as exc:  # noqa: BLE001 - a failed build or launch: reported once, the reference runs
+            triton_gamma.report(exc)
     return reference(a, logp, logq, lgam, lgam1, start, steps)

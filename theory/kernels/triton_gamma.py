@@ -37,8 +37,13 @@ tl: Any = None
 
 BLOCK = 16
 """Values per program (SIDCo solves one)."""
-MAX_TERMS = 20_000
-"""Most terms of a series or continued fraction per evaluation (a guard: convergence takes ~9 sqrt(a) at large a)."""
+MAX_TERMS = 1 << 18
+"""Most terms of a series or continued fraction per evaluation: the series near x = a takes about sqrt(78 a) terms
+(25 at a = 1, 900 at a = 1e4), so shapes up to about 8.8e8 converge; beyond, the value comes out NaN (never a
+number cut short)."""
+GRAPH_DEVICES = ("cuda",)
+"""Device types on which a function torch.compile builds calls the kernel as its operator (:data:`HALLEY_OP`);
+tests add ``cpu`` to run that path through Triton's interpreter."""
 
 
 def _halley(  # type: ignore[no-untyped-def]
@@ -60,6 +65,7 @@ def _halley(  # type: ignore[no-untyped-def]
     zero = tl.full((BLOCK,), 0.0, tl.float64)
     tiny = tl.full((BLOCK,), 1e-300, tl.float64)  # (float64 constants: a bare literal is float32)
     eps = tl.full((BLOCK,), 1e-17, tl.float64)  # a term below this fraction of its sum ends a loop
+    cut = tl.full((BLOCK,), 0, tl.int32)  # lanes whose series or fraction stopped at MAX_TERMS unconverged
     for _ in range(STEPS):
         x = tl.exp(t)
         series = x < a + 1.0
@@ -73,6 +79,7 @@ def _halley(  # type: ignore[no-untyped-def]
             term = tl.where(term > eps * total, term * x / ap, zero)
             total = total + term
             k += 1
+        cut = cut | tl.where(term > eps * total, 1, 0)
         log_p_series = tl.log(total) + a * t - x - lgam1
         # log Q by its continued fraction where x >= a + 1 (modified Lentz)
         b = x + 1.0 - a
@@ -92,7 +99,8 @@ def _halley(  # type: ignore[no-untyped-def]
             ratio = d * c
             h = tl.where(change > eps, h * ratio, h)
             change = tl.where(change > eps, tl.abs(ratio - 1.0), zero)
-        log_q_fraction = tl.log(h) + a * t - x - lgam
+        cut = cut | tl.where(change > eps, 1, 0)
+        log_q_fraction = tl.log(tl.where(series, one, h)) + a * t - x - lgam  # (h < 0 on series lanes: unused)
         # the branch's tail; the other one as log(1 - e^{log tail}) (its series below 1e-4: log1p's precision)
         direct = tl.where(series, log_p_series, log_q_fraction)
         y = tl.exp(direct)
@@ -109,7 +117,7 @@ def _halley(  # type: ignore[no-untyped-def]
         step = tl.where(tl.abs(step) < float("inf"), step, zero)
         step = tl.minimum(tl.maximum(step, -2.0), 2.0)
         t = tl.maximum(t - step, floor)
-    tl.store(out_ptr + offsets, tl.exp(t), mask=inside)
+    tl.store(out_ptr + offsets, tl.where(cut > 0, float("nan"), tl.exp(t)), mask=inside)
 
 
 _BROKEN = triton_runtime.Fallback("the Triton gamma quantile", policy.ENV)
@@ -126,6 +134,12 @@ def runs_on(a: torch.Tensor) -> bool:
         and not _BROKEN.is_set()
         and triton_runtime.available()
     )
+
+
+def in_graph(a: torch.Tensor) -> bool:
+    """Whether a compiled function calls :data:`HALLEY_OP` on ``a`` (read while torch.compile traces: plain
+    attributes only): float64 values on a device of :data:`GRAPH_DEVICES`, the operator registered and not failed."""
+    return a.device.type in GRAPH_DEVICES and a.dtype == torch.float64 and HALLEY_OP is not None and not _BROKEN.failed
 
 
 def halley(
@@ -165,7 +179,13 @@ def _halley_op(
     start: torch.Tensor,
     steps: int,
 ) -> torch.Tensor:
-    return halley(a, logp, logq, lgam, lgam1, start, steps)
+    try:
+        return halley(a, logp, logq, lgam, lgam1, start, steps)
+    except Exception as exc:  # noqa: BLE001  (reported once; the reference answers, and later traces leave the op)
+        report(exc)
+        from gradstat.theory.kernels import gamma_halley  # (imported here: it imports this module)
+
+        return gamma_halley.reference(a, logp, logq, lgam, lgam1, start, steps)
 
 
 def _halley_fake(
@@ -177,7 +197,7 @@ def _halley_fake(
     start: torch.Tensor,
     steps: int,
 ) -> torch.Tensor:
-    return torch.empty_like(a)
+    return torch.empty(a.shape, dtype=a.dtype, device=a.device)  # (contiguous, as halley's output)
 
 
 def _register() -> Any:
