@@ -53,6 +53,19 @@ def test_the_queued_encode_on_cuda_reads_nothing_back(spec, monkeypatch):
     assert not missing, (missing, launches)
 
 
+def _last_encode(spec: str, monkeypatch: pytest.MonkeyPatch, encodes: int = 2) -> tuple[list[str], dict[str, dict]]:
+    """The launches of the last of ``encodes`` queued encodes of ``spec`` at SIZE on fake CUDA (device queries left
+    out), and each Triton kernel's compile-time constants at its last launch."""
+    c = create(spec)
+    with fake_cuda(monkeypatch) as fake:
+        with fake.mode:
+            x = torch.empty(SIZE, device="cuda")
+        for step in range(encodes):
+            with fake.record() as launches:
+                c.enqueue(x, Context(seed=3, step=step, state=c.new_state()))
+        return [k for k in launches if k != "aten:device"], dict(fake.constants)
+
+
 SELECTION = ["triton:_count_blocks", "aten:cumsum", "triton:_write_blocks", "triton:_finish", "aten:cat"]
 """A threshold sparsifier's queued selection once its threshold is known: the count, the blocks' ends, the writes,
 the tally with the buffers' padding, and the one vector read back (eleven more launches before the tally kernel)."""
@@ -64,14 +77,7 @@ DGC's sample minimum; the selection follows it at once (the threshold's conversi
 @needs_fake_cuda
 @pytest.mark.parametrize("spec", [s for s in sorted(READ_FREE) if s.startswith(("sidco", "dgc"))])
 def test_the_queued_selection_takes_five_launches_after_the_threshold(spec, monkeypatch):
-    c = create(spec)
-    with fake_cuda(monkeypatch) as fake:
-        with fake.mode:
-            x = torch.empty(SIZE, device="cuda")
-        for step in range(2):
-            with fake.record() as launches:
-                c.enqueue(x, Context(seed=3, step=step, state=c.new_state()))
-    kernels = [k for k in launches if k != "aten:device"]  # (a device query, no launch)
+    kernels, _ = _last_encode(spec, monkeypatch)
     start = kernels.index(SELECTION[0])
     assert kernels[start:] == SELECTION, kernels
     before = next(v for k, v in THRESHOLD_FROM.items() if k in spec)
@@ -83,14 +89,7 @@ def test_the_queued_selection_takes_five_launches_after_the_threshold(spec, monk
 def test_sidco_stores_peaks_in_its_summary_and_its_selection_skips_by_them(spec, monkeypatch):
     """The stage-1 summary's read stores the sub-block maxima of |g| (theory/kernels/peaks.py), and both reads of
     the selection take them: at ratio 1e-3 they read about 3 % of the vector instead of all of it and two thirds."""
-    c = create(spec)
-    with fake_cuda(monkeypatch) as fake:
-        with fake.mode:
-            x = torch.empty(SIZE, device="cuda")
-        for step in range(2):
-            with fake.record():
-                c.enqueue(x, Context(seed=3, step=step, state=c.new_state()))
-        constants = dict(fake.constants)  # (each kernel's last launch)
+    _, constants = _last_encode(spec, monkeypatch)
     assert constants["_summary_blocks"]["PEAKS"] and constants["_summary_blocks"]["SUB"] == 32
     assert constants["_count_blocks"]["PEAKS"] and constants["_write_blocks"]["PEAKS"]
     assert constants["_count_blocks"]["SUB"] == constants["_write_blocks"]["SUB"] == 32
@@ -101,14 +100,7 @@ def test_a_selection_without_peaks_stores_them_in_its_count_for_its_writes(monke
     """DGC's threshold comes from a sample, with no read of the whole gradient before the selection: the count reads
     every element (it also finds the largest magnitude) and stores the sub-block maxima, and the writes skip by
     them."""
-    c = create("dgc:ratio=0.001")
-    with fake_cuda(monkeypatch) as fake:
-        with fake.mode:
-            x = torch.empty(SIZE, device="cuda")
-        for step in range(2):
-            with fake.record():
-                c.enqueue(x, Context(seed=3, step=step, state=c.new_state()))
-        constants = dict(fake.constants)
+    _, constants = _last_encode("dgc:ratio=0.001", monkeypatch)
     count, write = constants["_count_blocks"], constants["_write_blocks"]
     assert count["STORE"] and not count["PEAKS"] and count["EXTREMES"]
     assert write["PEAKS"] and write["SUB"] == count["SUB"] == 32
@@ -120,13 +112,7 @@ def test_a_quantizers_queued_encode_fills_its_key_once_and_keeps_its_one_check_a
     """The counter hash's key is one int64 fill (its two int32 words; a stack of two fills before), the scale's
     finiteness one norm reduction and its comparison, and the only deferred check is the answer itself (no stack
     and no all() of one flag)."""
-    c = create(spec)
-    with fake_cuda(monkeypatch) as fake:
-        with fake.mode:
-            x = torch.empty(SIZE, device="cuda")
-        with fake.record() as launches:
-            c.enqueue(x, Context(seed=3, step=0, state=c.new_state()))
-    kernels = [k for k in launches if k != "aten:device"]
+    kernels, _ = _last_encode(spec, monkeypatch, encodes=1)
     assert "aten:stack" not in kernels and "aten:all" not in kernels, kernels
     assert kernels.count("aten:linalg_vector_norm") == 1 and "aten:ones_like" not in kernels, kernels
     assert kernels[-1] == "triton:_rows", kernels
