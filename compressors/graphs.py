@@ -1,7 +1,8 @@
 """Queued encodes replayed as CUDA graphs: one launch in place of an encode's dozens where the input repeats.
 
-A queued encode (:mod:`gradstat.compressors.pending`) on a GPU launches some 20 to 70 kernels; at 26M elements on
-an H100 their device time is a third of the wall time, the rest is the host queuing them (Python, dispatch, the
+A queued encode (:mod:`gradstat.compressors.pending`) on a GPU launches some 8 to 55 kernels (counted at 2.6M
+elements on fake CUDA tensors; 20 to 70 in the code an H100 timed, reports/gpu/2026-11-26T1850Z.md); at 26M elements
+on that H100 their device time was a third of the wall time, the rest the host queuing them (Python, dispatch, the
 launches). A training loop's hook encodes the same buffers, of the same shape, step after step, which is what a
 CUDA graph is for: captured once, the whole device part of the encode is replayed with one launch.
 
