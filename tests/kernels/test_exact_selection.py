@@ -118,3 +118,21 @@ def test_the_tally_joins_blocks_read_by_one_lane_in_several_steps(chunk, monkeyp
         assert torch.equal(got[3], want.tally), (capacity, got[3].tolist(), want.tally.tolist())
     # the magnitudes the lanes meet: blocks 0-3 write nothing, 1.0, 1.0 (and 2, 1.5) and 1.25 (and 3): two ties
     assert triton_select.select(x, t, True, len(picks), ties=True)[3][2].item() == 2
+
+
+@needs_triton
+def test_a_device_threshold_is_taken_as_it_is_and_rounded_in_the_kernels(monkeypatch):
+    """count_triton hands a 0-d floating threshold on x's device to the kernels unconverted (they round it to x's
+    dtype and raise it to the smallest positive value, as positive_threshold does): float64 thresholds just above,
+    at and just below float32 values, a subnormal, 0, a negative one and NaN select what the reference selects."""
+    monkeypatch.setattr(primitives, "triton_exact", lambda x: True)
+    x = torch.tensor([0.0, 1e-45, -2e-45, 0.5, -0.75, 1.0, 3.0, -1.0000001, float(torch.finfo(torch.float32).tiny)] * 5)
+    one = torch.tensor(1.0, dtype=torch.float64)
+    for t in (one, torch.nextafter(one, one * 2), torch.nextafter(one, one * 0), one * 1.00000001, one * 1e-46,
+              one * 0.0, -one, one * float("nan"), one * 0.6):  # fmt: skip
+        counted = primitives.count_triton(x, t, True, True)
+        assert counted is not None
+        got, values, top = counted.finish()
+        want = primitives.select_at_least_reference(x, primitives.positive_threshold(t, x), True)
+        assert torch.equal(got, want), (float(t), got.tolist(), want.tolist())
+        assert torch.equal(values, x[want]) and top == 3.0

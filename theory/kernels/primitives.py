@@ -538,8 +538,20 @@ def count_triton(
     (:data:`EXACT_FALLBACK`) and gives None too. The caller finishes it with :func:`finish_triton`."""
     if not triton_exact(flat):
         return None
+    # (a 0-d floating tensor on flat's device as it is: the kernels round it to flat's dtype and raise it to the
+    # smallest positive value themselves, as positive_threshold does, without its two launches)
+    t: torch.Tensor
+    if (
+        isinstance(threshold, torch.Tensor)
+        and threshold.dim() == 0
+        and threshold.device == flat.device
+        and threshold.is_floating_point()
+    ):
+        t = threshold
+    else:
+        t = positive_threshold(threshold, flat)
     try:
-        return triton_select.count_exact(flat, positive_threshold(threshold, flat), signed, extremes)
+        return triton_select.count_exact(flat, t, signed, extremes)
     except Exception as exc:  # noqa: BLE001 - any build or launch failure falls back to the other forms
         EXACT_FALLBACK.report(exc)
         return None

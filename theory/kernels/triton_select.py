@@ -306,26 +306,38 @@ def count_exact(x: torch.Tensor, t: torch.Tensor, signed: bool, extremes: bool) 
     n = x.numel()
     block = triton_runtime.block_for(x, BLOCK)
     blocks = -(-n // block)
-    counts = torch.zeros(max(blocks, 1), dtype=torch.int64, device=x.device)
-    tops = torch.zeros(max(blocks, 1), dtype=x.dtype, device=x.device) if extremes else counts
     found = Peaks(torch.empty(-(-n // sub_for(x)), dtype=x.dtype, device=x.device), sub_for(x))
-    if n:
-        count_kernel, _ = build(interpret=x.device.type == "cpu")
-        context, options = triton_runtime.launch(x)
-        with context:
-            count_kernel[(blocks,)](
-                x, t, counts, tops, found.values, n, found.values.numel(), SIGNED=signed, EXTREMES=extremes,
-                WIDE=x.dtype == torch.float64, PEAKS=False, STORE=True, SUB=found.sub, BLOCK=block, **options,
+    if not n:  # (nothing to count: a zero total, and a zero largest magnitude)
+        counts = torch.zeros(1, dtype=torch.int64, device=x.device)
+        ends = torch.cumsum(counts, 0)
+        read = torch.zeros(3, dtype=torch.float64, device=x.device) if extremes else ends[-1:]
+        return Counted(x, t, signed, block, counts, ends, read, extremes, found)
+    counts = torch.empty(blocks, dtype=torch.int64, device=x.device)  # (every block's entry is written)
+    tops = torch.empty(blocks, dtype=x.dtype, device=x.device) if extremes else counts
+    count_kernel, _ = build(interpret=x.device.type == "cpu")
+    context, options = triton_runtime.launch(x)
+    with context:
+        count_kernel[(blocks,)](
+            x, t, counts, tops, found.values, n, found.values.numel(), SIGNED=signed, EXTREMES=extremes,
+            WIDE=x.dtype == torch.float64, PEAKS=False, STORE=True, SUB=found.sub, BLOCK=block, **options,
+        )  # fmt: skip
+        ends = torch.cumsum(counts, 0)
+        if extremes:  # the tally [largest |x|, total, 0] by the finishing program alone (no buffer to pad)
+            read = torch.empty(3, dtype=torch.float64, device=x.device)
+            chunk, steps = _steps(blocks, x)
+            triton_runtime.build(_finish, interpret=x.device.type == "cpu")[(1,)](
+                ends, tops, counts, counts, counts, counts, read, blocks, 0, EXTREMES=True, TIES=False, CHUNK=chunk,
+                STEPS=steps, FILL=triton_runtime.INTERPRETED_BLOCK, **options,
             )  # fmt: skip
-    ends = torch.cumsum(counts, 0)
-    read = torch.stack([ends[-1].to(torch.float64), tops.amax().to(torch.float64)]) if extremes else ends[-1:]
+        else:
+            read = ends[-1:]
     return Counted(x, t, signed, block, counts, ends, read, extremes, found)
 
 
 @dataclass(frozen=True)
 class Counted:
-    """A selection counted on the device (:func:`count_exact`): ``read`` holds its total (and, with ``extremes``,
-    the largest magnitude) for one read back."""
+    """A selection counted on the device (:func:`count_exact`): ``read`` holds its total for one read back (with
+    ``extremes``, the tally ``[largest |x|, total, 0]``, float64)."""
 
     x: torch.Tensor
     t: torch.Tensor
@@ -341,8 +353,8 @@ class Counted:
     def finish(self) -> tuple[torch.Tensor, torch.Tensor, float | None]:
         """Read the total back (one copy, with the maximum), then write the selection: :func:`select_exact`'s
         result."""
-        values_read = self.read.tolist()  # the one host read: the output's size
-        total = int(values_read[0])
+        values_read = self.read.tolist()  # the one host read: the output's size (with extremes, the tally)
+        total = int(values_read[1] if self.extremes else values_read[0])
         x = self.x
         indices = torch.empty(total, dtype=torch.int64, device=x.device)
         values = torch.empty(total, dtype=x.dtype, device=x.device)
@@ -356,4 +368,4 @@ class Counted:
                     x.numel(), self.peaks.values.numel(), total, SIGNED=self.signed, WIDE=x.dtype == torch.float64,
                     TIES=False, PEAKS=True, SUB=self.peaks.sub, BLOCK=self.block, **options,
                 )  # fmt: skip
-        return indices, values, (float(values_read[1]) if self.extremes else None)
+        return indices, values, (float(values_read[0]) if self.extremes else None)
