@@ -119,7 +119,7 @@ def finite_flag(x: torch.Tensor) -> torch.Tensor:
     """:func:`all_finite`'s answer as a 0-d bool tensor on ``x``'s device: nothing is read back."""
     if x.numel() == 0:
         return torch.ones((), dtype=torch.bool, device=x.device)
-    if x.numel() <= SMALL_CHECK and x.device.type != "cpu":  # (a quantizer's scales on a GPU: launches count)
+    if x.numel() <= SMALL_CHECK and x.device.type != "cpu" and x.is_floating_point():  # (a GPU: launches count)
         return norm_finite_flag(x)
     # max |x| = max(-min, max) is +inf where either extreme is infinite and NaN where they are (maximum propagates
     # NaN): three launches, where isfinite of the stacked extremes took six
@@ -530,12 +530,17 @@ def _select_triton(
     return None if counted is None else finish_triton(counted)
 
 
+_KERNEL_THRESHOLDS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+"""Threshold dtypes the selection kernels round in-kernel (Triton rounds a float8 one by no mode it has)."""
+
+
 def count_triton(
     flat: torch.Tensor, threshold: torch.Tensor | float, signed: bool, extremes: bool
 ) -> triton_select.Counted | None:
     """The first half of the exact selection by Triton (:func:`gradstat.theory.kernels.triton_select.count_exact`,
     launched, nothing read back) where :func:`triton_exact` says it runs, else None; a failure is reported once
-    (:data:`EXACT_FALLBACK`) and gives None too. The caller finishes it with :func:`finish_triton`."""
+    (:data:`EXACT_FALLBACK`) and gives None too. The caller finishes it with :func:`finish_triton`, and leaves a
+    device ``threshold`` unchanged until then (the writes read it again: it is not copied)."""
     if not triton_exact(flat):
         return None
     # (a 0-d floating tensor on flat's device as it is: the kernels round it to flat's dtype and raise it to the
@@ -545,7 +550,7 @@ def count_triton(
         isinstance(threshold, torch.Tensor)
         and threshold.dim() == 0
         and threshold.device == flat.device
-        and threshold.is_floating_point()
+        and threshold.dtype in _KERNEL_THRESHOLDS
     ):
         t = threshold
     else:
