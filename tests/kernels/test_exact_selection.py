@@ -110,7 +110,7 @@ def test_the_tally_joins_blocks_read_by_one_lane_in_several_steps(chunk, monkeyp
     GPU, 2,048 lanes for 25,391 blocks at 26M elements; interpreted, four blocks and 16 lanes, so forced here), a lane
     meets a smaller low (reset its count), an equal one (add) and a larger one (keep)."""
     x, picks = _sparse_blocks(torch.device("cpu"))
-    monkeypatch.setattr(triton_select, "_steps", lambda blocks, x: (chunk, -(-blocks // chunk)))
+    monkeypatch.setattr(triton_runtime, "finishing_steps", lambda blocks, x, _: (chunk, -(-blocks // chunk)))
     t = torch.tensor(1.0, dtype=torch.float64)
     for capacity in range(len(picks) + 1):
         got = triton_select.select(x, t, True, capacity, extremes=True, ties=True)

@@ -94,14 +94,23 @@ def launch(x: torch.Tensor) -> tuple[contextlib.AbstractContextManager[object], 
     return contextlib.nullcontext(), {}
 
 
-def block_for(x: torch.Tensor, block: int) -> int:
-    """Elements per program for ``x``: ``block`` (a power of two) on a GPU; for a CPU tensor (interpreted) the
-    smallest power of two of at least :data:`INTERPRETED_BLOCK` that covers it in :data:`INTERPRETED_PROGRAMS`
-    blocks."""
+def block_for(x: torch.Tensor, block: int, count: int | None = None) -> int:
+    """Elements per program for ``x`` (or for ``count`` items of work on x's device, e.g. a buffer's positions):
+    ``block`` (a power of two) on a GPU; for a CPU tensor (interpreted) the smallest power of two of at least
+    :data:`INTERPRETED_BLOCK` that covers them in :data:`INTERPRETED_PROGRAMS` blocks."""
     if x.device.type != "cpu":
         return block
-    per_program = -(-x.numel() // INTERPRETED_PROGRAMS)
+    per_program = -(-(x.numel() if count is None else count) // INTERPRETED_PROGRAMS)
     return max(INTERPRETED_BLOCK, 1 << max(0, per_program - 1).bit_length())
+
+
+def finishing_steps(blocks: int, x: torch.Tensor, chunk: int) -> tuple[int, int]:
+    """``(CHUNK, STEPS)`` of a finishing program that joins ``blocks`` partials ``chunk`` at a time on a GPU
+    (:data:`INTERPRETED_BLOCK` at a time interpreted): the steps a power of two (a kernel is built per value: a
+    handful of sizes), at least 1."""
+    chunk = chunk if x.device.type == "cuda" else INTERPRETED_BLOCK
+    steps = -(-blocks // chunk)
+    return chunk, 1 << max(0, steps - 1).bit_length()
 
 
 class Fallback:

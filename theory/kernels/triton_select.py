@@ -201,22 +201,6 @@ FILL = 1024
 """Buffer positions each filling program pads on CUDA."""
 
 
-def _steps(blocks: int, x: torch.Tensor) -> tuple[int, int]:
-    """``(CHUNK, STEPS)`` of the finishing program over ``blocks`` partials: the steps a power of two (a kernel is
-    built per value: a handful of sizes), at least 1."""
-    chunk = CHUNK if x.device.type == "cuda" else triton_runtime.INTERPRETED_BLOCK
-    steps = -(-blocks // chunk)
-    return chunk, 1 << max(0, steps - 1).bit_length()
-
-
-def _fill(capacity: int, x: torch.Tensor) -> int:
-    """Positions per filling program: :data:`FILL` on CUDA; interpreted, at most four programs."""
-    if x.device.type == "cuda":
-        return FILL
-    per_program = -(-capacity // triton_runtime.INTERPRETED_PROGRAMS)
-    return max(triton_runtime.INTERPRETED_BLOCK, 1 << max(0, per_program - 1).bit_length())
-
-
 def select(
     x: torch.Tensor,
     threshold: torch.Tensor,
@@ -269,8 +253,8 @@ def select(
     tied = torch.empty(blocks, dtype=torch.int32, device=x.device) if ties else counts
     tally = torch.empty(3, dtype=torch.float64, device=x.device)
     wide = x.dtype == torch.float64
-    chunk, steps = _steps(blocks, x)
-    fill = _fill(capacity, x)
+    chunk, steps = triton_runtime.finishing_steps(blocks, x, CHUNK)
+    fill = triton_runtime.block_for(x, FILL, capacity)  # (positions per padding program)
     context, options = triton_runtime.launch(x)
     with context:
         count_kernel[(blocks,)](x, threshold, counts, tops, maxima, n, n_peaks, SIGNED=signed, EXTREMES=extremes,
@@ -324,7 +308,7 @@ def count_exact(x: torch.Tensor, t: torch.Tensor, signed: bool, extremes: bool) 
         ends = torch.cumsum(counts, 0)
         if extremes:  # the tally [largest |x|, total, 0] by the finishing program alone (no buffer to pad)
             read = torch.empty(3, dtype=torch.float64, device=x.device)
-            chunk, steps = _steps(blocks, x)
+            chunk, steps = triton_runtime.finishing_steps(blocks, x, CHUNK)
             triton_runtime.build(_finish, interpret=x.device.type == "cpu")[(1,)](
                 ends, tops, counts, counts, counts, counts, read, blocks, 0, EXTREMES=True, TIES=False, CHUNK=chunk,
                 STEPS=steps, FILL=triton_runtime.INTERPRETED_BLOCK, **options,

@@ -213,20 +213,12 @@ def _summary(
             ABSOLUTE=absolute, EXTREMES=extremes, SQUARES=squares, LOGS=logs, PEAKS=found is not None, SUB=sub,
             BLOCK=block, **options,
         )  # fmt: skip
-        chunk, steps = _chunks(blocks, flat)
+        chunk, steps = triton_runtime.finishing_steps(blocks, flat, CHUNK)
         finish_kernel[(1,)](
             parts, out, blocks, TAIL=False, EXTREMES=extremes, SQUARES=squares, LOGS=logs, CHUNK=chunk, STEPS=steps,
             **options,
         )  # fmt: skip
     return out
-
-
-def _chunks(blocks: int, x: torch.Tensor) -> tuple[int, int]:
-    """``(CHUNK, STEPS)`` of a finishing program over ``blocks`` partials: the steps a power of two (a kernel is
-    built per value: a handful of sizes), at least 1."""
-    chunk = CHUNK if x.device.type == "cuda" else triton_runtime.INTERPRETED_BLOCK
-    steps = -(-blocks // chunk)
-    return chunk, 1 << max(0, steps - 1).bit_length()
 
 
 def tail_moments(
@@ -250,7 +242,7 @@ def tail_moments(
     context, options = triton_runtime.launch(flat)
     with context:
         blocks_kernel[(blocks,)](flat, *scalars, parts, n, LOGS=logs, SQUARES=squares, BLOCK=block, **options)
-        chunk, steps = _chunks(blocks, flat)
+        chunk, steps = triton_runtime.finishing_steps(blocks, flat, CHUNK)
         finish_kernel[(1,)](
             parts, out, blocks, TAIL=True, EXTREMES=False, SQUARES=squares, LOGS=logs, CHUNK=chunk, STEPS=steps,
             **options,
