@@ -121,13 +121,14 @@ def test_the_tally_joins_blocks_read_by_one_lane_in_several_steps(chunk, monkeyp
 
 
 @needs_triton
-def test_a_device_threshold_is_taken_as_it_is_and_rounded_in_the_kernels(monkeypatch):
+def test_a_device_threshold_is_taken_as_it_is_and_rounded_in_the_kernels(monkeypatch, device):
     """count_triton hands a 0-d floating threshold on x's device to the kernels unconverted (they round it to x's
     dtype and raise it to the smallest positive value, as positive_threshold does): float64 thresholds just above,
     at and just below float32 values, a subnormal, 0, a negative one and NaN select what the reference selects."""
     monkeypatch.setattr(primitives, "triton_exact", lambda x: True)
     x = torch.tensor([0.0, 1e-45, -2e-45, 0.5, -0.75, 1.0, 3.0, -1.0000001, float(torch.finfo(torch.float32).tiny)] * 5)
-    one = torch.tensor(1.0, dtype=torch.float64)
+    x = x.to(device)
+    one = torch.tensor(1.0, dtype=torch.float64, device=device)
     for t in (one, torch.nextafter(one, one * 2), torch.nextafter(one, one * 0), one * 1.00000001, one * 1e-46,
               one * 0.0, -one, one * float("nan"), one * 0.6):  # fmt: skip
         counted = primitives.count_triton(x, t, True, True)
