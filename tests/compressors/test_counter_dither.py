@@ -177,6 +177,24 @@ def test_c_loops_equal_eager_bit_for_bit(monkeypatch, q, native_split):
 
 
 @needs_c_loops
+def test_c_sample_indices_equal_the_reference_tile(monkeypatch, native_split):
+    """DGC's draws with replacement by the C loop (one piece, or three on the thread pool, each starting at its own
+    counter) against the reference tile, element for element, for several seeds and lengths d up to 2^31 - 1 (the
+    products near 2^63); and the loop is what ran."""
+    calls = _record_calls(monkeypatch, "sample_indices_into")
+    for seed in range(3):
+        for n, d in ((1, 1), (9, 7), (200, 260_000), (1000, 2**31 - 1), (0, 5)):
+            key = counter_dither.keys(seed, 6, "cpu")
+            monkeypatch.setenv("GRADSTAT_COMPILE", "auto")
+            drawn = counter_dither.indices(n, d, key, "cpu")
+            monkeypatch.setenv("GRADSTAT_COMPILE", "0")  # the reference tile
+            assert torch.equal(drawn, counter_dither.indices(n, d, key, "cpu")), (seed, n, d)
+            assert drawn.dtype == torch.int64 and drawn.shape == (n,) and (n == 0 or 0 <= int(drawn.min()))
+            assert n == 0 or int(drawn.max()) < d
+    assert calls.count("sample_indices_into") == 15
+
+
+@needs_c_loops
 def test_half_dithered_c_decode_equals_the_torch_dither_decode(monkeypatch):
     """A half-dithered decode draws no dither: the C loop serves ``dither=torch`` payloads too, bit for bit."""
     q = ScaledQuantizer(levels=4, bucket=512, norm="l2", subtract=False, dither="torch")

@@ -598,6 +598,39 @@ fail:
     return NULL;
 }
 
+/* Indices drawn with replacement (counter_dither.sample_indices_into): floor((h + 2^31) d / 2^32) of the hash h of
+   the counters base, base + 1, ...; h + 2^31 of the signed hash is its bits with the top one flipped, below 2^32,
+   and d <= 2^31, so the product stays below 2^63. */
+static PyObject* gs_sample_indices(PyObject* self, PyObject* args) {
+    (void)self;
+    const char* fn = "sample_indices";
+    PyObject* oo;
+    long long base, d;
+    unsigned long long k0, k1;
+    if (!PyArg_ParseTuple(args, "OLKKL", &oo, &base, &k0, &k1, &d)) return NULL;
+    if (d < 1 || d > (1LL << 31)) {
+        PyErr_Format(PyExc_ValueError, "%s: indices into %lld elements (1 to 2^31)", fn, d);
+        return NULL;
+    }
+    gs_views v = {.held = 0};
+    Py_ssize_t n;
+    void* o;
+    if (gs_take(&v, oo, GS_I64, 1, fn, &n, &o)) {
+        gs_release(&v);
+        return NULL;
+    }
+    int64_t* out = (int64_t*)o;
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t c = 0; c < n; c++) {
+        uint32_t h = gs_round(((uint32_t)base + (uint32_t)c) ^ (uint32_t)k0);
+        h = gs_round((h ^ (h >> 16)) ^ (uint32_t)k1);
+        out[c] = (int64_t)(((uint64_t)(h ^ 0x80000000u) * (uint64_t)d) >> 32);
+    }
+    Py_END_ALLOW_THREADS;
+    gs_release(&v);
+    Py_RETURN_NONE;
+}
+
 /* ---------------------------------------------------------------------------------------------------------------
    Stage statistics (stage_stats.py): one read of a float32 piece, every sum accumulated in float64 (four partial
    sums per quantity, so the additions overlap; the order differs from torch's, within the rounding the catalog
@@ -1049,6 +1082,7 @@ static PyMethodDef gs_methods[] = {
     {"reconstruct_rows", gs_reconstruct_rows, METH_VARARGS, "Counter-dither float32 reconstruction of int8 rows."},
     {"nested_rows", gs_nested_rows, METH_VARARGS, "NDQSG's nested int8 codes of float32 values."},
     {"nested_estimate", gs_nested_estimate, METH_VARARGS, "NDQSG's float32 estimate from nested codes."},
+    {"sample_indices", gs_sample_indices, METH_VARARGS, "Indices drawn with replacement from the counter hash."},
     {"summary_f32", gs_summary_f32, METH_VARARGS, "Stage statistics: extremes, nonzeros and sums of a float32 piece."},
     {"tail_f32", gs_tail_f32, METH_VARARGS, "Stage statistics: count and sums over |x| > above of a float32 piece."},
     {"avx2", gs_avx2, METH_NOARGS, "Whether the AVX2 loops run (the CPU has AVX2, and set_avx2 allows them)."},

@@ -206,6 +206,15 @@ def _native_reconstruct_applies(out: torch.Tensor, codes: torch.Tensor, scale: t
     return counter_native.reconstructs(codes, scale.reshape(-1)) and scale.is_contiguous() and out.is_contiguous()
 
 
+def _native_sample(out: torch.Tensor, row_factor: torch.Tensor, base: torch.Tensor, key: torch.Tensor,
+                   d: int) -> torch.Tensor:  # fmt: skip
+    return counter_native.sample_indices_into(out, int(base), key, d)
+
+
+def _native_sample_applies(out: torch.Tensor, *_: Any) -> bool:
+    return counter_native.samples(out)
+
+
 # -- NDQSG's nested rows (one row, first index 0: the form the C loops take) -------------------------------------------
 
 
@@ -383,7 +392,11 @@ KERNELS: dict[str, Kernel] = {
             "indices drawn with replacement from the counter hash, floor((h + 2^31) d / 2^32): DGC's sample "
             "(counter_dither.sample_indices_into)",
             counter_dither.KERNELS["sample_indices_into"].reference,
-            {"compiled": _rows_compiled("sample_indices_into"), "triton": _rows_triton("sample_indices_into")},
+            {
+                "native": Form(_native_sample, _native_sample_applies),
+                "compiled": _rows_compiled("sample_indices_into"),
+                "triton": _rows_triton("sample_indices_into"),
+            },
         ),
         Kernel(
             "nested_rows",

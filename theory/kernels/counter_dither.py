@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 import torch
 
-from gradstat.theory.kernels import policy, triton_dither, triton_runtime
+from gradstat.theory.kernels import counter_native, policy, triton_dither, triton_runtime
 from gradstat.theory.kernels.fused import Fused
 from gradstat.theory.kernels.seeds import derive_seed
 
@@ -191,7 +191,9 @@ def indices(n: int, d: int, key: torch.Tensor, device: torch.device | str) -> to
     check_indices(0, max(n, d))
     device = torch.device(device)
     out = torch.empty((1, n), dtype=torch.int64, device=device)
-    if device.type == "cpu":  # (the reference over one tile: the CPU's, as before)
+    if device.type == "cpu":  # (gradstat's C loop where it is built and allowed; else the reference over one tile)
+        if counter_native.samples(out):
+            return counter_native.sample_indices_into(out, 0, key, d).reshape(-1)
         return sample_indices_into(out, torch.ones((1, 1)), torch.zeros((), dtype=torch.int32), key, d).reshape(-1)
     # elsewhere the Triton kernel's one pass where it runs (the eager hash: twenty passes)
     return run_rows(KERNELS["sample_indices_into"], out, (), torch.ones((1, 1), device=device), 0, key, d).reshape(-1)

@@ -98,6 +98,27 @@ def reconstruct_rows_into(
     return _over_rows("reconstruct_rows", out, codes, scale, base, key, (gain, offset, int(subtract)))
 
 
+def samples(out: torch.Tensor) -> bool:
+    """Whether :func:`sample_indices_into` runs: a contiguous int64 CPU output and the C extension in use."""
+    return cpu_contiguous(out, (torch.int64,)) and native.extension() is not None
+
+
+def sample_indices_into(out: torch.Tensor, base: int, key: torch.Tensor, d: int) -> torch.Tensor:
+    """:func:`gradstat.theory.kernels.counter_dither.sample_indices_into` of the flat int64 ``out`` whose first
+    element has index ``base`` (see :func:`samples`): ``floor((h + 2^31) d / 2^32)`` of each element's hash, in one
+    loop (the reference takes some twenty tensor operations: measured on a 2-core CPU, one thread, 90 us for DGC's
+    2,600 draws from 260k elements, of its 330 us encode)."""
+    k0, k1 = _words(key)
+    flat = out.reshape(-1)
+    fn = _extension().sample_indices
+
+    def piece(a: int, b: int) -> None:
+        fn(flat[a:b].numpy(), base + a, k0, k1, d)
+
+    native.run_all([functools.partial(piece, *p) for p in native.pieces(flat.numel())])
+    return out
+
+
 def nests(g: torch.Tensor, k: int, delta1: float) -> bool:
     """Whether :func:`nested_rows_into` and :func:`nested_estimate_into` run: float32 values on a CPU, int8 codes
     (k <= 255), the small remainder's range (``1 / delta1 + 1 < 2^22``,
