@@ -21,7 +21,7 @@ from gradstat import compressors
 from gradstat.compressors.context import Context
 from gradstat.compressors.schemes.sparsifiers import randk, wangni
 from gradstat.compressors.wire.errors import PayloadError
-from gradstat.theory.kernels import bounded, counter_dither
+from gradstat.theory.kernels import bounded, counter_dither, counter_native, native
 
 CONFIDENCE = 0.999
 Draw = Callable[[int, int, int], torch.Tensor]
@@ -139,16 +139,33 @@ def _by_definition(d: int, k: int, seed: int) -> torch.Tensor:
     return torch.tensor(sorted(i for _, i in pairs), dtype=torch.int64)
 
 
+@pytest.mark.parametrize("path", ["C loop", "C loop, small buffers", "torch chunks"])
 @pytest.mark.parametrize("chunk,sigmas", [(None, None), (1000, None), (1000, -50.0)])
-def test_the_cpu_cut_and_chunks_give_the_subset_of_the_definition(monkeypatch, chunk, sigmas):
-    """Chunked hashing (chunk boundaries every 1000 elements) and the cut give the definition's subset; a cut that
-    passes fewer than k elements (a margin of -50 sigmas) falls back to the full sort, with the same result."""
+def test_the_cpu_cut_and_chunks_give_the_subset_of_the_definition(monkeypatch, native_split, path, chunk, sigmas):
+    """The cut gives the definition's subset, its candidates found by gradstat's C loop (in one piece or three, and
+    with buffers of 64 that each piece outgrows and fills again: for k = 40 of 20,000, more than k but fewer than
+    all the candidates fit) or by the torch hash in chunks (boundaries every
+    1000 elements); a cut that passes fewer than k elements (a margin of -50 sigmas) falls back to the full sort,
+    with the same result."""
+    if path == "torch chunks":
+        monkeypatch.setenv("GRADSTAT_COMPILE", "never")  # (no C loop)
+    elif not native.built():
+        pytest.skip("the C extension is absent (installed without a C compiler)")
+    calls: list[int] = []
+    below = counter_native.hashes_below
+    shrink = path == "C loop, small buffers"
+    monkeypatch.setattr(
+        counter_native,
+        "hashes_below",
+        lambda d, cut, key, expected: calls.append(d) or below(d, cut, key, 0 if shrink else expected),
+    )
     if chunk is not None:
         monkeypatch.setattr(counter_dither, "CHUNK_ELEMENTS", chunk)
     if sigmas is not None:
         monkeypatch.setattr(counter_dither, "SUBSET_MARGIN_SIGMAS", sigmas)
-    for d, k, seed in [(20_000, 200, 1), (20_011, 3, 2), (5_000, 4_990, 3)]:
+    for d, k, seed in [(20_000, 200, 1), (20_011, 3, 2), (5_000, 4_990, 3), (70_001, 700, 4), (20_000, 40, 5)]:
         assert torch.equal(drawn(d, k, seed), _by_definition(d, k, seed)), (d, k)
+    assert bool(calls) == (path != "torch chunks")  # (the C loop ran where it is meant to)
 
 
 @pytest.mark.parametrize("form", ["eager", "triton"])
@@ -242,8 +259,11 @@ def test_gmc_s_sample_takes_the_full_subset_where_the_bounded_one_fails(fails, m
 @pytest.mark.parametrize("bounded_form", [False, True])
 def test_random_k_decode_reads_back_once_and_refuses_values_that_are_not_finite(bounded_form, monkeypatch):
     """Random-k's decode reads the values' finiteness and, in the bounded form (taken here on CPU tensors), the
-    bounded subset's condition in one read back; a value that is not finite raises PayloadError in either form."""
+    bounded subset's condition in one read back; a value that is not finite raises PayloadError in either form. The
+    C loops are off (GRADSTAT_COMPILE=never): on a CPU they read the key and the buffers' memory as numpy arrays,
+    which a GPU's path never does."""
     monkeypatch.setattr(randk, "bounded_form", lambda device: bounded_form)
+    monkeypatch.setenv("GRADSTAT_COMPILE", "never")
     c = compressors.create("randk:ratio=0.01")
     payload = c.encode(torch.randn(20_000, generator=torch.Generator().manual_seed(5)), Context(seed=4))
     with host_reads() as reads:

@@ -399,6 +399,22 @@ def _gamma_cases() -> dict[str, Case]:
     return cases
 
 
+def _hashes_below_cases() -> dict[str, Case]:
+    cases: dict[str, Case] = {}
+    for d in (1, 17, 70_001):
+        # (none pass; a few per thousand; about half; all but the largest hash, which the C loop's AVX2 comparison
+        # and its scalar one must both leave out)
+        for cut in (-(2**31), -(2**31) + 2**22, 0, 2**31 - 1):
+            for seed in (5, 6):
+                cases[f"d={d}-cut={cut}-seed={seed}"] = lambda device, d=d, cut=cut, seed=seed: (
+                    _key(device, seed),
+                    d,
+                    cut,
+                    8,
+                )
+    return cases
+
+
 CASES: dict[str, dict[str, Case]] = {
     "select": _selection_cases(),
     "gather": _selection_cases(),
@@ -407,6 +423,7 @@ CASES: dict[str, dict[str, Case]] = {
     "block_max": _block_cases(),
     "sign_split_sums": _sign_split_cases(),
     **_rows_cases(),
+    "hashes_below": _hashes_below_cases(),
     **_nested_cases(),
     "fwht": _fwht_cases(),
     "gamma_halley": _gamma_cases(),

@@ -307,14 +307,18 @@ static void nested_estimate_scalar(const int8_t* s, const float* side, int64_t n
 }
 
 #ifdef GS_AVX2
-__attribute__((target("avx2"))) static inline __m256 gs_dither8(__m256i i, __m256i k0, __m256i k1) {
+/* the hash of 8 counters (gs_round(fold(gs_round(i ^ k0)) ^ k1), lane by lane) */
+__attribute__((target("avx2"))) static inline __m256i gs_hash8(__m256i i, __m256i k0, __m256i k1) {
     const __m256i m0 = _mm256_set1_epi32((int32_t)M0), m1 = _mm256_set1_epi32((int32_t)M1);
     __m256i h = _mm256_mullo_epi32(_mm256_xor_si256(i, k0), m0);
     h = _mm256_mullo_epi32(_mm256_xor_si256(h, _mm256_srli_epi32(h, 15)), m1);
     h = _mm256_xor_si256(_mm256_xor_si256(h, _mm256_srli_epi32(h, 16)), k1);
     h = _mm256_mullo_epi32(h, m0);
-    h = _mm256_mullo_epi32(_mm256_xor_si256(h, _mm256_srli_epi32(h, 15)), m1);
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srai_epi32(h, 8)), _mm256_set1_ps(ULP24));
+    return _mm256_mullo_epi32(_mm256_xor_si256(h, _mm256_srli_epi32(h, 15)), m1);
+}
+
+__attribute__((target("avx2"))) static inline __m256 gs_dither8(__m256i i, __m256i k0, __m256i k1) {
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srai_epi32(gs_hash8(i, k0, k1), 8)), _mm256_set1_ps(ULP24));
 }
 
 __attribute__((target("avx2"))) static inline __m256i gs_index8(uint32_t first) {
@@ -629,6 +633,86 @@ static PyObject* gs_sample_indices(PyObject* self, PyObject* args) {
     Py_END_ALLOW_THREADS;
     gs_release(&v);
     Py_RETURN_NONE;
+}
+
+#ifdef GS_AVX2
+/* hashes_below's loop 8 counters a step (a comparison and a mask; most steps find none below the cut), up to the
+   last full step: its count, and in *done where it stopped */
+__attribute__((target("avx2"))) static long long hashes_below_avx2(long long start, long long n, int32_t cut,
+                                                                   uint32_t k0, uint32_t k1, int64_t* out,
+                                                                   long long capacity, long long* done) {
+    const __m256i vk0 = _mm256_set1_epi32((int32_t)k0), vk1 = _mm256_set1_epi32((int32_t)k1);
+    const __m256i vcut = _mm256_set1_epi32(cut), eight = _mm256_set1_epi32(8);
+    __m256i i = gs_index8((uint32_t)start);
+    long long count = 0, c = 0;
+    for (; c + 8 <= n; c += 8) {
+        __m256i h = gs_hash8(i, vk0, vk1);
+        unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(vcut, h)));
+        while (mask) {
+            int lane = __builtin_ctz(mask);
+            mask &= mask - 1;
+            uint32_t at = (uint32_t)(start + c + lane);
+            uint32_t hl = (uint32_t)_mm256_extract_epi32(h, 0);
+            switch (lane) { /* (extract takes a constant lane) */
+                case 1: hl = (uint32_t)_mm256_extract_epi32(h, 1); break;
+                case 2: hl = (uint32_t)_mm256_extract_epi32(h, 2); break;
+                case 3: hl = (uint32_t)_mm256_extract_epi32(h, 3); break;
+                case 4: hl = (uint32_t)_mm256_extract_epi32(h, 4); break;
+                case 5: hl = (uint32_t)_mm256_extract_epi32(h, 5); break;
+                case 6: hl = (uint32_t)_mm256_extract_epi32(h, 6); break;
+                case 7: hl = (uint32_t)_mm256_extract_epi32(h, 7); break;
+                default: break;
+            }
+            if (count < capacity) out[count] = (int64_t)((((uint64_t)(hl ^ 0x80000000u)) << 31) + (uint64_t)at);
+            count++;
+        }
+        i = _mm256_add_epi32(i, eight);
+    }
+    *done = c;
+    return count;
+}
+#endif
+
+/* Random-k's candidates (counter_dither.subset on a CPU): the counters start, start + 1, ... whose signed hash lies
+   below cut, each as its sort key ((h + 2^31) << 31) + index (counter_dither.k_smallest's); the first `capacity`
+   written, the count of all of them returned (the caller runs again with room for more where it exceeds it). */
+static PyObject* gs_hashes_below(PyObject* self, PyObject* args) {
+    (void)self;
+    const char* fn = "hashes_below";
+    PyObject* oo;
+    long long start, n, cut;
+    unsigned long long k0, k1;
+    if (!PyArg_ParseTuple(args, "OLLLKK", &oo, &start, &n, &cut, &k0, &k1)) return NULL;
+    if (start < 0 || n < 0 || start + n > (1LL << 31)) {
+        PyErr_Format(PyExc_ValueError, "%s: counters %lld to %lld run past 2^31", fn, start, start + n);
+        return NULL;
+    }
+    gs_views v = {.held = 0};
+    Py_ssize_t capacity;
+    void* o;
+    if (gs_take(&v, oo, GS_I64, 1, fn, &capacity, &o)) {
+        gs_release(&v);
+        return NULL;
+    }
+    int64_t* out = (int64_t*)o;
+    long long count = 0, c = 0;
+    Py_BEGIN_ALLOW_THREADS;
+#ifdef GS_AVX2
+    if (gs_wide() && cut <= INT32_MAX) count = hashes_below_avx2(start, n, (int32_t)(cut < INT32_MIN ? INT32_MIN : cut),
+                                                                 (uint32_t)k0, (uint32_t)k1, out, capacity, &c);
+#endif
+    for (; c < n; c++) {
+        uint32_t i = (uint32_t)(start + c);
+        uint32_t h = gs_round(i ^ (uint32_t)k0);
+        h = gs_round((h ^ (h >> 16)) ^ (uint32_t)k1);
+        if ((long long)(int32_t)h < cut) {
+            if (count < capacity) out[count] = (int64_t)((((uint64_t)(h ^ 0x80000000u)) << 31) + (uint64_t)i);
+            count++;
+        }
+    }
+    Py_END_ALLOW_THREADS;
+    gs_release(&v);
+    return PyLong_FromLongLong(count);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -1083,6 +1167,7 @@ static PyMethodDef gs_methods[] = {
     {"nested_rows", gs_nested_rows, METH_VARARGS, "NDQSG's nested int8 codes of float32 values."},
     {"nested_estimate", gs_nested_estimate, METH_VARARGS, "NDQSG's float32 estimate from nested codes."},
     {"sample_indices", gs_sample_indices, METH_VARARGS, "Indices drawn with replacement from the counter hash."},
+    {"hashes_below", gs_hashes_below, METH_VARARGS, "Random-k's candidates: counters whose hash lies below a cut."},
     {"summary_f32", gs_summary_f32, METH_VARARGS, "Stage statistics: extremes, nonzeros and sums of a float32 piece."},
     {"tail_f32", gs_tail_f32, METH_VARARGS, "Stage statistics: count and sums over |x| > above of a float32 piece."},
     {"avx2", gs_avx2, METH_NOARGS, "Whether the AVX2 loops run (the CPU has AVX2, and set_avx2 allows them)."},

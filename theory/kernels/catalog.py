@@ -215,6 +215,14 @@ def _native_sample_applies(out: torch.Tensor, *_: Any) -> bool:
     return counter_native.samples(out)
 
 
+def _native_hashes_below(key: torch.Tensor, d: int, cut: int, expected: int = 0) -> torch.Tensor:
+    return counter_native.hashes_below(d, cut, key, expected)
+
+
+def _native_hashes_below_applies(key: torch.Tensor, *_: Any) -> bool:
+    return key.device.type == "cpu" and native.extension() is not None
+
+
 # -- NDQSG's nested rows (one row, first index 0: the form the C loops take) -------------------------------------------
 
 
@@ -397,6 +405,13 @@ KERNELS: dict[str, Kernel] = {
                 "compiled": _rows_compiled("sample_indices_into"),
                 "triton": _rows_triton("sample_indices_into"),
             },
+        ),
+        Kernel(
+            "hashes_below",
+            "random-k's candidates on a CPU: the counters whose hash lies below a cut, as sort keys "
+            "(counter_dither.hashes_below)",
+            counter_dither.hashes_below,
+            {"native": Form(_native_hashes_below, _native_hashes_below_applies)},
         ),
         Kernel(
             "nested_rows",

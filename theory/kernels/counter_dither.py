@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 import torch
 
-from gradstat.theory.kernels import counter_native, policy, triton_dither, triton_runtime
+from gradstat.theory.kernels import counter_native, native, policy, triton_dither, triton_runtime
 from gradstat.theory.kernels.fused import Fused
 from gradstat.theory.kernels.seeds import derive_seed
 
@@ -225,9 +225,11 @@ def subset(d: int, k: int, key: torch.Tensor, device: torch.device | str) -> tor
     among millions of elements: the index breaks ties the same way everywhere) and the subset does not depend on
     the device or on how ``torch.topk`` orders equal keys. The same indices on every device from the seed alone.
 
-    On a CPU the hash is computed in cache-sized chunks and only the elements below a cut (``k`` plus
-    :data:`SUBSET_MARGIN_SIGMAS` standard deviations expected) are kept and sorted: the k smallest keys lie among
-    them whenever at least k pass, so the result is the same as the full sort's. Elsewhere (a GPU) one
+    On a CPU only the elements whose hash lies below a cut (``k`` plus :data:`SUBSET_MARGIN_SIGMAS` standard
+    deviations expected) are kept and sorted: the k smallest keys lie among them whenever at least k pass, so the
+    result is the same as the full sort's. They are found by gradstat's C loop
+    (:func:`gradstat.theory.kernels.counter_native.hashes_below`) where the extension is in use, else by the torch
+    hash in cache-sized chunks. Elsewhere (a GPU) one
     ``torch.topk`` over all keys (no host read-back)."""
     if not 0 <= k <= d:
         raise ValueError(f"a subset of {k} elements of {d} does not exist")
@@ -237,16 +239,31 @@ def subset(d: int, k: int, key: torch.Tensor, device: torch.device | str) -> tor
         margin = k + SUBSET_MARGIN_SIGMAS * k**0.5 + 16
         if margin < d:
             cut = -(1 << 31) + math.ceil(margin / d * 2**32)  # P(h < cut) = margin / d
-            hashes, picks = [], []
-            for start in range(0, d, CHUNK_ELEMENTS):
-                h = counter_bits(1, min(CHUNK_ELEMENTS, d - start), _int32(start, device), key, device).reshape(-1)
-                kept = torch.nonzero(h < cut).reshape(-1)
-                hashes.append(h.index_select(0, kept))
-                picks.append(kept.add_(start))
-            if sum(p.numel() for p in picks) >= k:
-                return k_smallest(torch.cat(hashes), torch.cat(picks), k)
+            if native.extension() is not None:  # gradstat's C loop: the candidates' sort keys in one pass
+                candidates = counter_native.hashes_below(d, cut, key, math.ceil(margin))
+                if candidates.numel() >= k:
+                    return k_smallest_keys(candidates, k)
+            else:
+                hashes, picks = [], []
+                for start in range(0, d, CHUNK_ELEMENTS):
+                    h = counter_bits(1, min(CHUNK_ELEMENTS, d - start), _int32(start, device), key, device)
+                    kept = torch.nonzero(h.reshape(-1) < cut).reshape(-1)
+                    hashes.append(h.reshape(-1).index_select(0, kept))
+                    picks.append(kept.add_(start))
+                if sum(p.numel() for p in picks) >= k:
+                    return k_smallest(torch.cat(hashes), torch.cat(picks), k)
     h = counter_bits(1, d, torch.zeros((), dtype=torch.int32, device=device), key, device).reshape(-1)
     return k_smallest(h, torch.arange(d, dtype=torch.int64, device=device), k)
+
+
+def hashes_below(key: torch.Tensor, d: int, cut: int, expected: int = 0) -> torch.Tensor:
+    """The sort keys ``((h + 2^31) << 31) + i`` (int64, :func:`k_smallest_keys`' keys) of the counters ``i < d``
+    whose signed hash ``h`` lies below ``cut``, in increasing ``i``: :func:`subset`'s candidates on a CPU, where
+    gradstat's C loop computes them (:func:`gradstat.theory.kernels.counter_native.hashes_below`; ``expected``, about
+    how many pass, sizes its buffers). This plain form over the whole vector is the reference."""
+    h = counter_bits(1, d, torch.zeros((), dtype=torch.int32, device=key.device), key, key.device).reshape(-1)
+    kept = torch.nonzero(h < cut).reshape(-1)
+    return ((h.index_select(0, kept).to(torch.int64) + (1 << 31)) << SUBSET_INDEX_BITS).add_(kept)
 
 
 def hash_keys_into(out: torch.Tensor, row_factor: torch.Tensor, base: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
@@ -269,7 +286,12 @@ def subset_room(d: int, margin: float) -> int:
 
 def k_smallest(hashes: torch.Tensor, index: torch.Tensor, k: int) -> torch.Tensor:
     """The ``k`` indices of smallest ``(hash, index)`` key among ``index`` (int64), increasing (see :func:`subset`)."""
-    order = ((hashes.to(torch.int64) + (1 << 31)) << SUBSET_INDEX_BITS).add_(index)
+    return k_smallest_keys(((hashes.to(torch.int64) + (1 << 31)) << SUBSET_INDEX_BITS).add_(index), k)
+
+
+def k_smallest_keys(order: torch.Tensor, k: int) -> torch.Tensor:
+    """The indices (the low :data:`SUBSET_INDEX_BITS` bits) of the ``k`` smallest int64 sort keys ``order``,
+    increasing."""
     chosen = torch.topk(order, k, largest=False, sorted=False).values
     return chosen.bitwise_and_((1 << SUBSET_INDEX_BITS) - 1).sort().values
 
