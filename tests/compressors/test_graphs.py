@@ -546,9 +546,23 @@ def test_a_capture_that_draws_a_key_it_cannot_refill_is_refused(emulated):
             slots.take(7, 3, cpu)
     slots.fill(9)
     want = [counter_dither.keys(9, stream, cpu) for stream in (1, 2)]
-    assert torch.equal(slots.buffer, torch.stack(want))
+    assert torch.equal(slots.buffer[:, :2], torch.stack(want))
     with pytest.raises(ValueError, match="not the call seed"):
         KeySlots(None).take(7, 1, cpu)
+
+
+def test_every_key_slot_starts_on_a_16_byte_boundary_as_a_fresh_key_does():
+    """Triton builds a kernel variant per pointer alignment (16 bytes or not): a slot aligned otherwise than the
+    warm-up's freshly allocated key would build and load a new variant inside the capture, which CUDA refuses
+    while a stream is captured (QCS draws two keys: its second slot was 8 bytes off). A slot is two contiguous
+    int32 words."""
+    cpu = torch.device("cpu")
+    slots = KeySlots(7, cpu, capacity=counter_dither.KEY_SLOTS)
+    with slots_for_keys(slots):
+        drawn = [counter_dither.keys(7, stream, cpu) for stream in range(counter_dither.KEY_SLOTS)]
+    assert counter_dither.keys(7, 0, cpu).data_ptr() % 16 == 0  # (a fresh key: the warm-up's)
+    for slot in drawn:
+        assert slot.data_ptr() % 16 == 0 and slot.shape == (2,) and slot.is_contiguous(), slot.data_ptr()
 
 
 def test_key_slots_made_under_inference_mode_are_refilled_outside_it():
@@ -562,7 +576,7 @@ def test_key_slots_made_under_inference_mode_are_refilled_outside_it():
     slots.fill(9)
     with torch.inference_mode():
         slots.fill(10)
-    assert torch.equal(slots.buffer[0], counter_dither.keys(10, 1, cpu))
+    assert torch.equal(slots.buffer[0, :2], counter_dither.keys(10, 1, cpu))
 
 
 def test_the_policy_reads_the_environment(monkeypatch):

@@ -173,6 +173,21 @@ def test_a_failed_triton_build_warns_once_and_the_eager_form_runs(monkeypatch):
         assert torch.equal(g.count, want.count)
 
 
+def test_a_triton_failure_during_a_graph_capture_fails_the_capture_and_turns_nothing_off(monkeypatch):
+    """CUDA refuses some things only while a stream is captured (loading a kernel Triton has just built): a Triton
+    form that fails then raises, so the capture fails and that input launches directly, and the form stays on for
+    the rest of the process; outside a capture the same failure turns it off, warning once."""
+    broken = triton_runtime.Fallback("the Triton bounded selection", policy.ENV)
+    monkeypatch.setattr(triton_runtime, "capturing", lambda: True)
+    with pytest.raises(RuntimeError, match="not permitted when stream is capturing"):
+        broken.report(RuntimeError("operation not permitted when stream is capturing"))
+    assert not broken.is_set() and not broken.failed
+    monkeypatch.setattr(triton_runtime, "capturing", lambda: False)
+    with pytest.warns(RuntimeWarning, match="the Triton bounded selection failed"):
+        broken.report(RuntimeError("no compiler here"))
+    assert broken.is_set() and broken.failed
+
+
 def test_the_triton_form_itself_raises_rather_than_falls_back(monkeypatch):
     def broken_build(interpret: bool) -> None:
         raise RuntimeError("no compiler here")

@@ -221,6 +221,8 @@ def test_the_cuda_build_divides_exactly_and_never_fuses_or_flushes(mode, out, x,
     if mode not in (triton_dither.HASH_KEY, triton_dither.SAMPLE):  # (the hash keys and the sample divide nothing)
         assert "div.rn.f32" in code  # (FLAG: the signs divide too)
     assert not re.search(r"\bfma\.", code) and ".ftz" not in code
+    if mode == 0:  # the clamp keeps a NaN, as the reference and the interpreter do (plain max.f32 drops it)
+        assert re.search(r"max\.NaN\.f32", code) and re.search(r"min\.NaN\.f32", code)
     if mode == triton_dither.SAMPLE:  # (h + 2^31) d in 64 bits, shifted right by 32 as a 64-bit number
         assert re.search(r"mul\.lo\.s64", code) and re.search(r"shr\.s64", code)
     for multiplier in (m0, m1):  # the hash's wrapping 32-bit products, by the constants themselves

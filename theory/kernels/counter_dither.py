@@ -84,6 +84,10 @@ KEY_SLOTS = 8
 """Keys one captured encode may draw (each a slot of :class:`KeySlots`; the most any rule draws today is 2)."""
 
 
+SLOT_WORDS = 4
+"""int32 words per row of :class:`KeySlots`' buffer: a key's two, then two unused (a row of 16 bytes)."""
+
+
 class KeySlots:
     """The keys an encode draws while it is captured as a CUDA graph: each :func:`keys` call of the capture gets a
     slot of its own, which no captured kernel writes; :meth:`fill` writes the keys of a call's seed into every one
@@ -96,12 +100,16 @@ class KeySlots:
     allocated during a capture comes from the graph's private pool, which gives a later allocation of the capture
     the block of a temporary freed earlier in it, so a slot allocated there could share its memory with a temporary
     that the replay's earlier kernels overwrite after the fill (what the first H100 run of these graphs showed:
-    reports/gpu/2026-11-26T1948Z.md)."""
+    reports/gpu/2026-11-26T1948Z.md). Each row is :data:`SLOT_WORDS` words wide, so that every slot starts on a
+    16-byte boundary as a freshly allocated key does: Triton builds a kernel variant per pointer alignment (16 bytes
+    or not), and a slot of another alignment than the warm-up's key would make it build (and load) a new variant
+    during the capture, which CUDA refuses while a stream is captured."""
 
     def __init__(self, call_seed: int | None, device: torch.device | str = "cpu", capacity: int = KEY_SLOTS) -> None:
         self.call_seed = call_seed
         with torch.inference_mode(False):  # (an ordinary tensor: refilled in place in either mode, whichever made it)
-            self.buffer = torch.empty((capacity if call_seed is not None else 0, 2), dtype=torch.int32, device=device)
+            rows = capacity if call_seed is not None else 0
+            self.buffer = torch.empty((rows, SLOT_WORDS), dtype=torch.int32, device=device)
         self.slots: list[tuple[torch.Tensor, int]] = []
 
     def take(self, seed: int, stream: int, device: torch.device) -> torch.Tensor:
@@ -111,7 +119,7 @@ class KeySlots:
             raise ValueError(f"a key on {device} is not on the captured device {self.buffer.device}")
         if len(self.slots) == self.buffer.shape[0]:
             raise ValueError(f"the capture draws more than {self.buffer.shape[0]} keys")
-        slot = self.buffer[len(self.slots)]
+        slot = self.buffer[len(self.slots), :2]
         self.slots.append((slot, stream))
         return slot
 

@@ -70,8 +70,9 @@ def _rows(  # type: ignore[no-untyped-def]
     levels, half, step, inv_delta1, inv_levels, MODE: tl.constexpr, FLAG: tl.constexpr, HOST_DIVISION: tl.constexpr,
     M0: tl.constexpr, M1: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """One block of a counter-dither row kernel (finite inputs: where the reference's code would come from a NaN,
-    this one is ``lo``; the quantizers refuse non-finite gradients and scales before they quantize).
+    """One block of a counter-dither row kernel (finite inputs: the quantizers refuse non-finite gradients and scales
+    before they quantize; a NaN passes the clamp, as in the reference, and its code is what the conversion to an
+    integer makes of it).
     QUANTIZE: ``clamp(floor(x / f gain + u + shift), lo, hi)``;
     RECONSTRUCT: ``(x + offset - u) / gain f`` (``- u`` where FLAG); SIGN: ``r x`` (divided by f where FLAG);
     HASH_KEY: ``2^31 - h`` of the hash h in float32 (x and f unread); SAMPLE: ``floor((h + 2^31) modulus / 2^32)``
@@ -99,7 +100,9 @@ def _rows(  # type: ignore[no-untyped-def]
     h = h * M1
     u = (h >> 8).to(tl.float32) * 5.9604644775390625e-08  # 2^-24: the dither in [-1/2, 1/2)
     if MODE == 0:
-        v = tl.minimum(tl.maximum(tl.div_rn(x, f) * gain + u + shift, lo), hi)  # clamp, then floor: the same
+        # (a NaN kept, as by the reference and the interpreter: compiled, max.f32 and min.f32 would drop it)
+        v = tl.maximum(tl.div_rn(x, f) * gain + u + shift, lo, propagate_nan=tl.PropagateNan.ALL)
+        v = tl.minimum(v, hi, propagate_nan=tl.PropagateNan.ALL)  # clamp, then floor: the same
         t = v.to(tl.int32)  # (lo, hi integers); floor as truncation stepped down below a negative v, since tl.floor
         v = (t - (t.to(tl.float32) > v).to(tl.int32)).to(tl.float32)  # flushes subnormals (floor(-1e-40) = 0)
     elif MODE == 1:

@@ -104,7 +104,8 @@ def _halley(  # type: ignore[no-untyped-def]
         # the branch's tail; the other one as log(1 - e^{log tail}) (its series below 1e-4: log1p's precision)
         direct = tl.where(series, log_p_series, log_q_fraction)
         y = tl.exp(direct)
-        other = tl.where(y < 1e-4, -y * (one + y * (0.5 + y / 3.0)), tl.log(tl.maximum(one - y, tiny)))
+        kept = tl.maximum(one - y, tiny, propagate_nan=tl.PropagateNan.ALL)
+        other = tl.where(y < 1e-4, -y * (one + y * (0.5 + y / 3.0)), tl.log(kept))
         log_tail = tl.where(lower == series, direct, other)
         # h = log_tail - target; h' = +-exp(a t - x - lgamma(a) - log_tail); h'' = h' (a - x - h')
         slope = tl.exp(a * t - x - lgam - log_tail)
@@ -116,7 +117,7 @@ def _halley(  # type: ignore[no-untyped-def]
         step = residual / slope / (one - correction)
         step = tl.where(tl.abs(step) < float("inf"), step, zero)
         step = tl.minimum(tl.maximum(step, -2.0), 2.0)
-        t = tl.maximum(t - step, floor)
+        t = tl.maximum(t - step, floor, propagate_nan=tl.PropagateNan.ALL)  # (a NaN stays NaN, as in torch)
     tl.store(out_ptr + offsets, tl.where(cut > 0, float("nan"), tl.exp(t)), mask=inside)
 
 

@@ -113,6 +113,11 @@ def finishing_steps(blocks: int, x: torch.Tensor, chunk: int) -> tuple[int, int]
     return chunk, 1 << max(0, steps - 1).bit_length()
 
 
+def capturing() -> bool:
+    """Whether this thread's current CUDA stream is being captured into a graph (False without CUDA)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 class Fallback:
     """A Triton form's switch to its eager form: after the form's first failure to build or run in this process
     (:meth:`report`, one RuntimeWarning, the first failure's), :meth:`is_set` is true and its caller runs the eager
@@ -131,7 +136,11 @@ class Fallback:
         return self._event.is_set()
 
     def report(self, exc: Exception) -> None:
-        """Turn the form off for this process, warning once."""
+        """Turn the form off for this process, warning once; during a CUDA graph's capture, raise ``exc`` instead
+        (the capture fails and that input launches directly, where the form may well run: CUDA refuses some things
+        only while a stream is captured, such as loading a kernel Triton has just built)."""
+        if capturing():
+            raise exc
         if self._event.is_set():
             return
         self._event.set()
