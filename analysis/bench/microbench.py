@@ -3,7 +3,8 @@
 SIDCo (Abdelmoniem et al., An Efficient Statistical-based Gradient Compression Technique), Sec. 1 Fig. 1 and
 App. E.2: synthetic vectors of 0.26M-260M elements, speed-up of the compressor over Top-k. Here: one Laplace(0, 1)
 float32 vector per size; for each number of CPU threads (1 and all), each ratio delta and each sparsifier the
-encode time next to ``torch.topk(|g|, ceil(delta d))`` measured in the same run; each quantizer's encode and decode
+encode time next to ``torch.topk(|g|, ceil(delta d))`` measured in the same run, its calls interleaved with the
+encode's (each row's speed-up against its own baseline); each quantizer's encode and decode
 throughput in GB/s (4 d bytes per call) next to one measured read pass (``g.sum()``, the machine's own limit);
 and SIDCo's time split into its phases (check + summary, fit + threshold, select, pack). SIDCo exp and the fixed
 threshold also run with the fused kernels and the compaction kernel off (``(eager)`` rows), and on CUDA SIDCo exp
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import pandas as pd
 import torch
 
-from gradstat.analysis.bench.timing import Timing, bench_device, host_syncs, progress, time_ms
+from gradstat.analysis.bench.timing import Timing, bench_device, host_syncs, progress, time_ms, time_paired
 from gradstat.analysis.measure import huge_pages
 from gradstat.compressors import graphs
 from gradstat.theory.kernels import compaction
@@ -125,7 +126,7 @@ def _topk_abs(g: torch.Tensor, k: int) -> torch.Tensor:
 
 COLUMNS = (
     "size", "threads", "ratio", "group", "name", "op", "ms", "ms_min", "ms_max", "GB/s", "read_passes",
-    "speedup_vs_topk",
+    "speedup_vs_topk", "topk_ms",
 )  # fmt: skip
 """The columns every table has, whatever rows a run measured before it ended (the others follow)."""
 
@@ -220,7 +221,8 @@ def _rows_for(
         if k < 1:
             continue
         progress(f"bench microbench: size {size:,}, threads {threads}, ratio {ratio}: torch.topk")
-        topk = time_ms(functools.partial(_topk_abs, g, k), repeats, dev)
+        baseline = functools.partial(_topk_abs, g, k)
+        topk = time_ms(baseline, repeats, dev)
         rows.append(
             _row(
                 size,
@@ -231,6 +233,7 @@ def _rows_for(
                 "encode",
                 topk,
                 speedup_vs_topk=1.0,
+                topk_ms=topk.median,
                 read_passes=topk.median / read.median,
             )
         )
@@ -249,7 +252,7 @@ def _rows_for(
                 with forced(mode), graphs.forced(graph_mode):
                     for _ in range(graphs.CAPTURE_AFTER):  # (a graph is captured at the key's second encode)
                         c.encode(g, ctx)
-                    t = time_ms(functools.partial(c.encode, g, ctx), repeats, dev)
+                    t, paired = time_paired(functools.partial(c.encode, g, ctx), baseline, repeats, dev)
                     syncs = host_syncs(functools.partial(c.encode, g, ctx), dev)
                     queued = host_syncs(functools.partial(c.enqueue, g, ctx), dev)
                     settled = host_syncs(c.enqueue(g, ctx).payload, dev)
@@ -265,7 +268,8 @@ def _rows_for(
                     name,
                     "encode",
                     t,
-                    speedup_vs_topk=topk.median / t.median,
+                    speedup_vs_topk=paired.median / t.median,
+                    topk_ms=paired.median,
                     read_passes=t.median / read.median,
                     host_syncs=syncs,
                     enqueue_syncs=queued,
@@ -379,12 +383,13 @@ def run(
 
     Columns: ``size``, ``threads`` (``1``, ``all (n)``), ``ratio`` (sparsifiers), ``group`` (read, sparsifier,
     sidco phase, quantizer, skipped), ``name`` (spec), ``op`` (encode, decode, read, phase), ``ms`` (median),
-    ``ms_min``/``ms_max``, ``GB/s`` (4 d bytes / ms), ``speedup_vs_topk`` (torch.topk ms / ms, same size, ratio and
-    threads), ``read_passes`` (ms / one read pass of the same run), ``host_syncs``, and on CUDA ``replayed`` and
-    ``replay_equal`` (the ``(all graphs)`` quantizer rows: whether a graph was replayed, and gave the direct encode's
-    payload). With
-    ``out``, also writes ``bench.csv``, ``bench.png`` (time vs size, log-log) and ``bench.md`` (the goals of the
-    issue and the table) there.
+    ``ms_min``/``ms_max``, ``GB/s`` (4 d bytes / ms), ``speedup_vs_topk`` (``topk_ms / ms``) with ``topk_ms``, the
+    median of torch.topk's calls (same size, ratio and threads) interleaved with that row's calls
+    (:func:`~gradstat.analysis.bench.timing.time_paired`: each sparsifier row has its own baseline, timed beside
+    it; the ``torch.topk(|g|)`` row's is its own time), ``read_passes`` (ms / one read pass of the same run),
+    ``host_syncs``, and on CUDA ``replayed`` and ``replay_equal`` (the ``(all graphs)`` quantizer rows: whether a
+    graph was replayed, and gave the direct encode's payload). With ``out``, also writes ``bench.csv``,
+    ``bench.png`` (time vs size, log-log) and ``bench.md`` (the goals of the issue and the table) there.
     """
     sizes, ratios, thread_counts = [int(s) for s in sizes], [float(r) for r in ratios], [int(t) for t in threads]
     if not sizes or min(sizes) < 1 or repeats < 1:

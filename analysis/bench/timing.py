@@ -28,20 +28,45 @@ def time_ms(fn: Callable[[], object], repeats: int, device: torch.device | str =
     device = torch.device(device)
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(max(1, repeats)):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize(device)
-            times.append(float(start.elapsed_time(end)))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
+    times = [_one_call_ms(fn, device) for _ in range(max(1, repeats))]
     return Timing(statistics.median(times), min(times), max(times))
+
+
+def time_paired(
+    fn: Callable[[], object],
+    baseline: Callable[[], object],
+    repeats: int,
+    device: torch.device | str = "cpu",
+    warmup: int = 1,
+) -> tuple[Timing, Timing]:
+    """:func:`time_ms` of ``fn`` and of ``baseline``, their calls interleaved (baseline, fn, baseline, fn, ...) after
+    ``warmup`` untimed calls of each: a ratio of the two medians compares calls made under the same conditions, so
+    a slow spell of a shared machine moves both rather than one (a baseline timed once, before every other row,
+    moved every ratio of its cell together: 0.80x to 1.21x between runs of the same code)."""
+    device = torch.device(device)
+    for _ in range(warmup):
+        baseline()
+        fn()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(max(1, repeats)):
+        for j, call in enumerate((baseline, fn)):
+            times[j].append(_one_call_ms(call, device))
+    base, own = (Timing(statistics.median(t), min(t), max(t)) for t in times)
+    return own, base
+
+
+def _one_call_ms(fn: Callable[[], object], device: torch.device) -> float:
+    """One timed call of ``fn`` in milliseconds (CUDA events around it on a GPU, synchronised after)."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        return float(start.elapsed_time(end))
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
 
 
 SYNC_WARNING = "synchronizing"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pandas as pd
 import pytest
 
 from gradstat.analysis.bench import microbench, profile
-from gradstat.analysis.bench.timing import Timing
+from gradstat.analysis.bench.timing import Timing, time_paired
 from gradstat.analysis.cli.main import main
 from gradstat.theory.kernels import native
 
@@ -37,6 +38,20 @@ def test_every_topic_runs_at_a_tiny_size_with_progress(topic, capsys):
     assert len(captured.out.splitlines()) >= 3  # the table
 
 
+def test_paired_timing_interleaves_the_calls_and_keeps_each_side_s_own_times():
+    """baseline, fn, baseline, fn, ... after one warm-up call of each, and each Timing from its own calls: a call
+    that sleeps 20 ms against one that returns at once."""
+    order: list[str] = []
+
+    def slow() -> None:
+        order.append("fn")
+        time.sleep(0.02)
+
+    own, base = time_paired(slow, lambda: order.append("baseline"), repeats=3)
+    assert order == ["baseline", "fn"] * 4
+    assert own.low >= 20.0 and base.high < 20.0 and own.low <= own.median <= own.high
+
+
 def test_microbench_measures_baselines_phases_and_writes_csv_md_png(tmp_path):
     table = microbench.run(sizes=[5000], ratios=[0.01], threads=[1], repeats=2, out=str(tmp_path))
     assert {"read", "sparsifier", "sidco phase", "quantizer"} <= set(table["group"])
@@ -44,8 +59,9 @@ def test_microbench_measures_baselines_phases_and_writes_csv_md_png(tmp_path):
     topk = sparse[sparse["name"] == "torch.topk(|g|)"]
     assert len(topk) == 1 and float(topk["speedup_vs_topk"].iloc[0]) == 1.0
     assert {"dgc", "sidco:dist=exp,stages=3", "threshold"} <= set(sparse["name"])
-    for _, row in sparse.iterrows():  # ratios against the same run's baseline
-        assert math.isclose(row["speedup_vs_topk"], float(topk["ms"].iloc[0]) / row["ms"])
+    assert float(topk["topk_ms"].iloc[0]) == float(topk["ms"].iloc[0])
+    for _, row in sparse.iterrows():  # ratios against the baseline timed beside each row, in the same run
+        assert row["topk_ms"] > 0 and math.isclose(row["speedup_vs_topk"], row["topk_ms"] / row["ms"])
     assert (table["ms_min"] <= table["ms"]).all() and (table["ms"] <= table["ms_max"]).all()
     assert "sidco:dist=exp,stages=3 (eager)" in set(sparse["name"])  # the fused kernels' gain, same run
     phases = set(table[table["group"] == "sidco phase"]["op"])
@@ -258,15 +274,18 @@ def test_a_microbench_interrupted_anywhere_keeps_a_table_and_judges_no_goal(at, 
     """Stopped at its first timed call (no row yet), its second (the read pass only), or later: the table has every
     column, the report and figure are written, and no goal is judged on the rows it happens to hold."""
     calls = []
-    original = microbench.time_ms
 
-    def stop(*args, **kwargs):  # type: ignore[no-untyped-def]
-        calls.append(1)
-        if len(calls) == at:
-            raise KeyboardInterrupt
-        return original(*args, **kwargs)
+    def stopping(original):  # type: ignore[no-untyped-def]
+        def stop(*args, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append(1)
+            if len(calls) == at:
+                raise KeyboardInterrupt
+            return original(*args, **kwargs)
 
-    monkeypatch.setattr(microbench, "time_ms", stop)
+        return stop
+
+    monkeypatch.setattr(microbench, "time_ms", stopping(microbench.time_ms))  # (a row's timing: alone or paired)
+    monkeypatch.setattr(microbench, "time_paired", stopping(microbench.time_paired))
     try:
         table = microbench.run(sizes=(20_000,), ratios=(0.01,), threads=(1,), repeats=1, out=str(tmp_path))
     except KeyboardInterrupt:
