@@ -91,11 +91,17 @@ def _scan(
 def _output(found: list[np.ndarray], dtype: torch.dtype) -> torch.Tensor:
     """The pieces' ``found`` arrays joined in a tensor of their own, from torch's allocator (which can back it with
     huge pages: with 4 KB pages the copy's page faults cost more than the selection's read at a density of 1 %)."""
-    out = torch.empty(sum(f.size for f in found), dtype=dtype)
     if len(found) == 1:
-        out.numpy()[:] = found[0]
-    else:
-        np.concatenate(found, out=out.numpy())
+        return _copied(found[0], dtype)
+    out = torch.empty(sum(f.size for f in found), dtype=dtype)
+    np.concatenate(found, out=out.numpy())
+    return out
+
+
+def _copied(found: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """One piece's ``found`` array in a tensor of its own (:func:`_output` of one piece)."""
+    out = torch.empty(found.size, dtype=dtype)
+    out.numpy()[:] = found
     return out
 
 
@@ -124,6 +130,11 @@ def select(
     fn = getattr(ext, _FUNCTIONS[flat.dtype])
     data = flat.detach().numpy()
     bound = _in_dtype(t, flat.dtype)
+    if n < native.PARALLEL_MIN:  # one piece, in this thread's own buffers (the common short vector: no joins)
+        want = max(4096, 2 * expected if expected is not None else n // 64)
+        idx, vals, top, nan = _scan(fn, data, ("own", None, 0), 0, n, bound, absolute, gather, min(n, want))
+        indices = _copied(idx, torch.int64)
+        return indices, None if vals is None else _copied(vals, flat.dtype), math.nan if nan else top
     parts = native.pieces(n)
     want = max(4096, (2 * expected if expected is not None else n // 64) // len(parts))
     if len(parts) == 1:  # one piece, in this thread's own buffers
