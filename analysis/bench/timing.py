@@ -42,17 +42,28 @@ def time_paired(
     """:func:`time_ms` of ``fn`` and of ``baseline``, their calls interleaved (baseline, fn, baseline, fn, ...) after
     ``warmup`` untimed calls of each: a ratio of the two medians compares calls made under the same conditions, so
     a slow spell of a shared machine moves both rather than one (a baseline timed once, before every other row,
-    moved every ratio of its cell together: 0.80x to 1.21x between runs of the same code)."""
+    moved every ratio of its cell together: 0.80x to 1.21x between runs of the same code). A timed call whose
+    function last took under :data:`REWARM_MS` follows an untimed call of the same function, so that it finds the
+    caches as repeated calls of its own leave them (as :func:`time_ms`'s consecutive calls do), not as the other
+    function left them; a longer call's working set does not stay in a cache anyway."""
     device = torch.device(device)
+    last = [0.0, 0.0]
     for _ in range(warmup):
-        baseline()
-        fn()
+        for j, call in enumerate((baseline, fn)):
+            last[j] = _one_call_ms(call, device)
     times: tuple[list[float], list[float]] = ([], [])
     for _ in range(max(1, repeats)):
         for j, call in enumerate((baseline, fn)):
-            times[j].append(_one_call_ms(call, device))
+            if last[j] < REWARM_MS:
+                call()
+            last[j] = _one_call_ms(call, device)
+            times[j].append(last[j])
     base, own = (Timing(statistics.median(t), min(t), max(t)) for t in times)
     return own, base
+
+
+REWARM_MS = 20.0
+"""Calls shorter than this are timed right after an untimed call of their own in :func:`time_paired`."""
 
 
 def _one_call_ms(fn: Callable[[], object], device: torch.device) -> float:

@@ -33,6 +33,7 @@ import pandas as pd
 from matplotlib.ticker import NullFormatter
 
 from gradstat.analysis.bench import microbench
+from gradstat.analysis.bench.timing import REWARM_MS
 from gradstat.analysis.experiments.base import Comparison, Experiment, ExperimentResult
 from gradstat.analysis.plots.common import legend_outside, log_axis, new_figure, save_figure
 
@@ -239,6 +240,12 @@ def notes(table: pd.DataFrame, bench: pd.DataFrame, device: str) -> list[str]:
         + ": absolute times differ, so compare the trends (speed-up > 1 and growing with size), not the values.",
         "The paper's figures carry no printed values in the text we have; its side of the table is its stated claims.",
     ]
+    if "topk_ms" in bench.columns:
+        out.append(
+            "Each method's Top-k time is torch.topk's median over calls interleaved with that method's own (column "
+            f"topk_ms; a call under {REWARM_MS:g} ms timed right after an untimed call of the same function): both "
+            "sides of a speed-up are timed in the same stretch of the run."
+        )
     for _, row in bench[bench["group"] == "skipped"].iterrows():
         out.append(f"Size {int(row['size']):,} not measured with threads {row['threads']}: {row['name']}.")
     e = table[table["name"] == SIDCO_E]
