@@ -56,6 +56,8 @@ def time_paired(
         for j, call in enumerate((baseline, fn)):
             if last[j] < REWARM_MS:
                 call()
+                if device.type == "cuda":  # (else the timed call's start event would queue behind it)
+                    torch.cuda.synchronize(device)
             last[j] = _one_call_ms(call, device)
             times[j].append(last[j])
     base, own = (Timing(statistics.median(t), min(t), max(t)) for t in times)

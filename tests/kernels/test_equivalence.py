@@ -403,8 +403,8 @@ def _hashes_below_cases() -> dict[str, Case]:
     cases: dict[str, Case] = {}
     for d in (1, 17, 70_001):
         # (none pass; a few per thousand; about half; all but the largest hash, which the C loop's AVX2 comparison
-        # and its scalar one must both leave out)
-        for cut in (-(2**31), -(2**31) + 2**22, 0, 2**31 - 1):
+        # and its scalar one must both leave out; all)
+        for cut in (-(2**31) - 1, -(2**31), -(2**31) + 2**22, 0, 2**31 - 1, 2**31):  # (and past int32 both ways)
             for seed in (5, 6):
                 cases[f"d={d}-cut={cut}-seed={seed}"] = lambda device, d=d, cut=cut, seed=seed: (
                     _key(device, seed),

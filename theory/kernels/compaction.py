@@ -130,22 +130,18 @@ def select(
     fn = getattr(ext, _FUNCTIONS[flat.dtype])
     data = flat.detach().numpy()
     bound = _in_dtype(t, flat.dtype)
-    if n < native.PARALLEL_MIN:  # one piece, in this thread's own buffers (the common short vector: no joins)
-        want = max(4096, 2 * expected if expected is not None else n // 64)
+    parts = native.pieces(n)
+    want = max(4096, (2 * expected if expected is not None else n // 64) // len(parts))
+    if len(parts) == 1:  # one piece, in this thread's own buffers (no joins)
         idx, vals, top, nan = _scan(fn, data, ("own", None, 0), 0, n, bound, absolute, gather, min(n, want))
         indices = _copied(idx, torch.int64)
         return indices, None if vals is None else _copied(vals, flat.dtype), math.nan if nan else top
-    parts = native.pieces(n)
-    want = max(4096, (2 * expected if expected is not None else n // 64) // len(parts))
-    if len(parts) == 1:  # one piece, in this thread's own buffers
-        found = [_scan(fn, data, ("own", None, 0), 0, n, bound, absolute, gather, min(n, want))]
-    else:
-        caller = threading.get_ident()
-        scans = [
-            functools.partial(_scan, fn, data, ("piece", caller, i), a, b, bound, absolute, gather, min(b - a, want))
-            for i, (a, b) in enumerate(parts)
-        ]
-        found = native.run_all(scans)
+    caller = threading.get_ident()
+    scans = [
+        functools.partial(_scan, fn, data, ("piece", caller, i), a, b, bound, absolute, gather, min(b - a, want))
+        for i, (a, b) in enumerate(parts)
+    ]
+    found = native.run_all(scans)
     indices = _output([f[0] for f in found], torch.int64)
     values = _output([f[1] for f in found if f[1] is not None], flat.dtype) if gather else None
     top = max(f[2] for f in found)

@@ -245,8 +245,9 @@ def subset(d: int, k: int, key: torch.Tensor, device: torch.device | str) -> tor
     device = torch.device(device)
     if device.type == "cpu":
         margin = k + SUBSET_MARGIN_SIGMAS * k**0.5 + 16
-        if margin < d:
-            cut = -(1 << 31) + math.ceil(margin / d * 2**32)  # P(h < cut) = margin / d
+        # P(h < cut) = margin / d; a cut past every int32 hash would keep them all: the full sort below
+        cut = -(1 << 31) + math.ceil(margin / d * 2**32) if margin < d else 1 << 31
+        if cut < 1 << 31:
             if native.extension() is not None:  # gradstat's C loop: the candidates' sort keys in one pass
                 candidates = counter_native.hashes_below(d, cut, key, math.ceil(margin))
                 if candidates.numel() >= k:
@@ -270,7 +271,7 @@ def hashes_below(key: torch.Tensor, d: int, cut: int, expected: int = 0) -> torc
     gradstat's C loop computes them (:func:`gradstat.theory.kernels.counter_native.hashes_below`; ``expected``, about
     how many pass, sizes its buffers). This plain form over the whole vector is the reference."""
     h = counter_bits(1, d, torch.zeros((), dtype=torch.int32, device=key.device), key, key.device).reshape(-1)
-    kept = torch.nonzero(h < cut).reshape(-1)
+    kept = torch.nonzero(h.to(torch.int64) < cut).reshape(-1)  # (in int64: an int32 comparison wraps the cut)
     return ((h.index_select(0, kept).to(torch.int64) + (1 << 31)) << SUBSET_INDEX_BITS).add_(kept)
 
 

@@ -131,7 +131,7 @@ def hashes_below(d: int, cut: int, key: torch.Tensor, expected: int) -> torch.Te
     fn = _extension().hashes_below
 
     def piece(a: int, b: int) -> torch.Tensor:
-        room = max(64, math.ceil(2 * expected * (b - a) / max(d, 1)) + 64)
+        room = min(b - a, max(64, math.ceil(2 * expected * (b - a) / max(d, 1)) + 64))  # (a piece finds <= b - a)
         out = torch.empty(room, dtype=torch.int64)
         count = fn(out.numpy(), a, b - a, cut, k0, k1)
         if count > room:  # (more passed than room: again, with room for all)

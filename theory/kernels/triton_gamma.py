@@ -115,8 +115,7 @@ def _halley(  # type: ignore[no-untyped-def]
         correction = tl.where(tl.abs(correction) < float("inf"), correction, zero)  # (NaN and infinities: 0)
         correction = tl.minimum(tl.maximum(correction, -0.5), 0.5)
         step = residual / slope / (one - correction)
-        step = tl.where(tl.abs(step) < float("inf"), step, zero)
-        step = tl.minimum(tl.maximum(step, -2.0), 2.0)
+        step = tl.where(step == step, tl.minimum(tl.maximum(step, -2.0), 2.0), zero)  # (clamped, then NaN: 0)
         t = tl.maximum(t - step, floor, propagate_nan=tl.PropagateNan.ALL)  # (a NaN stays NaN, as in torch)
     tl.store(out_ptr + offsets, tl.where(cut > 0, float("nan"), tl.exp(t)), mask=inside)
 
@@ -182,7 +181,7 @@ def _halley_op(
 ) -> torch.Tensor:
     try:
         return halley(a, logp, logq, lgam, lgam1, start, steps)
-    except Exception as exc:  # noqa: BLE001  (reported once; the reference answers, and later traces leave the op)
+    except Exception as exc:  # noqa: BLE001  (reported once, the reference answers; raised again in a CUDA capture)
         report(exc)
         from gradstat.theory.kernels import gamma_halley  # (imported here: it imports this module)
 

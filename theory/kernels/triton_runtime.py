@@ -115,13 +115,13 @@ def finishing_steps(blocks: int, x: torch.Tensor, chunk: int) -> tuple[int, int]
 
 def capturing() -> bool:
     """Whether this thread's current CUDA stream is being captured into a graph (False without CUDA)."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    return torch.cuda.is_available() and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
 
 
 class Fallback:
     """A Triton form's switch to its eager form: after the form's first failure to build or run in this process
     (:meth:`report`, one RuntimeWarning, the first failure's), :meth:`is_set` is true and its caller runs the eager
-    form from then on."""
+    form from then on; a failure during a CUDA graph's capture is raised instead (see :meth:`report`)."""
 
     def __init__(self, what: str, setting: str) -> None:
         self.what = what
@@ -136,9 +136,10 @@ class Fallback:
         return self._event.is_set()
 
     def report(self, exc: Exception) -> None:
-        """Turn the form off for this process, warning once; during a CUDA graph's capture, raise ``exc`` instead
-        (the capture fails and that input launches directly, where the form may well run: CUDA refuses some things
-        only while a stream is captured, such as loading a kernel Triton has just built)."""
+        """Turn the form off for this process, warning once; during a CUDA graph's capture, raise ``exc`` instead:
+        the capture fails (gradstat's own, :mod:`gradstat.compressors.graphs`, then launches that input directly,
+        where the form may well run; a caller's own capture, or a compiled function's, gets the error), since CUDA
+        refuses some things only while a stream is captured, such as loading a kernel Triton has just built."""
         if capturing():
             raise exc
         if self._event.is_set():

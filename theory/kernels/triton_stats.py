@@ -280,7 +280,7 @@ def _reference(name: str) -> Callable[..., torch.Tensor]:
 def _summary_op(x: torch.Tensor, absolute: bool, extremes: bool, squares: bool, logs: bool) -> torch.Tensor:
     try:
         return summary(x, absolute, extremes, squares, logs)
-    except Exception as exc:  # noqa: BLE001  (reported once; the reference answers, and later traces leave the op)
+    except Exception as exc:  # noqa: BLE001  (reported once, the reference answers; raised again in a CUDA capture)
         report(exc)
         return _reference("summary")(x, absolute, extremes, squares, logs)
 
@@ -294,7 +294,7 @@ def _tail_op(
 ) -> torch.Tensor:
     try:
         return tail_moments(x, above, shift, inv_unit, logs, squares)
-    except Exception as exc:  # noqa: BLE001  (reported once; the reference answers, and later traces leave the op)
+    except Exception as exc:  # noqa: BLE001  (reported once, the reference answers; raised again in a CUDA capture)
         report(exc)
         return _reference("tail_moments")(x, above, shift, inv_unit, logs, squares)
 
