@@ -249,10 +249,14 @@ static inline uint32_t gs_round(uint32_t x) {
     return x * M1;
 }
 
-static inline float gs_dither(uint32_t i, uint32_t k0, uint32_t k1) {
+/* the hash of the counter i (counter_dither.hash_at) */
+static inline uint32_t gs_hash(uint32_t i, uint32_t k0, uint32_t k1) {
     uint32_t h = gs_round(i ^ k0);
-    h = gs_round((h ^ (h >> 16)) ^ k1);
-    return (float)(((int32_t)h) >> 8) * ULP24;
+    return gs_round((h ^ (h >> 16)) ^ k1);
+}
+
+static inline float gs_dither(uint32_t i, uint32_t k0, uint32_t k1) {
+    return (float)(((int32_t)gs_hash(i, k0, k1)) >> 8) * ULP24;
 }
 
 static void quantize_scalar(const float* x, int64_t n, float s, uint32_t first, uint32_t k0, uint32_t k1,
@@ -626,8 +630,7 @@ static PyObject* gs_sample_indices(PyObject* self, PyObject* args) {
     int64_t* out = (int64_t*)o;
     Py_BEGIN_ALLOW_THREADS;
     for (Py_ssize_t c = 0; c < n; c++) {
-        uint32_t h = gs_round(((uint32_t)base + (uint32_t)c) ^ (uint32_t)k0);
-        h = gs_round((h ^ (h >> 16)) ^ (uint32_t)k1);
+        uint32_t h = gs_hash((uint32_t)base + (uint32_t)c, (uint32_t)k0, (uint32_t)k1);
         out[c] = (int64_t)(((uint64_t)(h ^ 0x80000000u) * (uint64_t)d) >> 32);
     }
     Py_END_ALLOW_THREADS;
@@ -703,8 +706,7 @@ static PyObject* gs_hashes_below(PyObject* self, PyObject* args) {
 #endif
     for (; c < n; c++) {
         uint32_t i = (uint32_t)(start + c);
-        uint32_t h = gs_round(i ^ (uint32_t)k0);
-        h = gs_round((h ^ (h >> 16)) ^ (uint32_t)k1);
+        uint32_t h = gs_hash(i, (uint32_t)k0, (uint32_t)k1);
         if ((long long)(int32_t)h < cut) {
             if (count < capacity) out[count] = (int64_t)((((uint64_t)(h ^ 0x80000000u)) << 31) + (uint64_t)i);
             count++;

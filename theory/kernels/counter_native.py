@@ -23,7 +23,7 @@ from types import ModuleType
 import torch
 
 from gradstat.theory.kernels import native
-from gradstat.theory.kernels.primitives import cpu_contiguous
+from gradstat.theory.kernels.native import cpu_contiguous
 
 
 def _extension() -> ModuleType:

@@ -126,6 +126,15 @@ def run_all(calls: Sequence[Callable[[], T]]) -> list[T]:
     return [first, *(f.result() for f in futures)]
 
 
+NUMPY_DTYPES = (torch.float32, torch.float64)
+"""The floating dtypes numpy and the C loops read as they are."""
+
+
+def cpu_contiguous(x: torch.Tensor, dtypes: tuple[torch.dtype, ...] = NUMPY_DTYPES) -> bool:
+    """Whether numpy (or a C loop) can work on ``x``'s own memory: a contiguous CPU tensor of one of ``dtypes``."""
+    return x.device.type == "cpu" and x.dtype in dtypes and x.is_contiguous()
+
+
 def reads_float32(x: torch.Tensor) -> bool:
     """Whether the C loops can read ``x``'s own memory as float32: a contiguous float32 CPU tensor, not needing
     grad (a plain buffer), and the extension in use (see :func:`extension`)."""

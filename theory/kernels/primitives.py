@@ -29,6 +29,7 @@ import torch
 
 from gradstat.theory.kernels import compaction, policy, triton_runtime, triton_select, triton_stats
 from gradstat.theory.kernels.fused import TritonForm, fused, with_triton
+from gradstat.theory.kernels.native import cpu_contiguous
 from gradstat.theory.kernels.scratch import _SCRATCH, abs_scratch, release_scratch, scratch, scratch_like  # noqa: F401
 
 __all__ = [
@@ -307,13 +308,6 @@ SPARSE_DENSITY = 2e-3
 
 SELECT_CHUNK = 1 << 18
 """Elements per chunk of the CPU selection (1 MB of float32: the magnitudes and mask of a chunk stay in cache)."""
-
-_NUMPY_DTYPES = (torch.float32, torch.float64)
-
-
-def cpu_contiguous(x: torch.Tensor, dtypes: tuple[torch.dtype, ...] = _NUMPY_DTYPES) -> bool:
-    """Whether numpy (or a C loop) can work on ``x``'s own memory: a contiguous CPU tensor of one of ``dtypes``."""
-    return x.device.type == "cpu" and x.dtype in dtypes and x.is_contiguous()
 
 
 def select_at_least(
