@@ -114,9 +114,10 @@ class Compressor(ABC):
         graph's replay (:mod:`gradstat.compressors.graphs`, where :meth:`_graph_key` gives a key), and return the
         function that reads their answers back: the payload where every one passed (a replay's copied out of the
         graph's memory, with this call's seed), else the synchronous encode's result or error."""
+        key = self._graph_key(ctx, x)  # (with the payload's shape: the graph makes the payload, whose shape it keeps)
         launched = graphs.launch(
-            self, self._graph_key(ctx, x), x, lambda: self._encode_deferred(x, payload.shape, payload.dtype, ctx),
-            ctx.call_seed,
+            self, None if key is None else (key, tuple(payload.shape)), x,
+            lambda: self._encode_deferred(x, payload.shape, payload.dtype, ctx), ctx.call_seed,
         )  # fmt: skip
         encoded, passed = launched.outputs
 
@@ -166,12 +167,14 @@ class Compressor(ABC):
         :meth:`~gradstat.compressors.schemes.sparsifiers.threshold.ThresholdSparsifier._launch_queued`, and SIDCo, DGC
         and GMC give their own key): the settings, where the class declares :attr:`replays_as_graph` (or the graph
         policy is ``all``), no per-worker state is given and no draw comes from torch's generator (whose state a
-        graph would freeze); else None, and its kernels launch one by one. ``x``: the flat input, for a key that
+        graph would freeze), with the worker's number (a host value an encode may branch on); else None, and its
+        kernels launch one by one. ``x``: the flat input, for a key that
         depends on a host value the class keeps per input size (the fixed threshold's buffer size)."""
         declared = self.replays_as_graph or graphs.policy() == "all"
         if not declared or ctx.state is not None or getattr(self, "dither", "counter") == "torch":
             return None
-        return graphs.hyper_key(self)
+        hyper = graphs.hyper_key(self)  # (and the worker: NDQSG's first p1 workers send DQSG's message)
+        return None if hyper is None else (hyper, ctx.worker)
 
     def _encode_now(self, x: torch.Tensor, payload: Payload, ctx: Context) -> Payload:
         """The synchronous encode of the flat float ``x`` into ``payload``: the finiteness check where ``_encode``

@@ -53,6 +53,7 @@ import torch
 from gradstat.theory.kernels.counter_dither import KeySlots, slots_for_keys
 from gradstat.theory.kernels.policy import overriding
 from gradstat.theory.kernels.policy import policy as compile_policy
+from gradstat.theory.kernels.primitives import forget_extremes
 
 ENV = "GRADSTAT_CUDA_GRAPHS"
 POLICIES = ("auto", "never", "all")
@@ -218,8 +219,12 @@ class GraphCache:
                 outputs = fn()  # (an encode that raises is never counted, so never captured)
                 self.seen[key] = sightings
                 return Launched(outputs, False, _nothing)
+            # (the capture computes all it reads: no value an earlier call kept for the next, such as the extremes
+            # a finiteness check shares with max_abs, whose memory lies outside the graph's pool and is freed)
+            forget_extremes()
             self.backend.warm_up(fn, device)  # (its errors are the encode's own)
             slots = KeySlots(call_seed, device)  # (before the capture: not from its pool; None: keys refused)
+            forget_extremes()
             try:
                 graph, outputs = self.backend.capture(fn, device, slots)
             except Exception as exc:  # noqa: BLE001  (any failure to capture leaves the direct launch, reported)
@@ -234,6 +239,8 @@ class GraphCache:
                         stacklevel=4,
                     )
                 return Launched(fn(), False, _nothing)
+            finally:
+                forget_extremes()  # (nor does a later call take values that live in the graph's pool)
             entry = self.entries[key] = _Entry(graph, outputs, slots)
             self.seen.pop(key, None)
             self.captures += 1

@@ -325,26 +325,35 @@ def _all_graphs_row(
     graph, which the default does not do yet for an encode no GPU run has shown equal to the direct one
     (:attr:`Compressor.replays_as_graph <gradstat.compressors.base.Compressor.replays_as_graph>`). Its ``replayed``
     column says whether the last encode was a replay whose checks passed, and ``replay_equal`` (where it was)
-    whether that payload, under another call seed than the capture's, equals the direct encode's bit for bit.
+    whether that payload, of other data in the same buffer (reversed and halved) under another call seed than the
+    capture's, equals the direct encode's bit for bit.
     None (no row) for an encode that no graph replays (no deferred checks, a generator's draw, a per-worker
     state)."""
     other = ctx.but(step=ctx.step + 1)  # (compared under another call seed than the capture's)
     with graphs.forced("all"):
         if not type(c).defers_checks or c._graph_key(other) is None:
             return None
-    with graphs.forced("never"):
-        direct = c.encode(g, other)
     cache = graphs.cache_of(c)
     with graphs.forced("all"):
         for _ in range(graphs.CAPTURE_AFTER):  # (a graph is captured at the key's second encode)
             c.encode(g, ctx)
         t = time_ms(functools.partial(c.encode, g, ctx), repeats, dev)
-        before = (cache.replays, cache.redone)
-        replayed = c.encode(g, other)
-        was_replay = cache.replays == before[0] + 1 and cache.redone == before[1]
         name = spec + " (all graphs)"
         row = _row(size, threads, None, "quantizer", name, "encode", t, read_passes=t.median / read.median)
         row["host_syncs"] = host_syncs(functools.partial(c.encode, g, ctx), dev)
+    # compared on other data in the same buffer (the same graph), reversed and halved: a replay that used a value
+    # computed from the capture's data (a scale, a norm, an element) would differ from the direct encode
+    original = g.clone()
+    try:
+        g.copy_(original.flip(0)).mul_(0.5)
+        with graphs.forced("never"):
+            direct = c.encode(g, other)
+        with graphs.forced("all"):
+            before = (cache.replays, cache.redone)
+            replayed = c.encode(g, other)
+            was_replay = cache.replays == before[0] + 1 and cache.redone == before[1]
+    finally:
+        g.copy_(original)
     row["replayed"] = was_replay
     row["replay_equal"] = _same_bits(replayed, direct) if was_replay else None
     return row

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import warnings
 from typing import Any
 
@@ -295,8 +296,9 @@ def test_the_policy_all_replays_the_encodes_no_class_declares(emulated):
 
 def test_the_microbench_row_of_all_graphs_says_whether_the_replays_equal(emulated):
     """The microbench's ``(all graphs)`` quantizer row on emulated graphs: replayed, and equal; with a replay that
-    leaves the capture's outputs as they were (the fault a GPU run must not hide), not equal; with a capture that
-    fails, not replayed (no verdict); and no row for an encode no graph replays."""
+    leaves the capture's outputs as they were (the fault a GPU run must not hide), or one that computes from the
+    data the capture saw, not equal (the row compares on other data in the same buffer); with a capture that fails,
+    not replayed (no verdict); and no row for an encode no graph replays. The buffer holds its data again after."""
     from gradstat.analysis.bench import microbench
     from gradstat.analysis.bench._microbench_report import _cuda_goals
     from gradstat.analysis.bench.timing import Timing
@@ -305,9 +307,25 @@ def test_the_microbench_row_of_all_graphs_says_whether_the_replays_equal(emulate
         def replay(self, graph):
             pass
 
+    class CapturedData(Emulated):
+        """A replay that computes from the data the capture saw (what a value baked into a graph would do)."""
+
+        def capture(self, fn, device, slots):
+            self.seen = g.clone()
+            return super().capture(fn, device, slots)
+
+        def replay(self, graph):
+            now = g.clone()
+            g.copy_(self.seen)
+            try:
+                super().replay(graph)
+            finally:
+                g.copy_(now)
+
     g, read, cpu = _laplace(30_000, 5), Timing(1.0, 1.0, 1.0), torch.device("cpu")
     rows = []
-    for backend, replayed, equal in ((Emulated(), True, True), (Stale(), True, False), (Failing(), False, None)):
+    cases = ((Emulated(), True, True), (Stale(), True, False), (CapturedData(), True, False), (Failing(), False, None))
+    for backend, replayed, equal in cases:
         c = create("dqsg")
         graphs.cache_of(c, backend)
         with pytest.warns(RuntimeWarning, match="could not be captured") if not replayed else _nothing():
@@ -315,6 +333,7 @@ def test_the_microbench_row_of_all_graphs_says_whether_the_replays_equal(emulate
         assert row is not None and row["name"] == "dqsg (all graphs)" and row["op"] == "encode"
         assert (row["replayed"], row["replay_equal"]) == (replayed, equal)
         rows.append(row)
+    assert torch.equal(g, _laplace(30_000, 5))  # (the row's other data undone)
     plain = create("powersgd")  # (no deferred checks: no graph)
     assert microbench._all_graphs_row(plain, "powersgd", g, Context(seed=3), 30_000, "1", 2, read, cpu) is None
     # the goals table: shown, not judged, with the verdict of each (rows as a CUDA run writes them)
@@ -390,6 +409,58 @@ def test_replays_of_the_recorded_capture_equal_the_direct_encode(spec, emulated,
         _same(got, want)
     expected = 5 - graphs.CAPTURE_AFTER + 1 - (cache.captures - 1) - _sizing_steps(spec)
     assert cache.captures >= 1 and cache.replays >= expected
+
+
+@pytest.mark.parametrize("spec", ["redsync", "gaussianksgd", "dgc:ratio=0.01", "sidco"])
+@pytest.mark.parametrize("turned", ["nan", "zero"])
+def test_a_replay_sees_a_gradient_turn_non_finite_or_zero_after_its_capture(spec, turned, emulated, declared):
+    """A replay computes every value it reads (recorded stand-in: the capture's operations run again on the same
+    buffer): the largest magnitude of the gradient in the buffer now, not one the warm-up computed and a finiteness
+    check kept for the next caller (memory outside the graph's pool, freed after the capture on a GPU). A NaN that
+    arrives after the capture raises the direct encode's error; an all-zero gradient sends nothing."""
+    c, plain = create(spec), create(spec)
+    cache = graphs.cache_of(c, Recorded())
+    buffer = torch.empty(6_000)
+    with graphs.forced("all"):
+        for step in range(3):
+            buffer.copy_(_laplace(buffer.numel(), 100 + step))
+            c.encode(buffer, Context(step=step))
+        assert cache.replays >= 1
+        if turned == "nan":
+            buffer[17] = math.nan
+            with pytest.raises(ValueError, match="NaN/Inf"):
+                c.encode(buffer, Context(step=3))
+        else:
+            buffer.zero_()
+            got = c.encode(buffer, Context(step=3))
+            with graphs.forced("never"):
+                want = plain.encode(buffer, Context(step=3))
+            assert got.info["k_hat"] == 0 and want.info["k_hat"] == 0
+    assert cache.replays >= 2  # (step 3 replayed, and its checks sent it to the direct encode)
+
+
+def test_a_graph_made_payload_keeps_the_shape_and_the_worker_of_the_call(emulated, declared):
+    """An encode with deferred checks makes its payload inside the graph: a graph captured for a (200, 300) view of a
+    buffer is not replayed for its flat view (the payload says 60,000), and NDQSG's graph for worker 0 (DQSG's
+    message) is not replayed for worker 1 (the nested one): each call's payload is the direct encode's."""
+    qsgd, plain = create("qsgd"), create("qsgd")
+    graphs.cache_of(qsgd, Emulated())
+    g = _laplace(60_000, 9)
+    for step in range(3):
+        qsgd.encode(g.view(200, 300), Context(step=step))
+    got = qsgd.encode(g, Context(step=3))
+    with graphs.forced("never"):
+        _same(got, plain.encode(g, Context(step=3)))
+    assert got.shape == (60_000,)
+    ndqsg, plain = create("ndqsg"), create("ndqsg")
+    graphs.cache_of(ndqsg, Emulated())
+    for step in range(3):
+        ndqsg.encode(g, Context(step=step, worker=0))
+    got = ndqsg.encode(g, Context(step=3, worker=1))
+    with graphs.forced("never"):
+        want = plain.encode(g, Context(step=3, worker=1))
+    assert "nested" in got.parts
+    _same(got, want)
 
 
 def test_a_key_is_captured_at_its_second_sighting_and_a_busy_graph_is_not_replayed(emulated):

@@ -19,6 +19,7 @@ from gradstat.compressors.schemes.sparsifiers.sidco import exceedances_above
 from gradstat.theory.estimators import exceedances as exc_mod
 from gradstat.theory.estimators.exceedances import Exceedances
 from gradstat.theory.kernels import policy as policy_mod
+from gradstat.theory.kernels import triton_runtime
 from gradstat.theory.kernels.fused import Fused, TritonForm
 from gradstat.theory.kernels.policy import forced, policy
 from gradstat.theory.kernels.primitives import block_max
@@ -80,6 +81,21 @@ def test_a_build_that_fails_warns_once_and_falls_back_to_the_reference(monkeypat
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a second warning would fail here: the first one was the only one
             assert float(kernel(x)) == 45.0
+
+
+def test_a_build_that_fails_during_a_graph_capture_fails_the_capture_and_keeps_the_kernel(monkeypatch):
+    """Inside a CUDA graph's capture (some things CUDA refuses only then) the failure is raised, so the capture fails
+    and its input launches directly; the compiled kernel is not turned off for the rest of the run."""
+
+    def broken_compile(fn, **kwargs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    monkeypatch.setattr(triton_runtime, "capturing", lambda: True)
+    kernel = Fused(lambda x: x.sum())
+    with forced("always"), pytest.raises(RuntimeError, match="stream is capturing"):
+        kernel(torch.arange(10.0))
+    assert not kernel._broken
 
 
 def test_a_triton_form_runs_first_where_it_applies_and_a_failure_falls_back_once():

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradstat.theory.kernels import policy
+from gradstat.theory.kernels import policy, triton_runtime
 from gradstat.theory.kernels.policy import ENV
 
 RECOMPILE_LIMIT = 64
@@ -128,6 +128,8 @@ class Fused:
                 with recompile_limit():
                     return self._kernel()(x, *args)
             except Exception as exc:  # noqa: BLE001 - any build failure falls back to the reference
+                if triton_runtime.capturing():  # (a failure inside a CUDA graph's capture fails the capture only)
+                    raise
                 self._broken = True
                 warnings.warn(
                     f"gradstat: the compiled fused kernel {self.name!r} failed to build or run ({type(exc).__name__}: "
