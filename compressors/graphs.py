@@ -26,8 +26,9 @@ fixed by its ``key``) either directly or as the replay of a graph captured from 
   capture's temporaries share), that is filled with the keys of the call's own seed before its replay
   (:class:`~gradstat.theory.kernels.counter_dither.KeySlots`), so the seed is no part of the key;
 - a capture that fails (e.g. a device part that reads a value back after all, draws a key of another seed, or
-  records nothing) is reported once per compressor class with its reason, and that input launches directly from
-  then on: the result never depends on it.
+  records nothing) is reported once per compressor class with its reason and tried once more at the key's next
+  sighting; after :data:`CAPTURE_TRIES` failures that input launches directly from then on: the result never
+  depends on it.
 
 The policy is the environment variable ``GRADSTAT_CUDA_GRAPHS`` (``auto``, the default: graphs on CUDA; ``all``: also
 the encodes whose replays no GPU run has checked yet; ``never``: no graph anywhere), or :func:`forced` for the code it
@@ -59,6 +60,9 @@ ENV = "GRADSTAT_CUDA_GRAPHS"
 POLICIES = ("auto", "never", "all")
 CAPTURE_AFTER = 2
 """The sighting of a key at which it is captured: the first encode of an input launches directly."""
+CAPTURE_TRIES = 2
+"""Failed captures of a key before it launches directly for good: the second try, at its next sighting, meets the
+kernels the first attempt's direct launch built and loaded (CUDA refuses a kernel loaded during a capture)."""
 MAX_GRAPHS = 256
 """Graphs kept per compressor (one per input buffer and stage count: a layer-wise hook's tensors); beyond it the
 least recently replayed is dropped with its memory."""
@@ -196,7 +200,9 @@ class GraphCache:
         self.entries: OrderedDict[Hashable, _Entry] = OrderedDict()
         self.seen: dict[Hashable, int] = {}
         self.refused: set[Hashable] = set()
-        """Keys whose capture failed: they launch directly from then on."""
+        """Keys whose capture failed :data:`CAPTURE_TRIES` times: they launch directly from then on."""
+        self.failures: dict[Hashable, int] = {}
+        """Keys whose capture failed fewer times than that, and how often."""
         self.captures = 0
         self.replays = 0
         self.redone = 0
@@ -215,6 +221,7 @@ class GraphCache:
             sightings = self.seen.get(key, 0) + 1
             if len(self.seen) >= MAX_SIGHTINGS and key not in self.seen:
                 self.seen.clear()
+                self.failures.clear()
             if sightings < CAPTURE_AFTER:
                 outputs = fn()  # (an encode that raises is never counted, so never captured)
                 self.seen[key] = sightings
@@ -228,13 +235,19 @@ class GraphCache:
             try:
                 graph, outputs = self.backend.capture(fn, device, slots)
             except Exception as exc:  # noqa: BLE001  (any failure to capture leaves the direct launch, reported)
-                self.refused.add(key)
+                failures = self.failures.pop(key, 0) + 1
+                if failures >= CAPTURE_TRIES:
+                    self.refused.add(key)
+                else:  # tried again at the key's next sighting (a first build inside the capture is done by then)
+                    self.failures[key] = failures
+                    self.seen[key] = CAPTURE_AFTER - 1
                 if who not in _WARNED:
                     _WARNED.add(who)
                     warnings.warn(
                         f"gradstat: {who}'s queued encode could not be captured as a CUDA graph "
                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); this input's "
-                        "encode launches its kernels one by one from now on (same results, more host time per call)",
+                        f"encode launches its kernels one by one after {CAPTURE_TRIES} failed captures (same "
+                        "results, more host time per call)",
                         RuntimeWarning,
                         stacklevel=4,
                     )
@@ -243,6 +256,7 @@ class GraphCache:
                 forget_extremes()  # (nor does a later call take values that live in the graph's pool)
             entry = self.entries[key] = _Entry(graph, outputs, slots)
             self.seen.pop(key, None)
+            self.failures.pop(key, None)
             self.captures += 1
             while len(self.entries) > MAX_GRAPHS:
                 self.entries.popitem(last=False)

@@ -573,8 +573,34 @@ def test_a_failed_capture_is_reported_once_and_the_encode_launches_directly(emul
     _same(got, want)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        _same(c.encode(g), want)  # (tried again, failed again: refused, without a second warning)
         _same(c.encode(g), want)
-    assert (cache.captures, cache.replays) == (0, 0)
+    assert (cache.captures, cache.replays) == (0, 0) and len(cache.refused) == 1
+
+
+def test_a_capture_that_failed_once_is_tried_again_at_the_next_sighting(emulated):
+    """A first build of a kernel inside a capture fails it (CUDA refuses loading a kernel while a stream is
+    captured); the direct launch that follows builds it, so the key's next sighting captures; two failures and the
+    key launches directly for good."""
+
+    class FailsOnce(Emulated):
+        tries = 0
+
+        def capture(self, fn, device, slots):
+            FailsOnce.tries += 1
+            if FailsOnce.tries == 1:
+                raise RuntimeError("operation not permitted when stream is capturing")
+            return super().capture(fn, device, slots)
+
+    c = create("sidco:ratio=0.01,dist=exp,stages=1")
+    cache = graphs.cache_of(c, FailsOnce())
+    g = _laplace(30_000, 5)
+    want = c.encode(g)  # (first sighting: direct)
+    with pytest.warns(RuntimeWarning, match="after 2 failed captures"):
+        _same(c.encode(g), want)  # (second: its capture fails, the encode launches directly)
+    _same(c.encode(g), want)  # (tried again: captured)
+    _same(c.encode(g), want)  # (replayed)
+    assert (FailsOnce.tries, cache.captures, cache.replays) == (2, 1, 2) and not cache.refused and not cache.failures
 
 
 def test_no_graph_without_a_key_or_under_never(emulated):
