@@ -95,7 +95,10 @@ class Compressor(ABC):
         flat = check_gradient(g, self.name, finite=False).detach()  # compression is not differentiable
         x = flat.float() if flat.dtype != torch.float64 else flat
         payload = Payload(shape=g.shape, dtype=g.dtype)
-        finish = self._enqueue(x, payload, ctx)
+        try:
+            finish = self._enqueue(x, payload, ctx)
+        finally:
+            forget_extremes()  # (extremes a queued device part's max_abs kept serve that encode only, as below)
         if finish is not None:
             return Pending(finish)
         if self.defers_checks and not S.on_host(x) and x.dtype == torch.float32 and g.dtype == torch.float32:

@@ -89,10 +89,9 @@ def _scan(
 
 
 def _output(found: list[np.ndarray], dtype: torch.dtype) -> torch.Tensor:
-    """The pieces' ``found`` arrays joined in a tensor of their own, from torch's allocator (which can back it with
-    huge pages: with 4 KB pages the copy's page faults cost more than the selection's read at a density of 1 %)."""
-    if len(found) == 1:
-        return _copied(found[0], dtype)
+    """Two or more pieces' ``found`` arrays (one piece's is :func:`_copied`) joined in a tensor of their own, from
+    torch's allocator (which can back it with huge pages: with 4 KB pages the copy's page faults cost more than the
+    selection's read at a density of 1 %)."""
     out = torch.empty(sum(f.size for f in found), dtype=dtype)
     np.concatenate(found, out=out.numpy())
     return out

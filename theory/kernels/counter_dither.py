@@ -272,7 +272,7 @@ def hashes_below(key: torch.Tensor, d: int, cut: int, expected: int = 0) -> torc
     how many pass, sizes its buffers). This plain form over the whole vector is the reference."""
     h = counter_bits(1, d, torch.zeros((), dtype=torch.int32, device=key.device), key, key.device).reshape(-1)
     kept = torch.nonzero(h.to(torch.int64) < cut).reshape(-1)  # (in int64: an int32 comparison wraps the cut)
-    return ((h.index_select(0, kept).to(torch.int64) + (1 << 31)) << SUBSET_INDEX_BITS).add_(kept)
+    return sort_keys(h.index_select(0, kept), kept)
 
 
 def hash_keys_into(out: torch.Tensor, row_factor: torch.Tensor, base: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
@@ -295,7 +295,13 @@ def subset_room(d: int, margin: float) -> int:
 
 def k_smallest(hashes: torch.Tensor, index: torch.Tensor, k: int) -> torch.Tensor:
     """The ``k`` indices of smallest ``(hash, index)`` key among ``index`` (int64), increasing (see :func:`subset`)."""
-    return k_smallest_keys(((hashes.to(torch.int64) + (1 << 31)) << SUBSET_INDEX_BITS).add_(index), k)
+    return k_smallest_keys(sort_keys(hashes, index), k)
+
+
+def sort_keys(hashes: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """The int64 sort keys ``((h + 2^31) << 31) + i`` of the int32 hashes ``h`` of the counters ``index`` (int64):
+    by hash, then by index (see :func:`subset`; gradstat's C loop forms the same keys)."""
+    return ((hashes.to(torch.int64) + (1 << 31)) << SUBSET_INDEX_BITS).add_(index)
 
 
 def k_smallest_keys(order: torch.Tensor, k: int) -> torch.Tensor:

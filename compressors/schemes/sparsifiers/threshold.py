@@ -42,7 +42,6 @@ from gradstat.theory.kernels.primitives import (
     count_at_smallest,
     count_triton,
     finish_triton,
-    forget_extremes,
     max_abs,
     normalise_by_pow2,
     pow2_exponent,
@@ -402,12 +401,6 @@ class ThresholdSparsifier(SparseMessage):
         """The device part of the queued encode (what a CUDA graph replays, :mod:`gradstat.compressors.graphs`):
         the rule's threshold (:meth:`_queued`), the selection into its buffer, the tie-break's count, and the one
         vector read back, ``[max |x|, count, ties, *rule's reads]``; None where the rule has no queued form."""
-        try:
-            return self._launch_queued_now(x, ctx)
-        finally:
-            forget_extremes()  # (extremes a max_abs kept serve this encode only, as in _encode_now)
-
-    def _launch_queued_now(self, x: torch.Tensor, ctx: Context) -> tuple[Queued, int, Bounded, torch.Tensor] | None:
         found = self._queued(x, ctx)
         if found is None:
             return None

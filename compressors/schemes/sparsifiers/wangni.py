@@ -33,7 +33,7 @@ from gradstat.compressors.wire.payload import Payload
 from gradstat.theory import scalars as S
 from gradstat.theory.kernels import counter_dither
 from gradstat.theory.kernels.bounded import first_true
-from gradstat.theory.kernels.primitives import all_finite, forget_extremes, max_abs, pow2_exponent, scale_by_pow2
+from gradstat.theory.kernels.primitives import all_finite, max_abs, pow2_exponent, scale_by_pow2
 
 COIN_STREAM = 7
 """Sub-stream of the call seed for the keep coins (random-k's subset uses 5, DGC's sample 6)."""
@@ -134,9 +134,7 @@ class Wangni(SparseMessage):
         # the send checks of them (their largest magnitude in the wire dtype, a nonzero value arriving as zero)
         at = kept.clamp(min=0)
         values = torch.where(kept >= 0, _scaled(x.index_select(0, at), p.index_select(0, at)), 0.0)
-        top = max_abs(x)
-        forget_extremes()  # (the extremes max_abs kept serve this encode only, as in _encode_now)
-        reads = torch.cat([count.double().reshape(1), top.double().reshape(1), wire_flags(values, wire)])
+        reads = torch.cat([count.double().reshape(1), max_abs(x).double().reshape(1), wire_flags(values, wire)])
 
         def finish() -> Payload:
             read = reads.tolist()  # the one host read: the count the wire needs, and the finiteness and range checks
